@@ -1,0 +1,190 @@
+//! `nvptx_codegen`: lowers `tile_ir` kernels (layouts assigned) to LLVM IR for NVPTX and
+//! emits PTX.
+//!
+//! Each tile value becomes a list of LLVM values, one per element the current thread holds,
+//! in the register order its layout defines (`Layout::register_offsets`); scalars are one
+//! value that every thread computes alike. Loads and stores move `vector` elements per
+//! instruction (predicated inline PTX when masked), layout conversions go through shared
+//! memory, and structured control flow becomes basic blocks with phis.
+//!
+//! Architecture invariant: this is the only crate that uses inkwell (LLVM). It reads
+//! `tile_ir` and never changes it; every failure is a [`CodegenError`], never a panic.
+//!
+//! ```no_run
+//! # fn demo(mut f: tile_ir::Function) -> Result<(), nvptx_codegen::CompileError> {
+//! let target = nvptx_codegen::Target::parse("sm_90a")?;
+//! let out = nvptx_codegen::compile(&mut f, &target, &Default::default(), |_, _| {})?;
+//! println!("{}", out.ptx);
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod lower;
+mod math;
+mod memory;
+
+use inkwell::context::Context;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{
+    CodeModel, FileType, InitializationConfig, RelocMode, Target as LlvmTarget, TargetTriple,
+};
+use inkwell::OptimizationLevel;
+use std::sync::Once;
+use tile_ir::Function;
+
+/// A GPU architecture to generate code for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// Compute capability times ten (80, 86, 89, 90, ...).
+    pub capability: u32,
+    /// Whether the architecture-specific variant (`sm_90a`) is targeted.
+    pub arch_specific: bool,
+}
+
+impl Target {
+    /// Parses `sm_80`, `sm_90`, `sm_90a`, ...
+    pub fn parse(s: &str) -> Result<Target, CodegenError> {
+        let bad = || CodegenError::BadTarget(s.to_string());
+        let rest = s.strip_prefix("sm_").ok_or_else(bad)?;
+        let (num, arch_specific) = match rest.strip_suffix('a') {
+            Some(n) => (n, true),
+            None => (rest, false),
+        };
+        let capability: u32 = num.parse().map_err(|_| bad())?;
+        if capability < 70 {
+            return Err(bad());
+        }
+        Ok(Target {
+            capability,
+            arch_specific,
+        })
+    }
+
+    /// The LLVM CPU name (`sm_90a`).
+    pub fn cpu(&self) -> String {
+        format!(
+            "sm_{}{}",
+            self.capability,
+            if self.arch_specific { "a" } else { "" }
+        )
+    }
+
+    /// The PTX ISA version to emit: 8.0 is the oldest with `sm_90a`.
+    pub fn ptx_features(&self) -> &'static str {
+        "+ptx80"
+    }
+}
+
+/// What code generation produced.
+#[derive(Clone, Debug)]
+pub struct PtxOutput {
+    /// The kernel's symbol in the PTX.
+    pub kernel_name: String,
+    /// The LLVM IR, after optimisation.
+    pub llvm_ir: String,
+    /// The PTX text (no trailing NUL).
+    pub ptx: String,
+    /// Static shared memory the kernel uses, in bytes.
+    pub shared_bytes: u32,
+    /// Threads per program.
+    pub num_threads: u32,
+}
+
+/// Why code generation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CodegenError {
+    /// The target string is not one of `sm_XY[a]` with XY ≥ 70.
+    #[error("unknown target `{0}`: expected sm_80, sm_90, sm_90a, ...")]
+    BadTarget(String),
+    /// The kernel uses something this backend cannot lower yet.
+    #[error("line {line}: {what} is not supported by the NVPTX backend yet")]
+    Unsupported {
+        /// What is missing.
+        what: String,
+        /// Source line of the op.
+        line: u32,
+    },
+    /// The IR broke an invariant codegen relies on (layouts missing, ...): a compiler bug.
+    #[error("internal error in codegen: {0}")]
+    Internal(String),
+    /// LLVM refused the module or failed to emit PTX.
+    #[error("LLVM: {0}")]
+    Llvm(String),
+}
+
+/// Why [`compile`] failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CompileError {
+    /// The pass pipeline failed.
+    #[error(transparent)]
+    Passes(#[from] passes::PassError),
+    /// Code generation failed.
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
+}
+
+impl From<inkwell::builder::BuilderError> for CodegenError {
+    fn from(e: inkwell::builder::BuilderError) -> Self {
+        CodegenError::Llvm(e.to_string())
+    }
+}
+
+fn init_llvm() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| LlvmTarget::initialize_nvptx(&InitializationConfig::default()));
+}
+
+/// Runs the pass pipeline on `func`, then generates PTX. `dump(stage, text)` sees the IR
+/// after each pass. Safe to call from many threads at once (one LLVM context per call).
+pub fn compile(
+    func: &mut Function,
+    target: &Target,
+    options: &passes::PipelineOptions,
+    mut dump: impl FnMut(&str, &str),
+) -> Result<PtxOutput, CompileError> {
+    passes::run_pipeline(func, options, |pass, f| dump(pass, &f.to_string()))?;
+    Ok(generate_ptx(func, target)?)
+}
+
+/// Generates PTX for a kernel whose layouts are assigned.
+pub fn generate_ptx(func: &Function, target: &Target) -> Result<PtxOutput, CodegenError> {
+    init_llvm();
+    let cx = Context::create();
+    let lowered = lower::lower_kernel(&cx, func)?;
+    let module = lowered.module;
+    let triple = TargetTriple::create("nvptx64-nvidia-cuda");
+    let llvm_target =
+        LlvmTarget::from_triple(&triple).map_err(|e| CodegenError::Llvm(e.to_string()))?;
+    let tm = llvm_target
+        .create_target_machine(
+            &triple,
+            &target.cpu(),
+            target.ptx_features(),
+            OptimizationLevel::Aggressive,
+            RelocMode::Default,
+            CodeModel::Default,
+        )
+        .ok_or_else(|| CodegenError::Llvm(format!("no target machine for {}", target.cpu())))?;
+    module.set_triple(&triple);
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    module
+        .verify()
+        .map_err(|e| CodegenError::Internal(format!("invalid LLVM module: {e}")))?;
+    module
+        .run_passes("default<O3>", &tm, PassBuilderOptions::create())
+        .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+    let llvm_ir = module.print_to_string().to_string();
+    let buf = tm
+        .write_to_memory_buffer(&module, FileType::Assembly)
+        .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+    let ptx = String::from_utf8_lossy(buf.as_slice())
+        .trim_end_matches('\0')
+        .to_string();
+    Ok(PtxOutput {
+        kernel_name: lowered.name,
+        llvm_ir,
+        ptx,
+        shared_bytes: lowered.shared_bytes,
+        num_threads: func.num_warps * 32,
+    })
+}

@@ -1,0 +1,616 @@
+//! The lowering driver: kernel signature, thread geometry, and one method per op kind.
+
+use crate::CodegenError;
+use inkwell::attributes::AttributeLoc;
+use inkwell::basic_block::BasicBlock;
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::module::{Linkage, Module};
+use inkwell::types::{BasicType, BasicTypeEnum};
+use inkwell::values::{BasicValueEnum, FunctionValue, GlobalValue, IntValue, PhiValue};
+use inkwell::{AddressSpace, IntPredicate};
+use std::collections::HashMap;
+use std::rc::Rc;
+use tile_ir::{
+    Block, Const, DType, Elem, Function, Layout, LayoutId, Op, OpKind, Shape, Type, Value,
+};
+
+/// LLVM's number for the `ptx_kernel` calling convention.
+const PTX_KERNEL_CC: u32 = 71;
+/// Address space of global memory.
+pub(crate) fn global() -> AddressSpace {
+    AddressSpace::from(1u16)
+}
+/// Address space of shared memory.
+pub(crate) fn shared() -> AddressSpace {
+    AddressSpace::from(3u16)
+}
+
+/// An integer type of 8, 16, 32 or 64 bits.
+pub(crate) fn int_type(cx: &Context, bits: u32) -> inkwell::types::IntType<'_> {
+    match bits {
+        1 => cx.bool_type(),
+        8 => cx.i8_type(),
+        16 => cx.i16_type(),
+        64 => cx.i64_type(),
+        _ => cx.i32_type(),
+    }
+}
+
+/// A vector of `n` elements of `t`.
+pub(crate) fn vector_of(t: BasicTypeEnum<'_>, n: u32) -> inkwell::types::VectorType<'_> {
+    match t {
+        BasicTypeEnum::IntType(i) => i.vec_type(n),
+        BasicTypeEnum::FloatType(f) => f.vec_type(n),
+        BasicTypeEnum::PointerType(p) => p.vec_type(n),
+        other => panic!("no vectors of {other:?}"),
+    }
+}
+
+pub(crate) type R<T> = Result<T, CodegenError>;
+
+/// The module and facts [`lower_kernel`] produced.
+pub(crate) struct Lowered<'ctx> {
+    pub module: Module<'ctx>,
+    pub name: String,
+    pub shared_bytes: u32,
+}
+
+/// Per (layout, shape): each register's compile-time coordinates, each dimension's thread
+/// offset, and whether this thread owns (is the first copy of) its elements.
+pub(crate) struct Geometry<'ctx> {
+    pub regs: Rc<Vec<Vec<u32>>>,
+    pub thread: Vec<IntValue<'ctx>>,
+    pub owner: Option<IntValue<'ctx>>,
+}
+
+pub(crate) struct Lowering<'ctx, 'f> {
+    pub cx: &'ctx Context,
+    pub module: Module<'ctx>,
+    pub b: Builder<'ctx>,
+    pub func: &'f Function,
+    pub kernel: FunctionValue<'ctx>,
+    pub vals: HashMap<Value, Vec<BasicValueEnum<'ctx>>>,
+    prologue: BasicBlock<'ctx>,
+    lane: IntValue<'ctx>,
+    warp: IntValue<'ctx>,
+    pub tid: IntValue<'ctx>,
+    geometry: HashMap<(LayoutId, Shape), Rc<Geometry<'ctx>>>,
+    pub smem: Option<GlobalValue<'ctx>>,
+    pub smem_bytes: u32,
+    pub cur_line: u32,
+}
+
+/// Lowers `func` into a fresh module of `cx`.
+pub(crate) fn lower_kernel<'ctx>(cx: &'ctx Context, func: &Function) -> R<Lowered<'ctx>> {
+    let name: String = func
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let module = cx.create_module(&name);
+    let b = cx.create_builder();
+    let entry_args = &func.blocks[func.entry].args;
+    let mut param_types = Vec::new();
+    for &a in entry_args {
+        param_types.push(llvm_type(cx, func.ty(a).elem).into());
+    }
+    let fn_type = cx.void_type().fn_type(&param_types, false);
+    let kernel = module.add_function(&name, fn_type, None);
+    kernel.set_call_conventions(PTX_KERNEL_CC);
+    let threads = func.num_warps * 32;
+    kernel.add_attribute(
+        AttributeLoc::Function,
+        cx.create_string_attribute("nvvm.maxntid", &threads.to_string()),
+    );
+    let prologue = cx.append_basic_block(kernel, "prologue");
+    let body = cx.append_basic_block(kernel, "entry");
+    b.position_at_end(prologue);
+    let tid = sreg(cx, &module, &b, "tid.x")?;
+    let lane = b.build_and(tid, cx.i32_type().const_int(31, false), "lane")?;
+    let warp = b.build_right_shift(tid, cx.i32_type().const_int(5, false), false, "warp")?;
+    b.build_unconditional_branch(body)?;
+    b.position_at_end(body);
+    let mut lw = Lowering {
+        cx,
+        module,
+        b,
+        func,
+        kernel,
+        vals: HashMap::new(),
+        prologue,
+        lane,
+        warp,
+        tid,
+        geometry: HashMap::new(),
+        smem: None,
+        smem_bytes: 0,
+        cur_line: 0,
+    };
+    for (i, &a) in entry_args.iter().enumerate() {
+        let p = kernel
+            .get_nth_param(i as u32)
+            .ok_or_else(|| CodegenError::Internal("missing parameter".into()))?;
+        p.set_name(&func.params[i].name);
+        lw.vals.insert(a, vec![p]);
+    }
+    lw.lower_block(func.entry)?;
+    let shared_bytes = lw.smem_bytes;
+    Ok(Lowered {
+        module: lw.module,
+        name,
+        shared_bytes,
+    })
+}
+
+pub(crate) fn sreg<'ctx>(
+    cx: &'ctx Context,
+    m: &Module<'ctx>,
+    b: &Builder<'ctx>,
+    reg: &str,
+) -> R<IntValue<'ctx>> {
+    let name = format!("llvm.nvvm.read.ptx.sreg.{reg}");
+    let f = m
+        .get_function(&name)
+        .unwrap_or_else(|| m.add_function(&name, cx.i32_type().fn_type(&[], false), None));
+    let v = b.build_call(f, &[], reg)?;
+    Ok(v.try_as_basic_value()
+        .basic()
+        .ok_or_else(|| CodegenError::Internal("sreg call".into()))?
+        .into_int_value())
+}
+
+/// The LLVM type of one element in registers (`i1` for bools, `ptr addrspace(1)` for pointers).
+pub(crate) fn llvm_type(cx: &Context, e: Elem) -> BasicTypeEnum<'_> {
+    match e {
+        Elem::Ptr(_) => cx.ptr_type(global()).as_basic_type_enum(),
+        Elem::Num(d) => dtype_type(cx, d),
+    }
+}
+
+pub(crate) fn dtype_type(cx: &Context, d: DType) -> BasicTypeEnum<'_> {
+    match d {
+        DType::I1 => cx.bool_type().into(),
+        DType::I8 | DType::U8 => cx.i8_type().into(),
+        DType::I16 | DType::U16 => cx.i16_type().into(),
+        DType::I32 | DType::U32 => cx.i32_type().into(),
+        DType::I64 | DType::U64 => cx.i64_type().into(),
+        DType::F16 => cx.f16_type().into(),
+        DType::BF16 => cx.bf16_type().into(),
+        DType::F32 => cx.f32_type().into(),
+        DType::F64 => cx.f64_type().into(),
+    }
+}
+
+/// The LLVM type of one element in memory (`i1` is stored as a byte).
+pub(crate) fn memory_type(cx: &Context, d: DType) -> BasicTypeEnum<'_> {
+    if d == DType::I1 {
+        cx.i8_type().into()
+    } else {
+        dtype_type(cx, d)
+    }
+}
+
+impl<'ctx> Lowering<'ctx, '_> {
+    pub fn internal<T>(&self, what: &str) -> R<T> {
+        Err(CodegenError::Internal(format!(
+            "line {}: {what}",
+            self.cur_line
+        )))
+    }
+
+    pub fn unsupported<T>(&self, what: impl Into<String>) -> R<T> {
+        Err(CodegenError::Unsupported {
+            what: what.into(),
+            line: self.cur_line,
+        })
+    }
+
+    pub fn get(&self, v: Value) -> R<&Vec<BasicValueEnum<'ctx>>> {
+        match self.vals.get(&v) {
+            Some(x) => Ok(x),
+            None => self.internal(&format!("{v} used before it was lowered")),
+        }
+    }
+
+    pub fn i32(&self, v: u64) -> IntValue<'ctx> {
+        self.cx.i32_type().const_int(v, false)
+    }
+
+    /// Register coordinates, thread offsets and the owner predicate for a tile type.
+    pub fn geometry(&mut self, ty: &Type) -> R<Rc<Geometry<'ctx>>> {
+        let Some(lid) = ty.layout else {
+            return self.internal("tile without a layout");
+        };
+        let key = (lid, ty.shape);
+        if let Some(g) = self.geometry.get(&key) {
+            return Ok(g.clone());
+        }
+        let layout: &Layout = &self.func.layouts[lid];
+        let shape = ty.shape.dims();
+        if layout.rank() != shape.len() {
+            return self.internal("layout rank differs from the tile's");
+        }
+        let regs = Rc::new(layout.register_offsets(shape));
+        let (kept, sliced) = layout.thread_maps();
+        // Thread offsets are computed once, in the prologue, so they dominate every use.
+        let here = self.b.get_insert_block();
+        let term = self
+            .prologue
+            .get_terminator()
+            .expect("the prologue ends in a branch");
+        self.b.position_before(&term);
+        let mut thread = Vec::new();
+        let mut owner: Option<IntValue> = None;
+        let mut and = |lw: &Self, c: IntValue<'ctx>| -> R<()> {
+            owner = Some(match owner {
+                Some(o) => lw.b.build_and(o, c, "own")?,
+                None => c,
+            });
+            Ok(())
+        };
+        for (d, m) in kept.iter().enumerate() {
+            let raw = self.thread_term(m)?;
+            let size = shape[d] as u64;
+            let covered = (m.lane_mask as u64 + 1) * m.lane_mul as u64
+                + (m.warp_mask as u64) * m.warp_mul as u64;
+            if covered > size {
+                let c = self
+                    .b
+                    .build_int_compare(IntPredicate::ULT, raw, self.i32(size), "own")?;
+                and(self, c)?;
+            }
+            thread.push(self.b.build_and(raw, self.i32(size - 1), "toff")?);
+        }
+        for m in &sliced {
+            if m.lane_mask != 0 || m.warp_mask != 0 {
+                let raw = self.thread_term(m)?;
+                let c = self
+                    .b
+                    .build_int_compare(IntPredicate::EQ, raw, self.i32(0), "own")?;
+                and(self, c)?;
+            }
+        }
+        if let Some(bb) = here {
+            self.b.position_at_end(bb);
+        }
+        let g = Rc::new(Geometry {
+            regs,
+            thread,
+            owner,
+        });
+        self.geometry.insert(key, g.clone());
+        Ok(g)
+    }
+
+    fn thread_term(&self, m: &tile_ir::DimThreadMap) -> R<IntValue<'ctx>> {
+        let part = |id: IntValue<'ctx>, shift: u32, mask: u32, mul: u32| -> R<IntValue<'ctx>> {
+            if mask == 0 {
+                return Ok(self.i32(0));
+            }
+            let s = self
+                .b
+                .build_right_shift(id, self.i32(shift as u64), false, "t")?;
+            let a = self.b.build_and(s, self.i32(mask as u64), "t")?;
+            Ok(self.b.build_int_mul(a, self.i32(mul as u64), "t")?)
+        };
+        let l = part(self.lane, m.lane_shift, m.lane_mask, m.lane_mul)?;
+        let w = part(self.warp, m.warp_shift, m.warp_mask, m.warp_mul)?;
+        Ok(self.b.build_int_add(l, w, "t")?)
+    }
+
+    /// The predicate "this thread holds the first copy": `None` when every copy is unique.
+    pub fn owner(&mut self, ty: &Type) -> R<Option<IntValue<'ctx>>> {
+        if ty.is_scalar() {
+            let c = self
+                .b
+                .build_int_compare(IntPredicate::EQ, self.tid, self.i32(0), "tid0")?;
+            return Ok(Some(c));
+        }
+        Ok(self.geometry(ty)?.owner)
+    }
+
+    pub fn lower_block(&mut self, b: Block) -> R<Vec<Value>> {
+        let ops = self.func.blocks[b].ops.clone();
+        for op in ops {
+            if let OpKind::Yield = self.func.ops[op].kind {
+                return Ok(self.func.ops[op].operands.clone());
+            }
+            self.lower_op(op)?;
+        }
+        Ok(Vec::new())
+    }
+
+    fn set(&mut self, op: Op, v: Vec<BasicValueEnum<'ctx>>) {
+        let r = self.func.result(op, 0);
+        self.vals.insert(r, v);
+    }
+
+    fn nregs(&mut self, ty: &Type) -> R<usize> {
+        Ok(if ty.is_scalar() {
+            1
+        } else {
+            self.geometry(ty)?.regs.len()
+        })
+    }
+
+    fn lower_op(&mut self, op: Op) -> R<()> {
+        let data = self.func.ops[op].clone();
+        self.cur_line = data.loc.line;
+        let rty = data.results.first().map(|&r| *self.func.ty(r));
+        match data.kind {
+            OpKind::Constant(c) => {
+                let ty = rty.expect("constants have a result");
+                let v = self.constant(c, ty.elem)?;
+                let n = self.nregs(&ty)?;
+                self.set(op, vec![v; n]);
+            }
+            OpKind::ProgramId(a) | OpKind::NumPrograms(a) => {
+                let axis = ["x", "y", "z"][a as usize];
+                let reg = if matches!(data.kind, OpKind::ProgramId(_)) {
+                    "ctaid"
+                } else {
+                    "nctaid"
+                };
+                let v = sreg(self.cx, &self.module, &self.b, &format!("{reg}.{axis}"))?;
+                self.set(op, vec![v.into()]);
+            }
+            OpKind::Arange { start, .. } => {
+                let ty = rty.expect("arange has a result");
+                let g = self.geometry(&ty)?;
+                let base =
+                    self.b
+                        .build_int_add(g.thread[0], self.i32(start as i64 as u64), "ar")?;
+                let mut out = Vec::with_capacity(g.regs.len());
+                for r in g.regs.iter() {
+                    out.push(
+                        self.b
+                            .build_int_add(base, self.i32(r[0] as u64), "ar")?
+                            .into(),
+                    );
+                }
+                self.set(op, out);
+            }
+            OpKind::Splat => {
+                let v = self.get(data.operands[0])?[0];
+                let n = self.nregs(&rty.expect("splat has a result"))?;
+                self.set(op, vec![v; n]);
+            }
+            OpKind::ExpandDims(axis) => {
+                let out = self.remap(data.operands[0], &rty.expect("result"), |c| {
+                    let mut c = c.to_vec();
+                    c.remove(axis as usize);
+                    c
+                })?;
+                self.set(op, out);
+            }
+            OpKind::Broadcast => {
+                let src = self.func.ty(data.operands[0]).shape;
+                let out = self.remap(data.operands[0], &rty.expect("result"), |c| {
+                    c.iter()
+                        .zip(src.dims())
+                        .map(|(&x, &n)| if n == 1 { 0 } else { x })
+                        .collect()
+                })?;
+                self.set(op, out);
+            }
+            OpKind::ConvertLayout => {
+                let out = self.convert_layout(data.operands[0], &rty.expect("result"))?;
+                self.set(op, out);
+            }
+            OpKind::Load(m) => {
+                let out = self.load(&data, m, &rty.expect("load has a result"))?;
+                self.set(op, out);
+            }
+            OpKind::Store(m) => self.store(&data, m)?,
+            OpKind::For => self.lower_for(op)?,
+            OpKind::If => self.lower_if(op)?,
+            OpKind::Return => {
+                self.b.build_return(None)?;
+            }
+            OpKind::Yield => return self.internal("yield outside a region"),
+            _ if data.kind.is_elementwise() || matches!(data.kind, OpKind::Fma) => {
+                let ty = rty.expect("elementwise ops have a result");
+                let n = self.nregs(&ty)?;
+                let mut out = Vec::with_capacity(n);
+                for i in 0..n {
+                    let mut args = Vec::with_capacity(data.operands.len());
+                    for &o in &data.operands {
+                        let regs = self.get(o)?;
+                        args.push(if regs.len() == 1 { regs[0] } else { regs[i] });
+                    }
+                    let tys: Vec<Elem> = data
+                        .operands
+                        .iter()
+                        .map(|&o| self.func.ty(o).elem)
+                        .collect();
+                    out.push(self.elementwise(data.kind, &tys, ty.elem, &args)?);
+                }
+                self.set(op, out);
+            }
+            other => return self.unsupported(format!("op {}", other.name())),
+        }
+        Ok(())
+    }
+
+    /// Builds the result's registers by looking up, for each, the operand register at the
+    /// mapped coordinates (thread offsets agree by construction of the two layouts).
+    fn remap(
+        &mut self,
+        src: Value,
+        rty: &Type,
+        map: impl Fn(&[u32]) -> Vec<u32>,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let sty = *self.func.ty(src);
+        let sg = self.geometry(&sty)?;
+        let rg = self.geometry(rty)?;
+        let index: HashMap<&[u32], usize> = sg
+            .regs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_slice(), i))
+            .collect();
+        let regs = self.get(src)?.clone();
+        let mut out = Vec::with_capacity(rg.regs.len());
+        for c in rg.regs.iter() {
+            let key = map(c);
+            match index.get(key.as_slice()) {
+                Some(&i) => out.push(regs[i]),
+                None => return self.internal("layouts of a reshaping op do not line up"),
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn constant(&self, c: Const, e: Elem) -> R<BasicValueEnum<'ctx>> {
+        let Elem::Num(d) = e else {
+            return self.internal("pointer constant");
+        };
+        let t = dtype_type(self.cx, d);
+        Ok(match (c, t) {
+            (Const::Int(i), BasicTypeEnum::IntType(it)) => {
+                it.const_int(i as u64, d.is_signed()).into()
+            }
+            (Const::Float(f), BasicTypeEnum::FloatType(ft)) => ft.const_float(f).into(),
+            (Const::Int(i), BasicTypeEnum::FloatType(ft)) => ft.const_float(i as f64).into(),
+            (Const::Float(f), BasicTypeEnum::IntType(it)) => {
+                it.const_int(f as i64 as u64, true).into()
+            }
+            _ => return self.internal("constant type"),
+        })
+    }
+
+    /// Shared memory for layout conversions: one buffer, sized for the largest.
+    pub fn shared_buffer(&mut self, bytes: u32) -> GlobalValue<'ctx> {
+        self.smem_bytes = self.smem_bytes.max(bytes.next_multiple_of(16));
+        match self.smem {
+            Some(g) => g,
+            None => {
+                let g = self.module.add_global(
+                    self.cx.i8_type().array_type(0),
+                    Some(shared()),
+                    "tiles_smem",
+                );
+                g.set_linkage(Linkage::External);
+                g.set_alignment(16);
+                self.smem = Some(g);
+                g
+            }
+        }
+    }
+
+    fn lower_for(&mut self, op: Op) -> R<()> {
+        let data = self.func.ops[op].clone();
+        let lb = self.get(data.operands[0])?[0].into_int_value();
+        let ub = self.get(data.operands[1])?[0].into_int_value();
+        let step = self.get(data.operands[2])?[0].into_int_value();
+        let signed = self
+            .func
+            .ty(data.operands[0])
+            .dtype()
+            .is_some_and(|d| d.is_signed());
+        let inits: Vec<Vec<BasicValueEnum>> = data.operands[3..]
+            .iter()
+            .map(|&v| self.get(v).cloned())
+            .collect::<R<_>>()?;
+        let pre = self.b.get_insert_block().expect("positioned");
+        let header = self.cx.append_basic_block(self.kernel, "for.header");
+        let body = self.cx.append_basic_block(self.kernel, "for.body");
+        let exit = self.cx.append_basic_block(self.kernel, "for.exit");
+        self.b.build_unconditional_branch(header)?;
+        self.b.position_at_end(header);
+        let iv = self.b.build_phi(lb.get_type(), "iv")?;
+        iv.add_incoming(&[(&lb, pre)]);
+        let mut phis: Vec<Vec<PhiValue>> = Vec::new();
+        for regs in &inits {
+            let mut ps = Vec::new();
+            for r in regs {
+                let p = self.b.build_phi(r.get_type(), "iter")?;
+                p.add_incoming(&[(r, pre)]);
+                ps.push(p);
+            }
+            phis.push(ps);
+        }
+        let ivv = iv.as_basic_value().into_int_value();
+        let pred = if signed {
+            IntPredicate::SLT
+        } else {
+            IntPredicate::ULT
+        };
+        let cond = self.b.build_int_compare(pred, ivv, ub, "for.cond")?;
+        self.b.build_conditional_branch(cond, body, exit)?;
+        self.b.position_at_end(body);
+        let rb = self.func.region_block(op, 0);
+        let args = self.func.blocks[rb].args.clone();
+        self.vals.insert(args[0], vec![ivv.into()]);
+        for (k, ps) in phis.iter().enumerate() {
+            self.vals
+                .insert(args[k + 1], ps.iter().map(|p| p.as_basic_value()).collect());
+        }
+        let yields = self.lower_block(rb)?;
+        let next = self.b.build_int_add(ivv, step, "iv.next")?;
+        let latch = self.b.get_insert_block().expect("positioned");
+        iv.add_incoming(&[(&next, latch)]);
+        for (k, ps) in phis.iter().enumerate() {
+            let regs = self.get(yields[k])?.clone();
+            for (i, p) in ps.iter().enumerate() {
+                let r = if regs.len() == 1 { regs[0] } else { regs[i] };
+                p.add_incoming(&[(&r, latch)]);
+            }
+        }
+        self.b.build_unconditional_branch(header)?;
+        self.b.position_at_end(exit);
+        for (k, &res) in data.results.iter().enumerate() {
+            self.vals
+                .insert(res, phis[k].iter().map(|p| p.as_basic_value()).collect());
+        }
+        Ok(())
+    }
+
+    fn lower_if(&mut self, op: Op) -> R<()> {
+        let data = self.func.ops[op].clone();
+        let cond = self.get(data.operands[0])?[0].into_int_value();
+        let then_bb = self.cx.append_basic_block(self.kernel, "if.then");
+        let else_bb = self.cx.append_basic_block(self.kernel, "if.else");
+        let merge = self.cx.append_basic_block(self.kernel, "if.end");
+        self.b.build_conditional_branch(cond, then_bb, else_bb)?;
+        let mut arms = Vec::new();
+        for (i, bb) in [then_bb, else_bb].into_iter().enumerate() {
+            self.b.position_at_end(bb);
+            let rb = self.func.region_block(op, i);
+            let ys = self.lower_block(rb)?;
+            let regs: Vec<Vec<BasicValueEnum>> =
+                ys.iter().map(|&y| self.get(y).cloned()).collect::<R<_>>()?;
+            let end = self.b.get_insert_block().expect("positioned");
+            self.b.build_unconditional_branch(merge)?;
+            arms.push((regs, end));
+        }
+        self.b.position_at_end(merge);
+        for (k, &res) in data.results.iter().enumerate() {
+            let ty = *self.func.ty(res);
+            let n = self.nregs(&ty)?;
+            let mut out = Vec::with_capacity(n);
+            for i in 0..n {
+                let pick = |regs: &Vec<BasicValueEnum<'ctx>>| {
+                    if regs.len() == 1 {
+                        regs[0]
+                    } else {
+                        regs[i]
+                    }
+                };
+                let a = pick(&arms[0].0[k]);
+                let p = self.b.build_phi(a.get_type(), "if.res")?;
+                p.add_incoming(&[(&a, arms[0].1), (&pick(&arms[1].0[k]), arms[1].1)]);
+                out.push(p.as_basic_value());
+            }
+            self.vals.insert(res, out);
+        }
+        Ok(())
+    }
+}

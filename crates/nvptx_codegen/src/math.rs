@@ -1,0 +1,460 @@
+//! Elementwise ops on one register's worth of values: arithmetic, comparisons, casts and
+//! math functions. fp16/bf16 math functions are computed in fp32 and rounded back, as
+//! Triton does.
+
+use crate::lower::{dtype_type, memory_type, Lowering, R};
+use inkwell::intrinsics::Intrinsic;
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FloatValue};
+use inkwell::{FloatPredicate, IntPredicate};
+use tile_ir::{BinaryOp, CmpPred, DType, Elem, OpKind, UnaryOp};
+
+impl<'ctx> Lowering<'ctx, '_> {
+    pub fn call_intrinsic(
+        &self,
+        name: &str,
+        types: &[BasicTypeEnum<'ctx>],
+        args: &[BasicValueEnum<'ctx>],
+    ) -> R<BasicValueEnum<'ctx>> {
+        let Some(intr) = Intrinsic::find(name) else {
+            return self.internal(&format!("no intrinsic {name}"));
+        };
+        let Some(f) = intr.get_declaration(&self.module, types) else {
+            return self.internal(&format!("cannot declare {name}"));
+        };
+        let args: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
+        let call = self.b.build_call(f, &args, name)?;
+        match call.try_as_basic_value().basic() {
+            Some(v) => Ok(v),
+            None => self.internal("intrinsic returned nothing"),
+        }
+    }
+
+    /// Inline PTX returning one value.
+    pub fn asm(
+        &self,
+        ret: BasicTypeEnum<'ctx>,
+        template: &str,
+        constraints: &str,
+        args: &[BasicValueEnum<'ctx>],
+        side_effects: bool,
+    ) -> R<Option<BasicValueEnum<'ctx>>> {
+        let arg_types: Vec<BasicMetadataTypeEnum> =
+            args.iter().map(|a| a.get_type().into()).collect();
+        let fn_type = ret.fn_type(&arg_types, false);
+        let f = self.cx.create_inline_asm(
+            fn_type,
+            template.to_string(),
+            constraints.to_string(),
+            side_effects,
+            false,
+            None,
+            false,
+        );
+        let margs: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
+        let call = self.b.build_indirect_call(fn_type, f, &margs, "asm")?;
+        Ok(call.try_as_basic_value().basic())
+    }
+
+    /// Inline PTX returning nothing.
+    pub fn asm_void(
+        &self,
+        template: &str,
+        constraints: &str,
+        args: &[BasicValueEnum<'ctx>],
+    ) -> R<()> {
+        let arg_types: Vec<BasicMetadataTypeEnum> =
+            args.iter().map(|a| a.get_type().into()).collect();
+        let fn_type = self.cx.void_type().fn_type(&arg_types, false);
+        let f = self.cx.create_inline_asm(
+            fn_type,
+            template.to_string(),
+            constraints.to_string(),
+            true,
+            false,
+            None,
+            false,
+        );
+        let margs: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
+        self.b.build_indirect_call(fn_type, f, &margs, "")?;
+        Ok(())
+    }
+
+    fn f32c(&self, x: f64) -> FloatValue<'ctx> {
+        self.cx.f32_type().const_float(x)
+    }
+
+    fn asm_f32(&self, instr: &str, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
+        let t = format!("{instr} $0, $1;");
+        let v = self.asm(self.cx.f32_type().into(), &t, "=f,f", &[x.into()], false)?;
+        match v {
+            Some(v) => Ok(v.into_float_value()),
+            None => self.internal("asm"),
+        }
+    }
+
+    pub fn elementwise(
+        &mut self,
+        kind: OpKind,
+        operand_elems: &[Elem],
+        result: Elem,
+        args: &[BasicValueEnum<'ctx>],
+    ) -> R<BasicValueEnum<'ctx>> {
+        match kind {
+            OpKind::Binary(op) => self.binary(op, operand_elems[0], args[0], args[1]),
+            OpKind::Compare(p) => self.compare(p, operand_elems[0], args[0], args[1]),
+            OpKind::Unary(op) => self.unary(op, operand_elems[0], args[0]),
+            OpKind::Fma => {
+                let t = args[0].get_type();
+                self.call_intrinsic("llvm.fma", &[t], args)
+            }
+            OpKind::Select => {
+                Ok(self
+                    .b
+                    .build_select(args[0].into_int_value(), args[1], args[2], "sel")?)
+            }
+            OpKind::Cast => self.cast(operand_elems[0], result, args[0]),
+            OpKind::Bitcast => match (operand_elems[0], result) {
+                (Elem::Ptr(_), Elem::Ptr(_)) => Ok(args[0]),
+                (_, Elem::Num(d)) => {
+                    Ok(self
+                        .b
+                        .build_bit_cast(args[0], dtype_type(self.cx, d), "bc")?)
+                }
+                _ => self.unsupported("bitcast between pointers and numbers"),
+            },
+            OpKind::AddPtr => {
+                let (Elem::Ptr(pointee), Elem::Num(od)) = (operand_elems[0], operand_elems[1])
+                else {
+                    return self.internal("addptr operands");
+                };
+                let mut off = args[1].into_int_value();
+                if od.is_unsigned() {
+                    off = self.b.build_int_z_extend(off, self.cx.i64_type(), "off")?;
+                }
+                let et = memory_type(self.cx, pointee);
+                // SAFETY of the GEP: no inbounds claim is made, so any offset is well-defined.
+                let p = unsafe {
+                    self.b
+                        .build_gep(et, args[0].into_pointer_value(), &[off], "gep")?
+                };
+                Ok(p.into())
+            }
+            other => self.unsupported(format!("elementwise op {}", other.name())),
+        }
+    }
+
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        e: Elem,
+        a: BasicValueEnum<'ctx>,
+        c: BasicValueEnum<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let Elem::Num(d) = e else {
+            return self.unsupported("arithmetic on pointers");
+        };
+        let b = &self.b;
+        if d.is_float() {
+            let (x, y) = (a.into_float_value(), c.into_float_value());
+            return Ok(match op {
+                BinaryOp::Add => b.build_float_add(x, y, "fadd")?.into(),
+                BinaryOp::Sub => b.build_float_sub(x, y, "fsub")?.into(),
+                BinaryOp::Mul => b.build_float_mul(x, y, "fmul")?.into(),
+                BinaryOp::Div => b.build_float_div(x, y, "fdiv")?.into(),
+                BinaryOp::Rem => {
+                    // C's fmod: x - trunc(x / y) * y, computed in f32 at least.
+                    b.build_float_rem(x, y, "frem")?.into()
+                }
+                BinaryOp::Max => self.call_intrinsic("llvm.maxnum", &[a.get_type()], &[a, c])?,
+                BinaryOp::Min => self.call_intrinsic("llvm.minnum", &[a.get_type()], &[a, c])?,
+                _ => return self.unsupported(format!("{} on floats", op.name())),
+            });
+        }
+        let (x, y) = (a.into_int_value(), c.into_int_value());
+        let signed = d.is_signed();
+        Ok(match op {
+            BinaryOp::Add => b.build_int_add(x, y, "add")?.into(),
+            BinaryOp::Sub => b.build_int_sub(x, y, "sub")?.into(),
+            BinaryOp::Mul => b.build_int_mul(x, y, "mul")?.into(),
+            BinaryOp::Div if signed => b.build_int_signed_div(x, y, "div")?.into(),
+            BinaryOp::Div => b.build_int_unsigned_div(x, y, "div")?.into(),
+            BinaryOp::Rem if signed => b.build_int_signed_rem(x, y, "rem")?.into(),
+            BinaryOp::Rem => b.build_int_unsigned_rem(x, y, "rem")?.into(),
+            BinaryOp::And => b.build_and(x, y, "and")?.into(),
+            BinaryOp::Or => b.build_or(x, y, "or")?.into(),
+            BinaryOp::Xor => b.build_xor(x, y, "xor")?.into(),
+            BinaryOp::Shl => b.build_left_shift(x, y, "shl")?.into(),
+            BinaryOp::Shr => b.build_right_shift(x, y, signed, "shr")?.into(),
+            BinaryOp::Max => {
+                let n = if signed { "llvm.smax" } else { "llvm.umax" };
+                self.call_intrinsic(n, &[a.get_type()], &[a, c])?
+            }
+            BinaryOp::Min => {
+                let n = if signed { "llvm.smin" } else { "llvm.umin" };
+                self.call_intrinsic(n, &[a.get_type()], &[a, c])?
+            }
+        })
+    }
+
+    fn compare(
+        &mut self,
+        p: CmpPred,
+        e: Elem,
+        a: BasicValueEnum<'ctx>,
+        c: BasicValueEnum<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let b = &self.b;
+        match e {
+            Elem::Num(d) if d.is_float() => {
+                let pred = match p {
+                    CmpPred::Eq => FloatPredicate::OEQ,
+                    CmpPred::Ne => FloatPredicate::UNE,
+                    CmpPred::Lt => FloatPredicate::OLT,
+                    CmpPred::Le => FloatPredicate::OLE,
+                    CmpPred::Gt => FloatPredicate::OGT,
+                    CmpPred::Ge => FloatPredicate::OGE,
+                };
+                Ok(
+                    b.build_float_compare(
+                        pred,
+                        a.into_float_value(),
+                        c.into_float_value(),
+                        "fcmp",
+                    )?
+                    .into(),
+                )
+            }
+            _ => {
+                let signed = matches!(e, Elem::Num(d) if d.is_signed());
+                let (x, y) = match e {
+                    Elem::Ptr(_) => (
+                        b.build_ptr_to_int(a.into_pointer_value(), self.cx.i64_type(), "p")?,
+                        b.build_ptr_to_int(c.into_pointer_value(), self.cx.i64_type(), "p")?,
+                    ),
+                    _ => (a.into_int_value(), c.into_int_value()),
+                };
+                let pred = match (p, signed) {
+                    (CmpPred::Eq, _) => IntPredicate::EQ,
+                    (CmpPred::Ne, _) => IntPredicate::NE,
+                    (CmpPred::Lt, true) => IntPredicate::SLT,
+                    (CmpPred::Le, true) => IntPredicate::SLE,
+                    (CmpPred::Gt, true) => IntPredicate::SGT,
+                    (CmpPred::Ge, true) => IntPredicate::SGE,
+                    (CmpPred::Lt, false) => IntPredicate::ULT,
+                    (CmpPred::Le, false) => IntPredicate::ULE,
+                    (CmpPred::Gt, false) => IntPredicate::UGT,
+                    (CmpPred::Ge, false) => IntPredicate::UGE,
+                };
+                Ok(b.build_int_compare(pred, x, y, "icmp")?.into())
+            }
+        }
+    }
+
+    fn unary(&mut self, op: UnaryOp, e: Elem, a: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let Elem::Num(d) = e else {
+            return self.unsupported("math on pointers");
+        };
+        if d.is_int() {
+            let x = a.into_int_value();
+            let zero = x.get_type().const_zero();
+            return Ok(match op {
+                UnaryOp::Neg => self.b.build_int_sub(zero, x, "neg")?.into(),
+                UnaryOp::Not => self.b.build_not(x, "not")?.into(),
+                UnaryOp::Abs if d.is_signed() => {
+                    let f = self.cx.bool_type().const_zero();
+                    self.call_intrinsic("llvm.abs", &[a.get_type()], &[a, f.into()])?
+                }
+                UnaryOp::Abs => a,
+                _ => return self.unsupported(format!("{} on integers", op.name())),
+            });
+        }
+        let x = a.into_float_value();
+        match op {
+            UnaryOp::Neg => return Ok(self.b.build_float_neg(x, "fneg")?.into()),
+            UnaryOp::Abs => return self.call_intrinsic("llvm.fabs", &[a.get_type()], &[a]),
+            UnaryOp::Floor => return self.call_intrinsic("llvm.floor", &[a.get_type()], &[a]),
+            UnaryOp::Ceil => return self.call_intrinsic("llvm.ceil", &[a.get_type()], &[a]),
+            UnaryOp::Sqrt => return self.call_intrinsic("llvm.sqrt", &[a.get_type()], &[a]),
+            UnaryOp::Rsqrt if d == DType::F64 => {
+                let s = self
+                    .call_intrinsic("llvm.sqrt", &[a.get_type()], &[a])?
+                    .into_float_value();
+                let one = self.cx.f64_type().const_float(1.0);
+                return Ok(self.b.build_float_div(one, s, "rsqrt")?.into());
+            }
+            _ => {}
+        }
+        if d == DType::F64 {
+            return self.unsupported(format!("fp64 {}", op.name()));
+        }
+        // fp16 and bf16 are computed in fp32, then rounded back.
+        let f32t = self.cx.f32_type();
+        let x32 = if d == DType::F32 {
+            x
+        } else {
+            self.b.build_float_ext(x, f32t, "ext")?
+        };
+        let r = self.math_f32(op, x32)?;
+        Ok(if d == DType::F32 {
+            r.into()
+        } else {
+            self.b.build_float_trunc(r, x.get_type(), "trunc")?.into()
+        })
+    }
+
+    fn math_f32(&mut self, op: UnaryOp, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
+        let b = &self.b;
+        Ok(match op {
+            UnaryOp::Exp2 => self.asm_f32("ex2.approx.f32", x)?,
+            UnaryOp::Exp => {
+                let y = b.build_float_mul(x, self.f32c(std::f64::consts::LOG2_E), "exp")?;
+                self.asm_f32("ex2.approx.f32", y)?
+            }
+            UnaryOp::Log2 => self.asm_f32("lg2.approx.f32", x)?,
+            UnaryOp::Log => {
+                let l = self.asm_f32("lg2.approx.f32", x)?;
+                b.build_float_mul(l, self.f32c(std::f64::consts::LN_2), "log")?
+            }
+            UnaryOp::Rsqrt => self.asm_f32("rsqrt.approx.f32", x)?,
+            UnaryOp::Sin | UnaryOp::Cos => {
+                // Reduce to [-pi, pi] in two steps (Cody-Waite) before the hardware approximation,
+                // which is accurate only there.
+                let k = b.build_float_mul(x, self.f32c(1.0 / std::f64::consts::TAU), "k")?;
+                let k = self
+                    .call_intrinsic("llvm.rint", &[k.get_type().into()], &[k.into()])?
+                    .into_float_value();
+                let hi = 6.28125f64;
+                let lo = std::f64::consts::TAU - hi;
+                let t = b.build_float_mul(k, self.f32c(hi), "t")?;
+                let r = b.build_float_sub(x, t, "r")?;
+                let t = b.build_float_mul(k, self.f32c(lo), "t")?;
+                let r = b.build_float_sub(r, t, "r")?;
+                let name = if op == UnaryOp::Sin {
+                    "sin.approx.f32"
+                } else {
+                    "cos.approx.f32"
+                };
+                self.asm_f32(name, r)?
+            }
+            UnaryOp::Erf => {
+                // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), odd extension.
+                let ax = self
+                    .call_intrinsic("llvm.fabs", &[x.get_type().into()], &[x.into()])?
+                    .into_float_value();
+                let one = self.f32c(1.0);
+                let den = b.build_float_add(
+                    one,
+                    b.build_float_mul(ax, self.f32c(0.327_591_1), "p")?,
+                    "d",
+                )?;
+                let t = b.build_float_div(one, den, "t")?;
+                let coeffs = [
+                    1.061_405_429,
+                    -1.453_152_027,
+                    1.421_413_741,
+                    -0.284_496_736,
+                    0.254_829_592,
+                ];
+                let mut poly = self.f32c(coeffs[0]);
+                for &c in &coeffs[1..] {
+                    poly =
+                        b.build_float_add(b.build_float_mul(poly, t, "p")?, self.f32c(c), "p")?;
+                }
+                poly = b.build_float_mul(poly, t, "p")?;
+                let x2 = b.build_float_mul(ax, ax, "x2")?;
+                let e = b.build_float_mul(x2, self.f32c(-std::f64::consts::LOG2_E), "e")?;
+                let e = self.asm_f32("ex2.approx.f32", e)?;
+                let y = self
+                    .b
+                    .build_float_sub(one, self.b.build_float_mul(poly, e, "y")?, "y")?;
+                self.call_intrinsic(
+                    "llvm.copysign",
+                    &[x.get_type().into()],
+                    &[y.into(), x.into()],
+                )?
+                .into_float_value()
+            }
+            other => return self.unsupported(format!("fp32 {}", other.name())),
+        })
+    }
+
+    pub fn cast(
+        &mut self,
+        from: Elem,
+        to: Elem,
+        v: BasicValueEnum<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let (s, t) = match (from, to) {
+            (Elem::Ptr(_), Elem::Ptr(_)) => return Ok(v),
+            (Elem::Num(s), Elem::Num(t)) => (s, t),
+            _ => return self.unsupported("casts between pointers and numbers"),
+        };
+        let b = &self.b;
+        let tt = dtype_type(self.cx, t);
+        Ok(match (s.is_float(), t.is_float()) {
+            (false, false) => {
+                let x = v.into_int_value();
+                let it = tt.into_int_type();
+                if t == DType::I1 {
+                    b.build_int_compare(IntPredicate::NE, x, x.get_type().const_zero(), "tobool")?
+                        .into()
+                } else if t.bits() > s.bits() {
+                    if s.is_signed() {
+                        b.build_int_s_extend(x, it, "sext")?.into()
+                    } else {
+                        b.build_int_z_extend(x, it, "zext")?.into()
+                    }
+                } else if t.bits() < s.bits() {
+                    b.build_int_truncate(x, it, "trunc")?.into()
+                } else {
+                    v
+                }
+            }
+            (false, true) => {
+                let ft = tt.into_float_type();
+                if s.is_signed() {
+                    b.build_signed_int_to_float(v.into_int_value(), ft, "sitofp")?
+                        .into()
+                } else {
+                    b.build_unsigned_int_to_float(v.into_int_value(), ft, "uitofp")?
+                        .into()
+                }
+            }
+            (true, false) => {
+                let x = v.into_float_value();
+                if t == DType::I1 {
+                    b.build_float_compare(
+                        FloatPredicate::UNE,
+                        x,
+                        x.get_type().const_zero(),
+                        "tobool",
+                    )?
+                    .into()
+                } else if t.is_signed() {
+                    b.build_float_to_signed_int(x, tt.into_int_type(), "fptosi")?
+                        .into()
+                } else {
+                    b.build_float_to_unsigned_int(x, tt.into_int_type(), "fptoui")?
+                        .into()
+                }
+            }
+            (true, true) => {
+                let x = v.into_float_value();
+                let ft = tt.into_float_type();
+                let (sb, tb) = (s.bits(), t.bits());
+                if s == t {
+                    v
+                } else if sb == tb {
+                    // fp16 <-> bf16 goes through fp32.
+                    let w = b.build_float_ext(x, self.cx.f32_type(), "ext")?;
+                    b.build_float_trunc(w, ft, "trunc")?.into()
+                } else if tb > sb {
+                    b.build_float_ext(x, ft, "fpext")?.into()
+                } else {
+                    b.build_float_trunc(x, ft, "fptrunc")?.into()
+                }
+            }
+        })
+    }
+}

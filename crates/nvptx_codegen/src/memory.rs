@@ -1,0 +1,422 @@
+//! Global loads and stores (vectorised, predicated) and layout conversion through shared
+//! memory.
+//!
+//! A run of `vector` registers that are contiguous in memory moves in one instruction of up
+//! to 128 bits. Unmasked accesses are plain LLVM vector loads/stores; masked ones are inline
+//! PTX (`@p ld.global.v4.b32`), with masked-off lanes pre-set to `other`. Stores of replicated
+//! tiles are predicated so that each element is written by one thread only.
+
+use crate::lower::{int_type, memory_type, vector_of, Lowering, R};
+use inkwell::types::BasicTypeEnum;
+use inkwell::values::BasicValue;
+use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
+use inkwell::IntPredicate;
+use tile_ir::{DType, Elem, Layout, MemAttrs, OpData, Type, Value};
+
+impl<'ctx> Lowering<'ctx, '_> {
+    /// The vector width usable for a tile access: the op's `vector` if every run of that many
+    /// registers is contiguous along the layout's fastest dimension, else 1.
+    fn usable_vector(&mut self, ty: &Type, m: MemAttrs) -> R<usize> {
+        let vec = (m.vector as usize).max(1);
+        if ty.is_scalar() || vec == 1 {
+            return Ok(1);
+        }
+        let g = self.geometry(ty)?;
+        let layout: &Layout = &self.func.layouts[ty.layout.expect("geometry checked the layout")];
+        let Some((fast, _)) = layout.contiguous_dim() else {
+            return Ok(1);
+        };
+        if g.regs.len() % vec != 0 {
+            return Ok(1);
+        }
+        for chunk in g.regs.chunks(vec) {
+            for (i, c) in chunk.iter().enumerate() {
+                let mut want = chunk[0].clone();
+                want[fast] += i as u32;
+                if *c != want || chunk[0][fast] % vec as u32 != 0 {
+                    return Ok(1);
+                }
+            }
+        }
+        Ok(vec)
+    }
+
+    /// (word bits, word count, register width) for moving `vec` elements of `d`.
+    fn words(d: DType, vec: usize) -> (u32, usize, u32) {
+        let total = d.bytes() as usize * 8 * vec;
+        if total >= 32 {
+            (32, total / 32, 32)
+        } else {
+            (total as u32, 1, 16)
+        }
+    }
+
+    fn word_type(&self, reg_bits: u32) -> BasicTypeEnum<'ctx> {
+        int_type(self.cx, reg_bits).into()
+    }
+
+    /// Elements (register form) -> words (register width) for inline PTX.
+    fn pack_words(&self, d: DType, vals: &[BasicValueEnum<'ctx>]) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let mt = memory_type(self.cx, d);
+        let (wbits, nw, rbits) = Self::words(d, vals.len());
+        let mut v = vector_of(mt, vals.len() as u32).get_undef();
+        for (i, &x) in vals.iter().enumerate() {
+            let x = if d == DType::I1 {
+                self.b
+                    .build_int_z_extend(x.into_int_value(), self.cx.i8_type(), "b2i")?
+                    .into()
+            } else {
+                x
+            };
+            v = self
+                .b
+                .build_insert_element(v, x, self.i32(i as u64), "pk")?;
+        }
+        let wt = int_type(self.cx, wbits);
+        let words = self
+            .b
+            .build_bit_cast(v, wt.vec_type(nw as u32), "w")?
+            .into_vector_value();
+        let mut out = Vec::with_capacity(nw);
+        for i in 0..nw {
+            let w = self
+                .b
+                .build_extract_element(words, self.i32(i as u64), "w")?
+                .into_int_value();
+            let w = if rbits > wbits {
+                self.b
+                    .build_int_z_extend(w, int_type(self.cx, rbits), "w")?
+            } else {
+                w
+            };
+            out.push(w.into());
+        }
+        Ok(out)
+    }
+
+    /// Words (register width) -> elements (register form).
+    fn unpack_words(
+        &self,
+        d: DType,
+        vec: usize,
+        words: &[BasicValueEnum<'ctx>],
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let mt = memory_type(self.cx, d);
+        let (wbits, nw, rbits) = Self::words(d, vec);
+        let wt = int_type(self.cx, wbits);
+        let mut wv = wt.vec_type(nw as u32).get_undef();
+        for (i, &w) in words.iter().enumerate() {
+            let w = w.into_int_value();
+            let w = if rbits > wbits {
+                self.b.build_int_truncate(w, wt, "w")?
+            } else {
+                w
+            };
+            wv = self
+                .b
+                .build_insert_element(wv, w, self.i32(i as u64), "w")?;
+        }
+        let ev = self
+            .b
+            .build_bit_cast(wv, vector_of(mt, vec as u32), "e")?
+            .into_vector_value();
+        let mut out = Vec::with_capacity(vec);
+        for i in 0..vec {
+            let x = self.b.build_extract_element(ev, self.i32(i as u64), "e")?;
+            out.push(self.memory_to_register(d, x)?);
+        }
+        Ok(out)
+    }
+
+    fn memory_to_register(&self, d: DType, x: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        Ok(if d == DType::I1 {
+            let x = x.into_int_value();
+            self.b
+                .build_int_compare(IntPredicate::NE, x, x.get_type().const_zero(), "i2b")?
+                .into()
+        } else {
+            x
+        })
+    }
+
+    fn register_to_memory(&self, d: DType, x: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        Ok(if d == DType::I1 {
+            self.b
+                .build_int_z_extend(x.into_int_value(), self.cx.i8_type(), "b2i")?
+                .into()
+        } else {
+            x
+        })
+    }
+
+    pub fn load(&mut self, data: &OpData, m: MemAttrs, rty: &Type) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let Elem::Num(d) = rty.elem else {
+            return self.unsupported("loading pointers");
+        };
+        let ptrs = self.get(data.operands[0])?.clone();
+        let mask = if m.masked {
+            Some(self.get(data.operands[1])?.clone())
+        } else {
+            None
+        };
+        let other = if m.has_other {
+            Some(self.get(data.operands[2])?.clone())
+        } else {
+            None
+        };
+        let vec = self.usable_vector(rty, m)?;
+        let mut out = Vec::with_capacity(ptrs.len());
+        for k in 0..ptrs.len().div_ceil(vec) {
+            let at = k * vec;
+            let addr = ptrs[at].into_pointer_value();
+            let pred = mask
+                .as_ref()
+                .map(|mr| mr[at.min(mr.len() - 1)].into_int_value());
+            let others = other.as_ref().map(|o| {
+                (0..vec)
+                    .map(|i| o[(at + i).min(o.len() - 1)])
+                    .collect::<Vec<_>>()
+            });
+            out.extend(self.load_vector(d, vec, addr, pred, others, m.volatile)?);
+        }
+        Ok(out)
+    }
+
+    fn load_vector(
+        &mut self,
+        d: DType,
+        vec: usize,
+        addr: PointerValue<'ctx>,
+        pred: Option<IntValue<'ctx>>,
+        others: Option<Vec<BasicValueEnum<'ctx>>>,
+        volatile: bool,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let mt = memory_type(self.cx, d);
+        let bytes = d.bytes() * vec as u32;
+        if pred.is_none() && !volatile {
+            if vec == 1 {
+                let x = self.b.build_load(mt, addr, "ld")?;
+                if let Some(i) = x.as_instruction_value() {
+                    i.set_alignment(bytes)
+                        .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
+                }
+                return Ok(vec![self.memory_to_register(d, x)?]);
+            }
+            let vt = vector_of(mt, vec as u32);
+            let x = self.b.build_load(vt, addr, "ld")?;
+            if let Some(i) = x.as_instruction_value() {
+                i.set_alignment(bytes)
+                    .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
+            }
+            let mut out = Vec::with_capacity(vec);
+            for i in 0..vec {
+                let e =
+                    self.b
+                        .build_extract_element(x.into_vector_value(), self.i32(i as u64), "e")?;
+                out.push(self.memory_to_register(d, e)?);
+            }
+            return Ok(out);
+        }
+        let pred = pred.unwrap_or_else(|| self.cx.bool_type().const_all_ones());
+        let (wbits, nw, rbits) = Self::words(d, vec);
+        let init = match others {
+            Some(o) => self.pack_words(d, &o)?,
+            None => vec![self.word_type(rbits).const_zero(); nw],
+        };
+        let c = if rbits == 32 { "r" } else { "h" };
+        let mut t = String::new();
+        for i in 0..nw {
+            t += &format!("mov.b{rbits} ${i}, ${};\n\t", nw + 2 + i);
+        }
+        let regs: Vec<String> = (0..nw).map(|i| format!("${i}")).collect();
+        let dst = if nw > 1 {
+            format!("{{ {} }}", regs.join(", "))
+        } else {
+            regs[0].clone()
+        };
+        let v = if nw > 1 {
+            format!(".v{nw}")
+        } else {
+            String::new()
+        };
+        let vol = if volatile { ".volatile" } else { "" };
+        t += &format!(
+            "@${} ld{vol}.global{v}.b{wbits} {dst}, [ ${} + 0 ];",
+            nw + 1,
+            nw
+        );
+        let mut cons: Vec<String> = (0..nw).map(|_| format!("={c}")).collect();
+        cons.push("l".into());
+        cons.push("b".into());
+        cons.extend((0..nw).map(|_| c.to_string()));
+        let ret: BasicTypeEnum = if nw == 1 {
+            self.word_type(rbits)
+        } else {
+            self.cx
+                .struct_type(&vec![self.word_type(rbits); nw], false)
+                .into()
+        };
+        let mut args: Vec<BasicValueEnum> = vec![addr.into(), pred.into()];
+        args.extend(init);
+        let Some(r) = self.asm(ret, &t, &cons.join(","), &args, true)? else {
+            return self.internal("load asm");
+        };
+        let words: Vec<BasicValueEnum> = if nw == 1 {
+            vec![r]
+        } else {
+            (0..nw)
+                .map(|i| {
+                    self.b
+                        .build_extract_value(r.into_struct_value(), i as u32, "w")
+                })
+                .collect::<Result<_, _>>()?
+        };
+        self.unpack_words(d, vec, &words)
+    }
+
+    pub fn store(&mut self, data: &OpData, m: MemAttrs) -> R<()> {
+        let pty = *self.func.ty(data.operands[0]);
+        let Elem::Ptr(d) = pty.elem else {
+            return self.internal("store through a non-pointer");
+        };
+        let ptrs = self.get(data.operands[0])?.clone();
+        let vals = self.get(data.operands[1])?.clone();
+        let mask = if m.masked {
+            Some(self.get(data.operands[2])?.clone())
+        } else {
+            None
+        };
+        let owner = self.owner(&pty)?;
+        let vec = self.usable_vector(&pty, m)?;
+        for k in 0..ptrs.len().div_ceil(vec) {
+            let at = k * vec;
+            let addr = ptrs[at].into_pointer_value();
+            let chunk: Vec<BasicValueEnum> = (0..vec)
+                .map(|i| vals[(at + i).min(vals.len() - 1)])
+                .collect();
+            let mut pred = mask
+                .as_ref()
+                .map(|mr| mr[at.min(mr.len() - 1)].into_int_value());
+            if let Some(o) = owner {
+                pred = Some(match pred {
+                    Some(p) => self.b.build_and(p, o, "p")?,
+                    None => o,
+                });
+            }
+            self.store_vector(d, addr, &chunk, pred)?;
+        }
+        Ok(())
+    }
+
+    fn store_vector(
+        &mut self,
+        d: DType,
+        addr: PointerValue<'ctx>,
+        vals: &[BasicValueEnum<'ctx>],
+        pred: Option<IntValue<'ctx>>,
+    ) -> R<()> {
+        let vec = vals.len();
+        let mt = memory_type(self.cx, d);
+        let bytes = d.bytes() * vec as u32;
+        let Some(pred) = pred else {
+            let st = if vec == 1 {
+                let x = self.register_to_memory(d, vals[0])?;
+                self.b.build_store(addr, x)?
+            } else {
+                let mut v = vector_of(mt, vec as u32).get_undef();
+                for (i, &x) in vals.iter().enumerate() {
+                    let x = self.register_to_memory(d, x)?;
+                    v = self
+                        .b
+                        .build_insert_element(v, x, self.i32(i as u64), "pk")?;
+                }
+                self.b.build_store(addr, v)?
+            };
+            st.set_alignment(bytes)
+                .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
+            return Ok(());
+        };
+        let (wbits, nw, rbits) = Self::words(d, vec);
+        let words = self.pack_words(d, vals)?;
+        let c = if rbits == 32 { "r" } else { "h" };
+        let regs: Vec<String> = (0..nw).map(|i| format!("${}", i + 2)).collect();
+        let src = if nw > 1 {
+            format!("{{ {} }}", regs.join(", "))
+        } else {
+            regs[0].clone()
+        };
+        let v = if nw > 1 {
+            format!(".v{nw}")
+        } else {
+            String::new()
+        };
+        let t = format!("@$0 st.global{v}.b{wbits} [ $1 + 0 ], {src};");
+        let mut cons = vec!["b".to_string(), "l".to_string()];
+        cons.extend((0..nw).map(|_| c.to_string()));
+        cons.push("~{memory}".into());
+        let mut args: Vec<BasicValueEnum> = vec![pred.into(), addr.into()];
+        args.extend(words);
+        self.asm_void(&t, &cons.join(","), &args)
+    }
+
+    fn barrier(&self) -> R<()> {
+        self.asm_void("bar.sync 0;", "~{memory}", &[])
+    }
+
+    /// Moves a tile to another layout: every thread writes its elements to shared memory at
+    /// their row-major index, then reads the elements the new layout gives it.
+    pub fn convert_layout(&mut self, src: Value, rty: &Type) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let sty = *self.func.ty(src);
+        let regs = self.get(src)?.clone();
+        let (et, ebytes): (BasicTypeEnum, u32) = match sty.elem {
+            Elem::Ptr(_) => (self.cx.ptr_type(crate::lower::global()).into(), 8),
+            Elem::Num(d) => (memory_type(self.cx, d), d.bytes()),
+        };
+        let dtype = sty.elem.dtype();
+        let shape = sty.shape.dims().to_vec();
+        let mut strides = vec![1u32; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        let bytes = (sty.shape.numel() as u32) * ebytes;
+        let smem = self.shared_buffer(bytes).as_pointer_value();
+        let sg = self.geometry(&sty)?;
+        let rg = self.geometry(rty)?;
+        let base = |lw: &Self, thread: &[IntValue<'ctx>]| -> R<IntValue<'ctx>> {
+            let mut acc = lw.i32(0);
+            for (d, &t) in thread.iter().enumerate() {
+                let s = lw.b.build_int_mul(t, lw.i32(strides[d] as u64), "s")?;
+                acc = lw.b.build_int_add(acc, s, "s")?;
+            }
+            Ok(acc)
+        };
+        let offset =
+            |c: &[u32]| -> u64 { c.iter().zip(&strides).map(|(&x, &s)| (x * s) as u64).sum() };
+        self.barrier()?;
+        let sb = base(self, &sg.thread)?;
+        for (i, c) in sg.regs.iter().enumerate() {
+            let idx = self.b.build_int_add(sb, self.i32(offset(c)), "i")?;
+            // SAFETY of the GEP: indices stay inside the buffer sized for this tile.
+            let p = unsafe { self.b.build_gep(et, smem, &[idx], "sp")? };
+            let x = match dtype {
+                Some(d) => self.register_to_memory(d, regs[i])?,
+                None => regs[i],
+            };
+            self.b.build_store(p, x)?;
+        }
+        self.barrier()?;
+        let rb = base(self, &rg.thread)?;
+        let mut out = Vec::with_capacity(rg.regs.len());
+        for c in rg.regs.iter() {
+            let idx = self.b.build_int_add(rb, self.i32(offset(c)), "i")?;
+            // SAFETY of the GEP: as above.
+            let p = unsafe { self.b.build_gep(et, smem, &[idx], "sp")? };
+            let x = self.b.build_load(et, p, "sl")?;
+            out.push(match dtype {
+                Some(d) => self.memory_to_register(d, x)?,
+                None => x,
+            });
+        }
+        Ok(out)
+    }
+}

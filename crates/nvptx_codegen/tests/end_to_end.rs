@@ -1,0 +1,87 @@
+//! Builds kernels with the builder API, compiles them, and checks the PTX; when a `ptxas` is
+//! found (`PTXAS` or on PATH) it must accept the PTX too.
+
+use nvptx_codegen::{compile, Target};
+use tile_ir::{BinaryOp, Builder, CmpPred, DType, Elem, Function};
+
+fn vector_add(block: i32) -> Function {
+    let mut b = Builder::new("add_kernel", 4);
+    let x = b.param("x_ptr", Elem::Ptr(DType::F32), 16);
+    let y = b.param("y_ptr", Elem::Ptr(DType::F32), 16);
+    let out = b.param("out_ptr", Elem::Ptr(DType::F32), 16);
+    let n = b.param("n", Elem::Num(DType::I32), 16);
+    let pid = b.program_id(0).unwrap();
+    let bs = b
+        .constant(
+            tile_ir::Const::Int(block as i64),
+            tile_ir::Type::num(DType::I32),
+        )
+        .unwrap();
+    let start = b.binary(BinaryOp::Mul, pid, bs).unwrap();
+    let r = b.arange(0, block).unwrap();
+    let shape = b.func.ty(r).shape;
+    let s = b.splat(start, shape).unwrap();
+    let offs = b.binary(BinaryOp::Add, s, r).unwrap();
+    let ns = b.splat(n, shape).unwrap();
+    let mask = b.compare(CmpPred::Lt, offs, ns).unwrap();
+    let mut load = |p| {
+        let ps = b.splat(p, shape).unwrap();
+        let a = b.addptr(ps, offs).unwrap();
+        (b.load(a, Some(mask), None, false).unwrap(), a)
+    };
+    let (xv, _) = load(x);
+    let (yv, _) = load(y);
+    let sum = b.binary(BinaryOp::Add, xv, yv).unwrap();
+    let os = b.splat(out, shape).unwrap();
+    let op = b.addptr(os, offs).unwrap();
+    b.store(op, sum, Some(mask)).unwrap();
+    b.finish()
+}
+
+/// Runs ptxas on the PTX if one is available.
+pub fn ptxas_accepts(ptx: &str, arch: &str) {
+    let ptxas = std::env::var("PTXAS").unwrap_or_else(|_| "ptxas".into());
+    let dir = std::env::temp_dir().join(format!("tiles-ptx-{}-{arch}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("k.ptx");
+    std::fs::write(&file, ptx).unwrap();
+    match std::process::Command::new(&ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg(&file)
+        .arg("-o")
+        .arg(dir.join("k.cubin"))
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "ptxas rejected the PTX:\n{}\n{ptx}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(_) => eprintln!("no ptxas found; PTX not assembled"),
+    }
+}
+
+#[test]
+fn vector_add_uses_128_bit_masked_accesses() {
+    for target in ["sm_80", "sm_90", "sm_90a"] {
+        let mut f = vector_add(1024);
+        let out = compile(
+            &mut f,
+            &Target::parse(target).unwrap(),
+            &Default::default(),
+            |_, _| {},
+        )
+        .unwrap();
+        assert!(out.ptx.contains(".entry add_kernel"), "{}", out.ptx);
+        assert!(out.ptx.contains("ld.global.v4.b32"), "{}", out.ptx);
+        assert!(out.ptx.contains("st.global.v4.b32"), "{}", out.ptx);
+        assert!(out.ptx.contains(".maxntid 128"), "{}", out.ptx);
+        ptxas_accepts(&out.ptx, target);
+    }
+}
+
+#[test]
+fn bad_target_is_an_error() {
+    assert!(Target::parse("sm_9x").is_err());
+    assert!(Target::parse("gfx90a").is_err());
+}

@@ -1,0 +1,363 @@
+//! Axis info: per value and per dimension, what is known of its integer (or address) contents.
+//!
+//! 1. Seed facts: kernel parameters carry their specialised divisibility; constants, `arange`
+//!    and `program_id` have exact facts.
+//! 2. Walk ops in program order; each op's rule combines its operands' facts (below).
+//! 3. Loop-carried values and `if` results are taken as unknown (sound, if pessimistic).
+//!
+//! Facts, per dimension `d`:
+//! - `contiguity[d]`: the values come in runs of this many consecutive integers (step +1);
+//! - `divisibility[d]`: the first value of every such run is a multiple of this (bytes, for
+//!   pointers);
+//! - `constancy[d]`: the values come in runs of this many equal values.
+//!
+//! Coalescing reads these to prove that a vector access is contiguous, aligned and uniformly
+//! masked.
+
+use tile_ir::{
+    BinaryOp, CmpPred, Const, Elem, Function, Op, OpKind, SecondaryMap, Value, MAX_RANK,
+};
+
+/// The largest divisibility tracked (a stand-in for "zero": divisible by everything).
+pub const MAX_DIV: u64 = 1 << 30;
+
+/// What is known about one value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AxisInfo {
+    /// Runs of consecutive values, per dimension.
+    pub contiguity: [u64; MAX_RANK],
+    /// Divisibility of each run's first value, per dimension.
+    pub divisibility: [u64; MAX_RANK],
+    /// Runs of equal values, per dimension.
+    pub constancy: [u64; MAX_RANK],
+    /// The value, when it is one known integer everywhere.
+    pub constant: Option<i64>,
+}
+
+impl Default for AxisInfo {
+    fn default() -> Self {
+        AxisInfo {
+            contiguity: [1; MAX_RANK],
+            divisibility: [1; MAX_RANK],
+            constancy: [1; MAX_RANK],
+            constant: None,
+        }
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The largest power of two dividing `v` (capped at [`MAX_DIV`]; 0 is divisible by all).
+pub fn pow2_divisor(v: i64) -> u64 {
+    if v == 0 {
+        MAX_DIV
+    } else {
+        (1u64 << v.unsigned_abs().trailing_zeros()).min(MAX_DIV)
+    }
+}
+
+impl AxisInfo {
+    fn uniform(shape: &[u32], div: u64, constant: Option<i64>) -> AxisInfo {
+        let mut a = AxisInfo {
+            divisibility: [div; MAX_RANK],
+            constant,
+            ..AxisInfo::default()
+        };
+        for (d, &n) in shape.iter().enumerate() {
+            a.constancy[d] = n as u64;
+        }
+        if shape.is_empty() {
+            a.constancy[0] = 1;
+        }
+        a
+    }
+
+    /// Divisibility every single element is known to have (1 if some run has length > 1).
+    fn element_divisibility(&self, rank: usize) -> u64 {
+        if rank == 0 {
+            return self.divisibility[0];
+        }
+        if self.contiguity[..rank].iter().any(|&c| c > 1) {
+            1
+        } else {
+            self.divisibility[..rank].iter().copied().min().unwrap_or(1)
+        }
+    }
+}
+
+/// Facts for every value of a function.
+pub struct AxisInfoMap {
+    infos: SecondaryMap<Value, AxisInfo>,
+}
+
+impl AxisInfoMap {
+    /// The facts for `v`.
+    pub fn get(&self, v: Value) -> &AxisInfo {
+        self.infos.get(v)
+    }
+}
+
+/// Runs the analysis.
+pub fn analyze(func: &Function) -> AxisInfoMap {
+    let mut infos = SecondaryMap::with_default(AxisInfo::default());
+    for (i, &arg) in func.blocks[func.entry].args.iter().enumerate() {
+        let div = func.params[i].divisibility.max(1) as u64;
+        infos.set(
+            arg,
+            AxisInfo {
+                divisibility: [div; MAX_RANK],
+                ..AxisInfo::default()
+            },
+        );
+    }
+    for op in func.ops_in_order() {
+        visit(func, op, &mut infos);
+    }
+    AxisInfoMap { infos }
+}
+
+fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
+    let data = &func.ops[op];
+    let Some(&res) = data.results.first() else {
+        return;
+    };
+    let rty = *func.ty(res);
+    let shape = rty.shape.dims().to_vec();
+    let rank = shape.len();
+    let get = |i: usize| infos.get(data.operands[i]).clone();
+    let info = match data.kind {
+        OpKind::Constant(Const::Int(c)) => AxisInfo::uniform(&shape, pow2_divisor(c), Some(c)),
+        OpKind::Constant(Const::Float(_)) => AxisInfo::uniform(&shape, 1, None),
+        OpKind::ProgramId(_) | OpKind::NumPrograms(_) => AxisInfo::default(),
+        OpKind::Arange { start, end } => AxisInfo {
+            contiguity: [(end - start) as u64, 1, 1, 1],
+            divisibility: [pow2_divisor(start as i64), 1, 1, 1],
+            constancy: [1; MAX_RANK],
+            constant: None,
+        },
+        OpKind::Splat => {
+            let s = get(0);
+            AxisInfo::uniform(&shape, s.divisibility[0], s.constant)
+        }
+        OpKind::ExpandDims(axis) => {
+            let a = get(0);
+            let axis = axis as usize;
+            let src_rank = rank - 1;
+            let elem_div = a.element_divisibility(src_rank);
+            let mut out = AxisInfo {
+                constant: a.constant,
+                ..AxisInfo::default()
+            };
+            let mut k = 0;
+            for d in 0..rank {
+                if d == axis {
+                    out.divisibility[d] = elem_div;
+                } else {
+                    out.contiguity[d] = a.contiguity[k];
+                    out.divisibility[d] = a.divisibility[k];
+                    out.constancy[d] = a.constancy[k];
+                    k += 1;
+                }
+            }
+            out
+        }
+        OpKind::Broadcast => {
+            let a = get(0);
+            let src = func.ty(data.operands[0]).shape;
+            let mut out = a.clone();
+            for d in 0..rank {
+                if src.dims()[d] == 1 && shape[d] != 1 {
+                    out.contiguity[d] = 1;
+                    out.constancy[d] = shape[d] as u64;
+                }
+            }
+            out
+        }
+        OpKind::Binary(b) => binary(b, &get(0), &get(1), rank),
+        OpKind::AddPtr => {
+            let (p, o) = (get(0), get(1));
+            let eb = match rty.elem {
+                Elem::Ptr(d) => d.bytes() as u64,
+                Elem::Num(_) => 1,
+            };
+            let mut scaled = o.clone();
+            for d in 0..MAX_RANK {
+                scaled.divisibility[d] = (o.divisibility[d].saturating_mul(eb)).min(MAX_DIV);
+            }
+            let mut out = binary(BinaryOp::Add, &p, &scaled, rank);
+            out.constant = None;
+            out
+        }
+        OpKind::Compare(pred) => compare(pred, &get(0), &get(1), rank),
+        OpKind::Cast => {
+            let a = get(0);
+            let widening_int = matches!((func.ty(data.operands[0]).elem, rty.elem), (Elem::Num(s), Elem::Num(t)) if s.is_int() && t.is_int() && t.bits() >= s.bits() && s.bits() > 1);
+            if widening_int {
+                a
+            } else {
+                AxisInfo {
+                    constancy: a.constancy,
+                    ..AxisInfo::default()
+                }
+            }
+        }
+        OpKind::Select => {
+            let (c, a, b) = (get(0), get(1), get(2));
+            let mut out = AxisInfo::default();
+            for d in 0..rank.max(1) {
+                out.constancy[d] = gcd(gcd(a.constancy[d], b.constancy[d]), c.constancy[d]);
+                out.divisibility[d] = gcd(a.divisibility[d], b.divisibility[d]);
+                if c.constancy[d] > 1 || rank == 0 {
+                    // Whole runs take one side: contiguity survives where both sides have it.
+                    out.contiguity[d] =
+                        gcd(gcd(a.contiguity[d], b.contiguity[d]), c.constancy[d].max(1));
+                }
+            }
+            out
+        }
+        _ if data.kind.is_elementwise() => {
+            let mut out = AxisInfo::default();
+            for d in 0..rank.max(1) {
+                out.constancy[d] = data
+                    .operands
+                    .iter()
+                    .map(|&v| infos.get(v).constancy[d])
+                    .fold(0, gcd)
+                    .max(1);
+            }
+            out
+        }
+        _ => AxisInfo::default(),
+    };
+    infos.set(res, info);
+    if let OpKind::For = data.kind {
+        // The induction variable starts at lb and moves by step.
+        let body = func.region_block(op, 0);
+        let iv = func.blocks[body].args[0];
+        let (lb, step) = (
+            infos.get(data.operands[0]).clone(),
+            infos.get(data.operands[2]).clone(),
+        );
+        let div = gcd(lb.divisibility[0], step.divisibility[0]);
+        infos.set(
+            iv,
+            AxisInfo {
+                divisibility: [div; MAX_RANK],
+                ..AxisInfo::default()
+            },
+        );
+    }
+}
+
+fn binary(op: BinaryOp, a: &AxisInfo, b: &AxisInfo, rank: usize) -> AxisInfo {
+    let mut out = AxisInfo::default();
+    let known = a.constant.zip(b.constant);
+    for d in 0..rank.max(1) {
+        out.constancy[d] = gcd(a.constancy[d], b.constancy[d]);
+        match op {
+            BinaryOp::Add | BinaryOp::Sub => {
+                let from_a = gcd(a.contiguity[d], b.constancy[d]);
+                let from_b = if op == BinaryOp::Add {
+                    gcd(b.contiguity[d], a.constancy[d])
+                } else {
+                    1
+                };
+                out.contiguity[d] = from_a.max(from_b);
+                out.divisibility[d] = gcd(a.divisibility[d], b.divisibility[d]);
+            }
+            BinaryOp::Mul => {
+                out.contiguity[d] = match (a.constant, b.constant) {
+                    (_, Some(1)) => a.contiguity[d],
+                    (Some(1), _) => b.contiguity[d],
+                    _ => 1,
+                };
+                // A run's first value is a product of multiples only where the other side is
+                // uniform over that run.
+                let da = if b.constancy[d] >= a.contiguity[d] {
+                    a.divisibility[d]
+                } else {
+                    1
+                };
+                let db = if a.constancy[d] >= b.contiguity[d] {
+                    b.divisibility[d]
+                } else {
+                    1
+                };
+                out.divisibility[d] = da.saturating_mul(db).min(MAX_DIV);
+            }
+            BinaryOp::Shl => {
+                if let Some(k) = b.constant.filter(|k| (0..30).contains(k)) {
+                    out.divisibility[d] = (a.divisibility[d] << k).min(MAX_DIV);
+                }
+            }
+            _ => {}
+        }
+    }
+    out.constant = known.and_then(|(x, y)| match op {
+        BinaryOp::Add => x.checked_add(y),
+        BinaryOp::Sub => x.checked_sub(y),
+        BinaryOp::Mul => x.checked_mul(y),
+        _ => None,
+    });
+    if let Some(c) = out.constant {
+        out.divisibility = [pow2_divisor(c); MAX_RANK];
+    }
+    out
+}
+
+fn compare(pred: CmpPred, a: &AxisInfo, b: &AxisInfo, rank: usize) -> AxisInfo {
+    let mut out = AxisInfo::default();
+    for d in 0..rank.max(1) {
+        let mut k = gcd(a.constancy[d], b.constancy[d]);
+        // `x < n` (or `x >= n`) with x in aligned runs of consecutive values and n a uniform
+        // multiple of the run length is uniform over each such run; `n > x`, `n <= x` likewise.
+        let (runs, bound) = match pred {
+            CmpPred::Lt | CmpPred::Ge => (a, b),
+            CmpPred::Gt | CmpPred::Le => (b, a),
+            _ => (a, a),
+        };
+        if !std::ptr::eq(runs, bound) && bound.constancy[d] >= runs.contiguity[d] {
+            let block = gcd(
+                runs.contiguity[d],
+                gcd(runs.divisibility[d], bound.divisibility[d]),
+            );
+            k = k.max(block);
+        }
+        out.constancy[d] = k;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tile_ir::{Builder, DType, Elem};
+
+    #[test]
+    fn offsets_of_a_block_are_contiguous_and_aligned() {
+        let mut b = Builder::new("k", 4);
+        let n = b.param("n", Elem::Num(DType::I32), 16);
+        let pid = b.program_id(0).unwrap();
+        let blk = b
+            .constant(Const::Int(1024), tile_ir::Type::num(DType::I32))
+            .unwrap();
+        let start = b.binary(BinaryOp::Mul, pid, blk).unwrap();
+        let r = b.arange(0, 1024).unwrap();
+        let shape = b.func.ty(r).shape;
+        let s = b.splat(start, shape).unwrap();
+        let offs = b.binary(BinaryOp::Add, s, r).unwrap();
+        let ns = b.splat(n, shape).unwrap();
+        let mask = b.compare(CmpPred::Lt, offs, ns).unwrap();
+        let f = b.finish();
+        let info = analyze(&f);
+        assert_eq!(info.get(offs).contiguity[0], 1024);
+        assert_eq!(info.get(offs).divisibility[0], 1024);
+        assert_eq!(info.get(mask).constancy[0], 16);
+    }
+}

@@ -1,0 +1,384 @@
+//! Layout assignment with coalescing: gives every tile a distributed layout.
+//!
+//! 1. **Anchors (coalescing).** Each load and store of a tile gets a blocked layout in which
+//!    a thread holds `vec` elements contiguous in memory along the pointer's most contiguous
+//!    dimension. `vec` is the largest power of two that axis info proves contiguous, aligned
+//!    to `vec × element size` bytes and uniformly masked, at most 16 bytes, and no more than
+//!    the tile gives each thread. The access is then one 128-bit (or narrower) instruction.
+//! 2. **Backward propagation.** Ops are visited users-first. A value takes the layout its
+//!    users demand; an op passes the demand to its operands (`expand_dims` demands a slice
+//!    of its result's layout). Loop-carried values take their later users' demand, or the
+//!    anchor layout of their shape.
+//! 3. **Conflicts.** A cheap op (constants, `arange`, splats, index arithmetic) demanded in
+//!    several layouts is recomputed once per layout; any other value gets one
+//!    `convert_layout` per extra layout, placed right after its definition.
+//! 4. **Write back.** Layouts are interned and written into the value types, and each memory
+//!    op records its vector width.
+
+use crate::axis_info::AxisInfoMap;
+use std::collections::HashMap;
+use tile_ir::{
+    Block, BlockedLayout, Elem, Function, Layout, LayoutId, MemAttrs, Op, OpKind, SecondaryMap,
+    Shape, Value, ValueDef,
+};
+
+struct Assigner<'a> {
+    func: &'a mut Function,
+    num_warps: u32,
+    demands: HashMap<Value, Vec<(LayoutId, Op, usize)>>,
+    decided: SecondaryMap<Value, Option<LayoutId>>,
+    op_block: HashMap<Op, Block>,
+    shape_default: HashMap<Shape, LayoutId>,
+    anchors: HashMap<Op, (LayoutId, u8)>,
+}
+
+fn floor_pow2(n: u64) -> u64 {
+    if n == 0 {
+        1
+    } else {
+        1 << (63 - n.leading_zeros())
+    }
+}
+
+/// The coalesced layout and vector width for an access through a pointer tile.
+fn coalesced(
+    func: &Function,
+    axis: &AxisInfoMap,
+    ptr: Value,
+    mask: Option<Value>,
+    num_warps: u32,
+) -> (BlockedLayout, u8) {
+    let ty = *func.ty(ptr);
+    let shape = ty.shape.dims();
+    let rank = shape.len();
+    let info = axis.get(ptr);
+    let mut order: Vec<u32> = (0..rank as u32).rev().collect();
+    order.sort_by_key(|&d| {
+        std::cmp::Reverse(info.contiguity[d as usize].min(shape[d as usize] as u64))
+    });
+    let fast = order[0] as usize;
+    let eb = match ty.elem {
+        Elem::Ptr(d) => d.bytes() as u64,
+        Elem::Num(_) => 8,
+    };
+    let mut vec = info.contiguity[fast].min(shape[fast] as u64);
+    vec = vec
+        .min((info.divisibility[fast] / eb).max(1))
+        .min((16 / eb).max(1));
+    if let Some(m) = mask {
+        vec = vec.min(axis.get(m).constancy[fast].max(1));
+    }
+    let numel = ty.shape.numel();
+    vec = vec.min((numel / (32 * num_warps as u64)).max(1));
+    let vec = floor_pow2(vec) as u32;
+    (
+        BlockedLayout::default_for(shape, num_warps, &order, vec),
+        vec as u8,
+    )
+}
+
+/// Whether recomputing the op in another layout costs less than converting its result.
+fn is_cheap(kind: &OpKind) -> bool {
+    matches!(
+        kind,
+        OpKind::Constant(_)
+            | OpKind::Arange { .. }
+            | OpKind::Splat
+            | OpKind::ExpandDims(_)
+            | OpKind::Broadcast
+    ) || (kind.is_elementwise() && !matches!(kind, OpKind::Unary(_)))
+}
+
+/// Assigns layouts to every tile of `func`.
+pub fn assign_layouts(func: &mut Function, axis: &AxisInfoMap) {
+    let num_warps = func.num_warps;
+    let mut op_block = HashMap::new();
+    for (b, data) in func.blocks.iter() {
+        for &op in &data.ops {
+            op_block.insert(op, b);
+        }
+    }
+    let mut a = Assigner {
+        func,
+        num_warps,
+        demands: HashMap::new(),
+        decided: SecondaryMap::with_default(None),
+        op_block,
+        shape_default: HashMap::new(),
+        anchors: HashMap::new(),
+    };
+    a.find_anchors(axis);
+    let entry = a.func.entry;
+    a.visit_block(entry);
+    a.resolve_conflicts();
+    a.write_back();
+}
+
+impl Assigner<'_> {
+    fn find_anchors(&mut self, axis: &AxisInfoMap) {
+        for op in self.func.ops_in_order() {
+            let data = &self.func.ops[op];
+            let (ptr, mask) = match data.kind {
+                OpKind::Load(m) => (data.operands[0], m.masked.then(|| data.operands[1])),
+                OpKind::Store(m) => (data.operands[0], m.masked.then(|| data.operands[2])),
+                _ => continue,
+            };
+            if self.func.ty(ptr).is_scalar() {
+                continue;
+            }
+            let shape = self.func.ty(ptr).shape;
+            let (layout, vec) = coalesced(self.func, axis, ptr, mask, self.num_warps);
+            let id = self.func.intern_layout(Layout::Blocked(layout));
+            self.anchors.insert(op, (id, vec));
+            self.shape_default.entry(shape).or_insert(id);
+        }
+    }
+
+    fn default_layout(&mut self, shape: Shape) -> LayoutId {
+        if let Some(&id) = self.shape_default.get(&shape) {
+            return id;
+        }
+        let rank = shape.rank() as u32;
+        let order: Vec<u32> = (0..rank).rev().collect();
+        let l = BlockedLayout::default_for(shape.dims(), self.num_warps, &order, 1);
+        let id = self.func.intern_layout(Layout::Blocked(l));
+        self.shape_default.insert(shape, id);
+        id
+    }
+
+    fn demand(&mut self, v: Value, layout: LayoutId, user: Op, idx: usize) {
+        if self.func.ty(v).is_scalar() {
+            return;
+        }
+        self.demands.entry(v).or_default().push((layout, user, idx));
+    }
+
+    /// The layout an operand must have for the op to produce `result` in layout `l`.
+    fn operand_layout(&mut self, kind: OpKind, l: LayoutId) -> LayoutId {
+        match kind {
+            OpKind::ExpandDims(axis) => {
+                let parent = self.func.layouts[l].clone();
+                self.func.intern_layout(Layout::Slice {
+                    dim: axis as u32,
+                    parent: Box::new(parent),
+                })
+            }
+            _ => l,
+        }
+    }
+
+    fn demand_operands(&mut self, op: Op, l: LayoutId) {
+        let data = &self.func.ops[op];
+        let kind = data.kind;
+        let operands = data.operands.clone();
+        let ol = self.operand_layout(kind, l);
+        for (i, v) in operands.into_iter().enumerate() {
+            self.demand(v, ol, op, i);
+        }
+    }
+
+    fn first_demand_or_default(&mut self, v: Value) -> LayoutId {
+        match self.demands.get(&v).and_then(|d| d.first()) {
+            Some(&(l, _, _)) => l,
+            None => {
+                let shape = self.func.ty(v).shape;
+                self.default_layout(shape)
+            }
+        }
+    }
+
+    fn visit_block(&mut self, b: Block) {
+        let ops = self.func.blocks[b].ops.clone();
+        for op in ops.into_iter().rev() {
+            self.visit_op(op);
+        }
+    }
+
+    fn visit_op(&mut self, op: Op) {
+        let kind = self.func.ops[op].kind;
+        match kind {
+            OpKind::Store(_) | OpKind::Load(_) if self.anchors.contains_key(&op) => {
+                let (l, vec) = self.anchors[&op];
+                if let Some(&r) = self.func.ops[op].results.first() {
+                    self.decided.set(r, Some(l));
+                }
+                if let OpKind::Load(m) | OpKind::Store(m) = &mut self.func.ops[op].kind {
+                    m.vector = vec;
+                }
+                self.demand_operands(op, l);
+            }
+            OpKind::For | OpKind::If => self.visit_region_op(op, kind),
+            OpKind::Yield | OpKind::Return => {}
+            _ => {
+                let Some(&r) = self.func.ops[op].results.first() else {
+                    return;
+                };
+                if self.func.ty(r).is_scalar() {
+                    return;
+                }
+                let l = self.first_demand_or_default(r);
+                self.decided.set(r, Some(l));
+                if is_cheap(&kind) {
+                    self.rematerialize(op, r, l);
+                }
+                self.demand_operands(op, l);
+            }
+        }
+    }
+
+    /// Recomputes `op` once for every other layout its result is demanded in.
+    fn rematerialize(&mut self, op: Op, r: Value, primary: LayoutId) {
+        let Some(demands) = self.demands.get(&r).cloned() else {
+            return;
+        };
+        let mut others: Vec<LayoutId> = demands
+            .iter()
+            .map(|d| d.0)
+            .filter(|&l| l != primary)
+            .collect();
+        others.dedup();
+        others.sort();
+        others.dedup();
+        for l in others {
+            let data = self.func.ops[op].clone();
+            let ty = *self.func.ty(r);
+            let clone = self
+                .func
+                .create_op(data.kind, data.operands.clone(), &[ty], data.loc);
+            let b = self.op_block[&op];
+            let pos = self.func.blocks[b]
+                .ops
+                .iter()
+                .position(|&o| o == op)
+                .expect("op is in its block");
+            self.func.blocks[b].ops.insert(pos + 1, clone);
+            self.op_block.insert(clone, b);
+            let nr = self.func.result(clone, 0);
+            self.decided.set(nr, Some(l));
+            let mut kept = Vec::new();
+            for &(dl, user, idx) in &demands {
+                if dl == l {
+                    self.func.ops[user].operands[idx] = nr;
+                } else {
+                    kept.push((dl, user, idx));
+                }
+            }
+            self.demands.insert(r, kept.clone());
+            self.demand_operands(clone, l);
+        }
+    }
+
+    fn visit_region_op(&mut self, op: Op, kind: OpKind) {
+        let results = self.func.ops[op].results.clone();
+        let mut layouts = Vec::new();
+        for &r in &results {
+            let l = if self.func.ty(r).is_scalar() {
+                None
+            } else {
+                Some(self.first_demand_or_default(r))
+            };
+            self.decided.set(r, l);
+            layouts.push(l);
+        }
+        let nregions = self.func.ops[op].regions.len();
+        for i in 0..nregions {
+            let b = self.func.region_block(op, i);
+            if kind == OpKind::For {
+                let args = self.func.blocks[b].args.clone();
+                for (k, &l) in layouts.iter().enumerate() {
+                    self.decided.set(args[k + 1], l);
+                    if let Some(l) = l {
+                        let init = self.func.ops[op].operands[3 + k];
+                        self.demand(init, l, op, 3 + k);
+                    }
+                }
+            }
+            let y = *self.func.blocks[b]
+                .ops
+                .last()
+                .expect("regions end in yield");
+            let ys = self.func.ops[y].operands.clone();
+            for (k, &v) in ys.iter().enumerate() {
+                if let Some(l) = layouts[k] {
+                    self.demand(v, l, y, k);
+                }
+            }
+            self.visit_block(b);
+        }
+    }
+
+    /// Inserts one `convert_layout` per value and extra layout, right after the definition.
+    fn resolve_conflicts(&mut self) {
+        let demands = std::mem::take(&mut self.demands);
+        let mut values: Vec<Value> = demands.keys().copied().collect();
+        values.sort();
+        for v in values {
+            let Some(have) = *self.decided.get(v) else {
+                continue;
+            };
+            let mut made: HashMap<LayoutId, Value> = HashMap::new();
+            for &(want, user, idx) in &demands[&v] {
+                if want == have {
+                    continue;
+                }
+                let c = match made.get(&want) {
+                    Some(&c) => c,
+                    None => {
+                        let c = self.insert_convert(v, want);
+                        made.insert(want, c);
+                        c
+                    }
+                };
+                self.func.ops[user].operands[idx] = c;
+            }
+        }
+    }
+
+    fn insert_convert(&mut self, v: Value, want: LayoutId) -> Value {
+        let ty = *self.func.ty(v);
+        let (block, pos, loc) = match self.func.values[v].def {
+            ValueDef::Result(op, _) => {
+                let b = self.op_block[&op];
+                let pos = self.func.blocks[b]
+                    .ops
+                    .iter()
+                    .position(|&o| o == op)
+                    .expect("op is in its block");
+                (b, pos + 1, self.func.ops[op].loc)
+            }
+            ValueDef::Arg(b, _) => (b, 0, Default::default()),
+        };
+        let op = self
+            .func
+            .create_op(OpKind::ConvertLayout, vec![v], &[ty], loc);
+        self.func.blocks[block].ops.insert(pos, op);
+        self.op_block.insert(op, block);
+        let r = self.func.result(op, 0);
+        self.decided.set(r, Some(want));
+        r
+    }
+
+    fn write_back(&mut self) {
+        let values: Vec<Value> = self.func.values.keys().collect();
+        for v in values {
+            if self.func.ty(v).is_scalar() {
+                continue;
+            }
+            let l = match *self.decided.get(v) {
+                Some(l) => l,
+                None => {
+                    let shape = self.func.ty(v).shape;
+                    self.default_layout(shape)
+                }
+            };
+            self.func.values[v].ty.layout = Some(l);
+        }
+        for op in self.func.ops_in_order() {
+            if let OpKind::Load(m) | OpKind::Store(m) = &mut self.func.ops[op].kind {
+                if m.vector == 0 {
+                    *m = MemAttrs { vector: 1, ..*m };
+                }
+            }
+        }
+    }
+}

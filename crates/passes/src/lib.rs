@@ -1,0 +1,19 @@
+//! `passes`: analyses and transforms over `tile_ir` kernels.
+//!
+//! - [`axis_info`]: contiguity, divisibility and constancy of integer and pointer tiles;
+//! - [`layouts`]: layout assignment with coalescing (128-bit accesses where proven safe);
+//! - [`simplify`]: constant folding, CSE, DCE;
+//! - [`pipeline`]: the passes in order, with a hook to dump the IR after each.
+//!
+//! Architecture invariant: passes rewrite `tile_ir` only; no LLVM, no Python. Analyses keep
+//! their facts in side tables and never write them into the IR, except the layouts and
+//! vector widths that are the point of the layout pass.
+#![deny(missing_docs)]
+#![allow(clippy::needless_range_loop)]
+
+pub mod axis_info;
+pub mod layouts;
+pub mod pipeline;
+pub mod simplify;
+
+pub use pipeline::{run_pipeline, PassError, PipelineOptions};

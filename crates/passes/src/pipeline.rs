@@ -1,0 +1,73 @@
+//! The pass pipeline, in the order it runs. Read top to bottom.
+
+use crate::{axis_info, layouts, simplify};
+use tile_ir::{verify, Function, VerifyErrors};
+
+/// Why the pipeline stopped.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PassError {
+    /// The IR was invalid after the named pass (a compiler bug, or invalid input IR).
+    #[error("after {pass}: {errors}")]
+    Invalid {
+        /// The pass after which verification failed ("input" before any).
+        pass: &'static str,
+        /// What the verifier found.
+        errors: VerifyErrors,
+    },
+}
+
+/// Options that shape the pipeline.
+#[derive(Clone, Debug)]
+pub struct PipelineOptions {
+    /// Verify after every pass (always on in debug builds).
+    pub verify_each: bool,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions {
+            verify_each: cfg!(debug_assertions),
+        }
+    }
+}
+
+/// Runs every pass on `func`. `dump(pass, func)` is called after each, for stage dumps.
+pub fn run_pipeline(
+    func: &mut Function,
+    options: &PipelineOptions,
+    mut dump: impl FnMut(&'static str, &Function),
+) -> Result<(), PassError> {
+    let check = |pass: &'static str, f: &Function| -> Result<(), PassError> {
+        verify(f).map_err(|errors| PassError::Invalid { pass, errors })
+    };
+    check("input", func)?;
+    let mut step = |name: &'static str,
+                    f: &mut Function,
+                    run: &dyn Fn(&mut Function)|
+     -> Result<(), PassError> {
+        run(f);
+        if options.verify_each {
+            check(name, f)?;
+        }
+        dump(name, f);
+        Ok(())
+    };
+    step("fold_constants", func, &|f| {
+        simplify::fold_constants(f);
+    })?;
+    step("cse", func, &|f| {
+        simplify::eliminate_common_subexpressions(f);
+    })?;
+    step("dce", func, &|f| {
+        simplify::eliminate_dead_code(f);
+    })?;
+    step("assign_layouts", func, &|f| {
+        let info = axis_info::analyze(f);
+        layouts::assign_layouts(f, &info);
+    })?;
+    step("cse_after_layouts", func, &|f| {
+        simplify::eliminate_common_subexpressions(f);
+        simplify::eliminate_dead_code(f);
+    })?;
+    check("pipeline", func)
+}

@@ -1,0 +1,620 @@
+//! Building a kernel op by op, with result types computed and operands checked.
+
+use crate::entities::{Block, Op, Value};
+use crate::function::{Function, Loc};
+use crate::ops::{BinaryOp, CmpPred, Const, MemAttrs, OpKind, UnaryOp};
+use crate::types::{DType, Elem, Shape, Type};
+
+/// Why an op could not be built. Each names the op and what was wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BuildError {
+    /// An operand's type does not fit the op.
+    #[error("{op}: {message}")]
+    OperandType {
+        /// The op being built.
+        op: &'static str,
+        /// What was expected and found.
+        message: String,
+    },
+    /// Operands' shapes differ where they must agree.
+    #[error("{op}: shapes {lhs} and {rhs} differ")]
+    ShapeMismatch {
+        /// The op being built.
+        op: &'static str,
+        /// First shape.
+        lhs: Shape,
+        /// Second shape.
+        rhs: Shape,
+    },
+    /// `arange` with an empty, negative or non-power-of-two range.
+    #[error("arange({start}, {end}): the range's length must be a power of two and > 0")]
+    BadRange {
+        /// First value.
+        start: i32,
+        /// One past the last.
+        end: i32,
+    },
+    /// A shape that tiles cannot have.
+    #[error("{op}: bad shape or axis ({message})")]
+    BadShape {
+        /// The op being built.
+        op: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// A structural mistake: ending a region that was never opened, an unknown value, ...
+    #[error("builder misuse: {0}")]
+    Misuse(&'static str),
+}
+
+type R<T> = Result<T, BuildError>;
+
+/// Builds a [`Function`], appending ops at an insertion point that moves into and out of
+/// the regions of `for` and `if` ops.
+pub struct Builder {
+    /// The function being built.
+    pub func: Function,
+    stack: Vec<Block>,
+    /// Location given to the next ops.
+    pub loc: Loc,
+}
+
+/// A `for` op under construction: its induction variable and iteration arguments.
+#[derive(Debug, Clone)]
+pub struct ForHandle {
+    /// The `for` op.
+    pub op: Op,
+    /// The induction variable.
+    pub iv: Value,
+    /// The iteration arguments, one per init.
+    pub iter_args: Vec<Value>,
+}
+
+fn is_pow2(n: u32) -> bool {
+    n != 0 && n & (n - 1) == 0
+}
+
+impl Builder {
+    /// A builder for an empty kernel named `name`.
+    pub fn new(name: &str, num_warps: u32) -> Builder {
+        let func = Function::new(name, num_warps);
+        let entry = func.entry;
+        Builder {
+            func,
+            stack: vec![entry],
+            loc: Loc::default(),
+        }
+    }
+
+    /// Finishes the kernel (appending `return`) and hands it over.
+    pub fn finish(mut self) -> Function {
+        let entry = self.func.entry;
+        let ret = self.func.create_op(OpKind::Return, vec![], &[], self.loc);
+        self.func.blocks[entry].ops.push(ret);
+        self.func
+    }
+
+    fn block(&self) -> Block {
+        *self.stack.last().expect("the entry block is never popped")
+    }
+
+    fn check(&self, v: Value) -> R<Type> {
+        if self.func.values.is_valid(v) {
+            Ok(*self.func.ty(v))
+        } else {
+            Err(BuildError::Misuse("unknown value"))
+        }
+    }
+
+    /// Appends an op with results of the given types at the insertion point.
+    pub fn push(&mut self, kind: OpKind, operands: Vec<Value>, result_types: &[Type]) -> Op {
+        let op = self.func.create_op(kind, operands, result_types, self.loc);
+        let b = self.block();
+        self.func.blocks[b].ops.push(op);
+        op
+    }
+
+    fn push1(&mut self, kind: OpKind, operands: Vec<Value>, ty: Type) -> Value {
+        let op = self.push(kind, operands, &[ty]);
+        self.func.result(op, 0)
+    }
+
+    /// Adds a kernel parameter.
+    pub fn param(&mut self, name: &str, elem: Elem, divisibility: u32) -> Value {
+        self.func.add_param(name, Type::scalar(elem), divisibility)
+    }
+
+    /// A constant of `ty` (a scalar, or a tile filled with it).
+    pub fn constant(&mut self, c: Const, ty: Type) -> R<Value> {
+        let Elem::Num(d) = ty.elem else {
+            return Err(BuildError::OperandType {
+                op: "constant",
+                message: "pointer constants are not allowed".into(),
+            });
+        };
+        let c = match (c, d.is_float()) {
+            (Const::Int(i), true) => Const::Float(i as f64),
+            (Const::Float(f), false) => Const::Int(f as i64),
+            (c, _) => c,
+        };
+        Ok(self.push1(OpKind::Constant(c), vec![], ty))
+    }
+
+    /// `program_id(axis)`.
+    pub fn program_id(&mut self, axis: u8) -> R<Value> {
+        if axis > 2 {
+            return Err(BuildError::BadShape {
+                op: "program_id",
+                message: format!("axis {axis} is not 0, 1 or 2"),
+            });
+        }
+        Ok(self.push1(OpKind::ProgramId(axis), vec![], Type::num(DType::I32)))
+    }
+
+    /// `num_programs(axis)`.
+    pub fn num_programs(&mut self, axis: u8) -> R<Value> {
+        if axis > 2 {
+            return Err(BuildError::BadShape {
+                op: "num_programs",
+                message: format!("axis {axis} is not 0, 1 or 2"),
+            });
+        }
+        Ok(self.push1(OpKind::NumPrograms(axis), vec![], Type::num(DType::I32)))
+    }
+
+    /// `arange(start, end)`.
+    pub fn arange(&mut self, start: i32, end: i32) -> R<Value> {
+        let n = end
+            .checked_sub(start)
+            .filter(|&n| n > 0 && is_pow2(n as u32));
+        let Some(n) = n else {
+            return Err(BuildError::BadRange { start, end });
+        };
+        let shape = Shape::new(&[n as u32]).expect("rank 1");
+        Ok(self.push1(
+            OpKind::Arange { start, end },
+            vec![],
+            Type::tile(Elem::Num(DType::I32), shape),
+        ))
+    }
+
+    /// A scalar copied into a tile of `shape`.
+    pub fn splat(&mut self, v: Value, shape: Shape) -> R<Value> {
+        let t = self.check(v)?;
+        if !t.is_scalar() {
+            return Err(BuildError::OperandType {
+                op: "splat",
+                message: "operand must be a scalar".into(),
+            });
+        }
+        if shape.dims().iter().any(|&d| !is_pow2(d)) {
+            return Err(BuildError::BadShape {
+                op: "splat",
+                message: format!("{shape} has a dimension that is not a power of two"),
+            });
+        }
+        Ok(self.push1(OpKind::Splat, vec![v], Type::tile(t.elem, shape)))
+    }
+
+    /// Inserts a size-1 dimension at `axis`.
+    pub fn expand_dims(&mut self, v: Value, axis: u8) -> R<Value> {
+        let t = self.check(v)?;
+        let shape = t
+            .shape
+            .insert(axis as usize, 1)
+            .ok_or_else(|| BuildError::BadShape {
+                op: "expand_dims",
+                message: format!("axis {axis} for shape [{}]", t.shape),
+            })?;
+        Ok(self.push1(OpKind::ExpandDims(axis), vec![v], t.with_shape(shape)))
+    }
+
+    /// Repeats size-1 dimensions up to `shape`.
+    pub fn broadcast(&mut self, v: Value, shape: Shape) -> R<Value> {
+        let t = self.check(v)?;
+        if t.shape == shape {
+            return Ok(v);
+        }
+        if t.shape.is_scalar() {
+            return self.splat(v, shape);
+        }
+        let ok = t.shape.rank() == shape.rank()
+            && t.shape
+                .dims()
+                .iter()
+                .zip(shape.dims())
+                .all(|(&a, &b)| a == b || a == 1);
+        if !ok {
+            return Err(BuildError::ShapeMismatch {
+                op: "broadcast",
+                lhs: t.shape,
+                rhs: shape,
+            });
+        }
+        Ok(self.push1(OpKind::Broadcast, vec![v], t.with_shape(shape)))
+    }
+
+    fn same_type(&self, op: &'static str, a: Value, b: Value) -> R<Type> {
+        let (ta, tb) = (self.check(a)?, self.check(b)?);
+        if ta.shape != tb.shape {
+            return Err(BuildError::ShapeMismatch {
+                op,
+                lhs: ta.shape,
+                rhs: tb.shape,
+            });
+        }
+        if ta.elem != tb.elem {
+            return Err(BuildError::OperandType {
+                op,
+                message: format!("operand types {} and {} differ", ta.elem, tb.elem),
+            });
+        }
+        Ok(ta)
+    }
+
+    /// An elementwise binary op on operands of one type.
+    pub fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> R<Value> {
+        let t = self.same_type(op.name(), a, b)?;
+        let Some(d) = t.dtype() else {
+            return Err(BuildError::OperandType {
+                op: op.name(),
+                message: "pointer operands".into(),
+            });
+        };
+        if op.int_only() && d.is_float() {
+            return Err(BuildError::OperandType {
+                op: op.name(),
+                message: format!("needs integers, got {d}"),
+            });
+        }
+        Ok(self.push1(OpKind::Binary(op), vec![a, b], t))
+    }
+
+    /// An elementwise comparison giving `i1`.
+    pub fn compare(&mut self, pred: CmpPred, a: Value, b: Value) -> R<Value> {
+        let t = self.same_type("cmp", a, b)?;
+        Ok(self.push1(
+            OpKind::Compare(pred),
+            vec![a, b],
+            t.with_elem(Elem::Num(DType::I1)),
+        ))
+    }
+
+    /// An elementwise unary op.
+    pub fn unary(&mut self, op: UnaryOp, a: Value) -> R<Value> {
+        let t = self.check(a)?;
+        match t.dtype() {
+            None => {
+                return Err(BuildError::OperandType {
+                    op: op.name(),
+                    message: "pointer operand".into(),
+                })
+            }
+            Some(d) if op.float_only() && !d.is_float() => {
+                return Err(BuildError::OperandType {
+                    op: op.name(),
+                    message: format!("needs a float, got {d}"),
+                })
+            }
+            _ => {}
+        }
+        Ok(self.push1(OpKind::Unary(op), vec![a], t))
+    }
+
+    /// `a * b + c`.
+    pub fn fma(&mut self, a: Value, b: Value, c: Value) -> R<Value> {
+        let t = self.same_type("fma", a, b)?;
+        self.same_type("fma", a, c)?;
+        if !t.dtype().is_some_and(|d| d.is_float()) {
+            return Err(BuildError::OperandType {
+                op: "fma",
+                message: "needs floats".into(),
+            });
+        }
+        Ok(self.push1(OpKind::Fma, vec![a, b, c], t))
+    }
+
+    /// `cond ? a : b` elementwise (or on scalars).
+    pub fn select(&mut self, cond: Value, a: Value, b: Value) -> R<Value> {
+        let t = self.same_type("select", a, b)?;
+        let tc = self.check(cond)?;
+        if tc.elem != Elem::Num(DType::I1) {
+            return Err(BuildError::OperandType {
+                op: "select",
+                message: format!("condition must be i1, got {}", tc.elem),
+            });
+        }
+        if tc.shape != t.shape && !tc.is_scalar() {
+            return Err(BuildError::ShapeMismatch {
+                op: "select",
+                lhs: tc.shape,
+                rhs: t.shape,
+            });
+        }
+        Ok(self.push1(OpKind::Select, vec![cond, a, b], t))
+    }
+
+    /// Converts to `to` (value conversion); pointers convert only to pointers.
+    pub fn cast(&mut self, v: Value, to: Elem) -> R<Value> {
+        let t = self.check(v)?;
+        if t.elem == to {
+            return Ok(v);
+        }
+        if t.elem.is_ptr() != to.is_ptr() {
+            return Err(BuildError::OperandType {
+                op: "cast",
+                message: format!("cannot convert {} to {to}", t.elem),
+            });
+        }
+        Ok(self.push1(OpKind::Cast, vec![v], t.with_elem(to)))
+    }
+
+    /// Reinterprets bits as `to` (same width).
+    pub fn bitcast(&mut self, v: Value, to: Elem) -> R<Value> {
+        let t = self.check(v)?;
+        if t.elem == to {
+            return Ok(v);
+        }
+        let same = match (t.elem, to) {
+            (Elem::Num(a), Elem::Num(b)) => a.bits() == b.bits(),
+            (Elem::Ptr(_), Elem::Ptr(_)) => true,
+            _ => false,
+        };
+        if !same {
+            return Err(BuildError::OperandType {
+                op: "bitcast",
+                message: format!("{} and {to} differ in width", t.elem),
+            });
+        }
+        Ok(self.push1(OpKind::Bitcast, vec![v], t.with_elem(to)))
+    }
+
+    /// `ptr + offset` in elements; both of one shape.
+    pub fn addptr(&mut self, ptr: Value, offset: Value) -> R<Value> {
+        let (tp, to) = (self.check(ptr)?, self.check(offset)?);
+        if !tp.elem.is_ptr() {
+            return Err(BuildError::OperandType {
+                op: "addptr",
+                message: format!("first operand must be a pointer, got {}", tp.elem),
+            });
+        }
+        if !to.dtype().is_some_and(|d| d.is_int()) {
+            return Err(BuildError::OperandType {
+                op: "addptr",
+                message: format!("offset must be an integer, got {}", to.elem),
+            });
+        }
+        if tp.shape != to.shape {
+            return Err(BuildError::ShapeMismatch {
+                op: "addptr",
+                lhs: tp.shape,
+                rhs: to.shape,
+            });
+        }
+        Ok(self.push1(OpKind::AddPtr, vec![ptr, offset], tp))
+    }
+
+    fn check_mask(&self, op: &'static str, mask: Value, shape: Shape) -> R<()> {
+        let tm = self.check(mask)?;
+        if tm.elem != Elem::Num(DType::I1) {
+            return Err(BuildError::OperandType {
+                op,
+                message: format!("mask must be i1, got {}", tm.elem),
+            });
+        }
+        if tm.shape != shape {
+            return Err(BuildError::ShapeMismatch {
+                op,
+                lhs: tm.shape,
+                rhs: shape,
+            });
+        }
+        Ok(())
+    }
+
+    /// Loads through `ptr`; masked-off lanes take `other` (or zero).
+    pub fn load(
+        &mut self,
+        ptr: Value,
+        mask: Option<Value>,
+        other: Option<Value>,
+        volatile: bool,
+    ) -> R<Value> {
+        let tp = self.check(ptr)?;
+        let Elem::Ptr(d) = tp.elem else {
+            return Err(BuildError::OperandType {
+                op: "load",
+                message: format!("needs a pointer, got {}", tp.elem),
+            });
+        };
+        let result = Type::tile(Elem::Num(d), tp.shape);
+        let mut operands = vec![ptr];
+        if let Some(m) = mask {
+            self.check_mask("load", m, tp.shape)?;
+            operands.push(m);
+            if let Some(o) = other {
+                let to = self.check(o)?;
+                if !to.same_but_layout(&result) {
+                    return Err(BuildError::OperandType {
+                        op: "load",
+                        message: format!("other must be {d} of shape [{}]", tp.shape),
+                    });
+                }
+                operands.push(o);
+            }
+        }
+        let attrs = MemAttrs {
+            masked: mask.is_some(),
+            has_other: mask.is_some() && other.is_some(),
+            vector: 0,
+            volatile,
+        };
+        Ok(self.push1(OpKind::Load(attrs), operands, result))
+    }
+
+    /// Stores `value` through `ptr` where `mask` holds.
+    pub fn store(&mut self, ptr: Value, value: Value, mask: Option<Value>) -> R<Op> {
+        let (tp, tv) = (self.check(ptr)?, self.check(value)?);
+        let Elem::Ptr(d) = tp.elem else {
+            return Err(BuildError::OperandType {
+                op: "store",
+                message: format!("needs a pointer, got {}", tp.elem),
+            });
+        };
+        if tv.elem != Elem::Num(d) || tv.shape != tp.shape {
+            return Err(BuildError::OperandType {
+                op: "store",
+                message: format!(
+                    "value must be {d} of shape [{}], got {} of shape [{}]",
+                    tp.shape, tv.elem, tv.shape
+                ),
+            });
+        }
+        let mut operands = vec![ptr, value];
+        if let Some(m) = mask {
+            self.check_mask("store", m, tp.shape)?;
+            operands.push(m);
+        }
+        let attrs = MemAttrs {
+            masked: mask.is_some(),
+            ..MemAttrs::default()
+        };
+        Ok(self.push(OpKind::Store(attrs), operands, &[]))
+    }
+
+    /// Opens a `for` loop over `[lb, ub)` by `step` carrying `inits`; the insertion point moves
+    /// into its body. Close it with [`Builder::end_for`].
+    pub fn begin_for(
+        &mut self,
+        lb: Value,
+        ub: Value,
+        step: Value,
+        inits: &[Value],
+    ) -> R<ForHandle> {
+        let t = self.same_type("for", lb, ub)?;
+        self.same_type("for", lb, step)?;
+        if !t.is_scalar() || !t.dtype().is_some_and(|d| d.is_int() && d != DType::I1) {
+            return Err(BuildError::OperandType {
+                op: "for",
+                message: format!("bounds must be integer scalars, got {}", t.elem),
+            });
+        }
+        let mut types = Vec::new();
+        for &v in inits {
+            types.push(self.check(v)?);
+        }
+        let mut operands = vec![lb, ub, step];
+        operands.extend_from_slice(inits);
+        let op = self.push(OpKind::For, operands, &types);
+        let body = self.func.add_region(op);
+        let iv = self.func.add_block_arg(body, t);
+        let iter_args = types
+            .iter()
+            .map(|&ty| self.func.add_block_arg(body, ty))
+            .collect();
+        self.stack.push(body);
+        Ok(ForHandle { op, iv, iter_args })
+    }
+
+    /// Closes the innermost `for`, yielding the next iteration's values; returns its results.
+    pub fn end_for(&mut self, h: &ForHandle, yields: &[Value]) -> R<Vec<Value>> {
+        if self.stack.len() < 2 || self.block() != self.func.region_block(h.op, 0) {
+            return Err(BuildError::Misuse("end_for without a matching begin_for"));
+        }
+        for (&y, &a) in yields.iter().zip(&h.iter_args) {
+            let (ty, ta) = (self.check(y)?, self.check(a)?);
+            if !ty.same_but_layout(&ta) {
+                return Err(BuildError::OperandType {
+                    op: "for",
+                    message: format!(
+                        "loop-carried value changes type from {} [{}] to {} [{}]",
+                        ta.elem, ta.shape, ty.elem, ty.shape
+                    ),
+                });
+            }
+        }
+        if yields.len() != h.iter_args.len() {
+            return Err(BuildError::Misuse(
+                "yield count differs from the loop's inits",
+            ));
+        }
+        self.push(OpKind::Yield, yields.to_vec(), &[]);
+        self.stack.pop();
+        Ok(self.func.ops[h.op].results.clone())
+    }
+
+    /// Opens an `if` on a scalar `i1`; the insertion point moves into the then-region.
+    pub fn begin_if(&mut self, cond: Value) -> R<Op> {
+        let tc = self.check(cond)?;
+        if tc.elem != Elem::Num(DType::I1) || !tc.is_scalar() {
+            return Err(BuildError::OperandType {
+                op: "if",
+                message: "condition must be a scalar i1".into(),
+            });
+        }
+        let op = self.push(OpKind::If, vec![cond], &[]);
+        let then_block = self.func.add_region(op);
+        self.func.add_region(op);
+        self.stack.push(then_block);
+        Ok(op)
+    }
+
+    /// Moves the insertion point from the then-region to the else-region.
+    pub fn begin_else(&mut self, op: Op) -> R<()> {
+        if self.block() != self.func.region_block(op, 0) {
+            return Err(BuildError::Misuse("begin_else outside the then-region"));
+        }
+        self.stack.pop();
+        let else_block = self.func.region_block(op, 1);
+        self.stack.push(else_block);
+        Ok(())
+    }
+
+    /// Closes the `if` with the values each branch yields; returns its results.
+    pub fn end_if(
+        &mut self,
+        op: Op,
+        then_yields: &[Value],
+        else_yields: &[Value],
+    ) -> R<Vec<Value>> {
+        if self.block() != self.func.region_block(op, 1) {
+            return Err(BuildError::Misuse("end_if outside the else-region"));
+        }
+        self.stack.pop();
+        if then_yields.len() != else_yields.len() {
+            return Err(BuildError::Misuse(
+                "branches yield different numbers of values",
+            ));
+        }
+        let mut types = Vec::new();
+        for (&a, &b) in then_yields.iter().zip(else_yields) {
+            let (ta, tb) = (self.check(a)?, self.check(b)?);
+            if !ta.same_but_layout(&tb) {
+                return Err(BuildError::OperandType {
+                    op: "if",
+                    message: format!(
+                        "branches give {} [{}] and {} [{}]",
+                        ta.elem, ta.shape, tb.elem, tb.shape
+                    ),
+                });
+            }
+            types.push(ta);
+        }
+        for (i, ys) in [then_yields, else_yields].into_iter().enumerate() {
+            let b = self.func.region_block(op, i);
+            let y = self
+                .func
+                .create_op(OpKind::Yield, ys.to_vec(), &[], self.loc);
+            self.func.blocks[b].ops.push(y);
+        }
+        for ty in types {
+            let n = self.func.ops[op].results.len() as u32;
+            let v = self.func.values.push(crate::function::ValueData {
+                ty,
+                def: crate::function::ValueDef::Result(op, n),
+            });
+            self.func.ops[op].results.push(v);
+        }
+        Ok(self.func.ops[op].results.clone())
+    }
+}

@@ -1,0 +1,353 @@
+//! Operation kinds and their attributes.
+
+use std::fmt;
+
+/// A binary elementwise operation; the meaning follows the operands' dtype.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum BinaryOp {
+    /// `a + b` (integers wrap).
+    Add,
+    /// `a - b`.
+    Sub,
+    /// `a * b`.
+    Mul,
+    /// Floats: IEEE division. Integers: quotient truncated toward zero (C, not Python).
+    Div,
+    /// Floats: `fmod`. Integers: remainder with the dividend's sign (C, not Python).
+    Rem,
+    /// Bitwise and.
+    And,
+    /// Bitwise or.
+    Or,
+    /// Bitwise xor.
+    Xor,
+    /// Shift left.
+    Shl,
+    /// Shift right: arithmetic for signed, logical for unsigned.
+    Shr,
+    /// Maximum (floats: the non-NaN operand if one is NaN).
+    Max,
+    /// Minimum (floats: the non-NaN operand if one is NaN).
+    Min,
+}
+
+impl BinaryOp {
+    /// Every binary op.
+    pub const ALL: [BinaryOp; 12] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Rem,
+        BinaryOp::And,
+        BinaryOp::Or,
+        BinaryOp::Xor,
+        BinaryOp::Shl,
+        BinaryOp::Shr,
+        BinaryOp::Max,
+        BinaryOp::Min,
+    ];
+    /// The op's name in the text form.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Rem => "rem",
+            BinaryOp::And => "and",
+            BinaryOp::Or => "or",
+            BinaryOp::Xor => "xor",
+            BinaryOp::Shl => "shl",
+            BinaryOp::Shr => "shr",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+        }
+    }
+    /// Parses [`BinaryOp::name`].
+    pub fn from_name(s: &str) -> Option<BinaryOp> {
+        BinaryOp::ALL.into_iter().find(|o| o.name() == s)
+    }
+    /// Whether the op is defined on integers only.
+    pub fn int_only(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor | BinaryOp::Shl | BinaryOp::Shr
+        )
+    }
+    /// Whether `op(a, b) == op(b, a)`.
+    pub fn is_commutative(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Add
+                | BinaryOp::Mul
+                | BinaryOp::And
+                | BinaryOp::Or
+                | BinaryOp::Xor
+                | BinaryOp::Max
+                | BinaryOp::Min
+        )
+    }
+}
+
+/// A comparison; signedness or float ordering follows the operands' dtype.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[allow(missing_docs)]
+pub enum CmpPred {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpPred {
+    /// Every predicate.
+    pub const ALL: [CmpPred; 6] = [
+        CmpPred::Eq,
+        CmpPred::Ne,
+        CmpPred::Lt,
+        CmpPred::Le,
+        CmpPred::Gt,
+        CmpPred::Ge,
+    ];
+    /// The predicate's name in the text form.
+    pub fn name(self) -> &'static str {
+        match self {
+            CmpPred::Eq => "eq",
+            CmpPred::Ne => "ne",
+            CmpPred::Lt => "lt",
+            CmpPred::Le => "le",
+            CmpPred::Gt => "gt",
+            CmpPred::Ge => "ge",
+        }
+    }
+    /// Parses [`CmpPred::name`].
+    pub fn from_name(s: &str) -> Option<CmpPred> {
+        CmpPred::ALL.into_iter().find(|o| o.name() == s)
+    }
+}
+
+/// A unary elementwise operation.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[allow(missing_docs)]
+pub enum UnaryOp {
+    Neg,
+    /// Bitwise not (logical not on `i1`).
+    Not,
+    Exp,
+    Exp2,
+    Log,
+    Log2,
+    Sqrt,
+    Rsqrt,
+    Abs,
+    Sin,
+    Cos,
+    Floor,
+    Ceil,
+    Erf,
+}
+
+impl UnaryOp {
+    /// Every unary op.
+    pub const ALL: [UnaryOp; 14] = [
+        UnaryOp::Neg,
+        UnaryOp::Not,
+        UnaryOp::Exp,
+        UnaryOp::Exp2,
+        UnaryOp::Log,
+        UnaryOp::Log2,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Abs,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Erf,
+    ];
+    /// The op's name in the text form.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Not => "not",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Exp2 => "exp2",
+            UnaryOp::Log => "log",
+            UnaryOp::Log2 => "log2",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Erf => "erf",
+        }
+    }
+    /// Parses [`UnaryOp::name`].
+    pub fn from_name(s: &str) -> Option<UnaryOp> {
+        UnaryOp::ALL.into_iter().find(|o| o.name() == s)
+    }
+    /// Whether the op needs a floating-point operand.
+    pub fn float_only(self) -> bool {
+        !matches!(self, UnaryOp::Neg | UnaryOp::Not | UnaryOp::Abs)
+    }
+}
+
+/// A constant's value; its type is the result type of the op.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub enum Const {
+    /// An integer (also `i1`: 0 or 1), stored sign-extended.
+    Int(i64),
+    /// A float, stored as f64.
+    Float(f64),
+}
+
+impl Eq for Const {}
+impl std::hash::Hash for Const {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        match self {
+            Const::Int(i) => (0u8, *i).hash(h),
+            Const::Float(f) => (1u8, f.to_bits()).hash(h),
+        }
+    }
+}
+
+impl fmt::Display for Const {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Const::Int(i) => write!(f, "{i}"),
+            Const::Float(x) => {
+                if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 {
+                    write!(f, "{x:.1}")
+                } else {
+                    write!(f, "{x:e}")
+                }
+            }
+        }
+    }
+}
+
+/// Attributes of a load or a store.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct MemAttrs {
+    /// Whether a mask operand follows the pointer (and, for stores, the value).
+    pub masked: bool,
+    /// Loads: whether an `other` operand follows the mask.
+    pub has_other: bool,
+    /// Elements moved by one instruction, set by coalescing (0 before it ran).
+    pub vector: u8,
+    /// `volatile=True`: never cached, never merged.
+    pub volatile: bool,
+}
+
+/// What an operation does.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum OpKind {
+    /// A constant scalar, or a tile filled with it.
+    Constant(Const),
+    /// The program's index along a grid axis (`i32`).
+    ProgramId(u8),
+    /// The grid's size along an axis (`i32`).
+    NumPrograms(u8),
+    /// `[start, end)` as an `i32` tile.
+    Arange {
+        /// First value.
+        start: i32,
+        /// One past the last value.
+        end: i32,
+    },
+    /// A scalar copied into every element of a tile.
+    Splat,
+    /// A size-1 dimension inserted at the axis.
+    ExpandDims(u8),
+    /// Size-1 dimensions repeated to the result's shape.
+    Broadcast,
+    /// An elementwise binary op on two operands of one type.
+    Binary(BinaryOp),
+    /// An elementwise comparison giving `i1`.
+    Compare(CmpPred),
+    /// An elementwise unary op.
+    Unary(UnaryOp),
+    /// `a * b + c` rounded once.
+    Fma,
+    /// `cond ? a : b` elementwise.
+    Select,
+    /// A value conversion to the result's dtype (round to nearest for floats, toward zero to ints).
+    Cast,
+    /// A reinterpretation of the bits as the result's dtype (same width).
+    Bitcast,
+    /// A pointer advanced by an integer number of elements.
+    AddPtr,
+    /// A load: `ptr [mask [other]]`.
+    Load(MemAttrs),
+    /// A store: `ptr value [mask]`.
+    Store(MemAttrs),
+    /// A counted loop: operands `lb ub step inits...`; one region with arguments
+    /// `iv iters...`, ended by `yield`; results are the final iters.
+    For,
+    /// A branch on a scalar `i1`: two regions ended by `yield`; results from the taken one.
+    If,
+    /// Ends a region, passing values to the parent op.
+    Yield,
+    /// The same tile in another layout.
+    ConvertLayout,
+    /// Ends the kernel.
+    Return,
+}
+
+impl OpKind {
+    /// The op's name in the text form.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OpKind::Constant(_) => "constant",
+            OpKind::ProgramId(_) => "program_id",
+            OpKind::NumPrograms(_) => "num_programs",
+            OpKind::Arange { .. } => "arange",
+            OpKind::Splat => "splat",
+            OpKind::ExpandDims(_) => "expand_dims",
+            OpKind::Broadcast => "broadcast",
+            OpKind::Binary(b) => b.name(),
+            OpKind::Compare(_) => "cmp",
+            OpKind::Unary(u) => u.name(),
+            OpKind::Fma => "fma",
+            OpKind::Select => "select",
+            OpKind::Cast => "cast",
+            OpKind::Bitcast => "bitcast",
+            OpKind::AddPtr => "addptr",
+            OpKind::Load(_) => "load",
+            OpKind::Store(_) => "store",
+            OpKind::For => "for",
+            OpKind::If => "if",
+            OpKind::Yield => "yield",
+            OpKind::ConvertLayout => "convert_layout",
+            OpKind::Return => "return",
+        }
+    }
+
+    /// Whether the op has an effect beyond its results (and so is never removed or merged).
+    pub fn has_side_effects(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Store(_) | OpKind::Yield | OpKind::Return | OpKind::For | OpKind::If
+        ) || matches!(self, OpKind::Load(m) if m.volatile)
+    }
+
+    /// Whether the op is pure and elementwise over same-shaped operands and result.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Binary(_)
+                | OpKind::Compare(_)
+                | OpKind::Unary(_)
+                | OpKind::Fma
+                | OpKind::Select
+                | OpKind::Cast
+                | OpKind::Bitcast
+                | OpKind::AddPtr
+        )
+    }
+}

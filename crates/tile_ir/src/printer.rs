@@ -1,0 +1,146 @@
+//! The text form of a kernel.
+//!
+//! ```text
+//! kernel @add(%0: *fp32 {divisibility = 16}, %1: i32) num_warps = 4 {
+//!   %2 = program_id {axis = 0} : i32
+//!   %3 = arange {start = 0, end = 1024} : <1024xi32, #0>
+//!   %4, %5 = for %a, %b, %c, %init : fp32, fp32 (%6: i32, %7: fp32) { ... }
+//! }
+//! #0 = #blocked<{sizePerThread = [4], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>
+//! ```
+
+use crate::entities::{Block, Op};
+use crate::function::Function;
+use crate::ops::OpKind;
+use crate::types::Type;
+use std::fmt::{self, Write};
+
+/// Writes a type: `i32`, `*fp16`, `<64x64xfp32>` or `<1024xi32, #0>`.
+pub fn write_type(f: &mut dyn Write, ty: &Type) -> fmt::Result {
+    if ty.is_scalar() {
+        return write!(f, "{}", ty.elem);
+    }
+    write!(f, "<{}x{}", ty.shape, ty.elem)?;
+    if let Some(l) = ty.layout {
+        write!(f, ", #{}", l.0)?;
+    }
+    f.write_str(">")
+}
+
+fn attrs(kind: &OpKind) -> String {
+    match kind {
+        OpKind::Constant(c) => format!(" {{value = {c}}}"),
+        OpKind::ProgramId(a) | OpKind::NumPrograms(a) | OpKind::ExpandDims(a) => {
+            format!(" {{axis = {a}}}")
+        }
+        OpKind::Arange { start, end } => format!(" {{start = {start}, end = {end}}}"),
+        OpKind::Compare(p) => format!(" {{pred = {}}}", p.name()),
+        OpKind::Load(m) | OpKind::Store(m) => {
+            let mut parts = Vec::new();
+            if m.masked {
+                parts.push("masked".to_string());
+            }
+            if m.has_other {
+                parts.push("other".to_string());
+            }
+            if m.vector > 0 {
+                parts.push(format!("vector = {}", m.vector));
+            }
+            if m.volatile {
+                parts.push("volatile".to_string());
+            }
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!(" {{{}}}", parts.join(", "))
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+fn write_block(func: &Function, f: &mut dyn Write, b: Block, indent: usize) -> fmt::Result {
+    for &op in &func.blocks[b].ops {
+        write_op(func, f, op, indent)?;
+    }
+    Ok(())
+}
+
+fn join_values(func: &Function, vs: &[crate::entities::Value]) -> String {
+    let _ = func;
+    vs.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Writes one op (and its regions) at `indent` spaces.
+pub fn write_op(func: &Function, f: &mut dyn Write, op: Op, indent: usize) -> fmt::Result {
+    let data = &func.ops[op];
+    let pad = " ".repeat(indent);
+    f.write_str(&pad)?;
+    if !data.results.is_empty() {
+        write!(f, "{} = ", join_values(func, &data.results))?;
+    }
+    write!(f, "{}{}", data.kind.name(), attrs(&data.kind))?;
+    if !data.operands.is_empty() {
+        write!(f, " {}", join_values(func, &data.operands))?;
+    }
+    if !data.results.is_empty() {
+        f.write_str(" : ")?;
+        for (i, &r) in data.results.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write_type(f, func.ty(r))?;
+        }
+    }
+    for &r in &data.regions {
+        let b = func.regions[r].block;
+        f.write_str(" (")?;
+        for (i, &a) in func.blocks[b].args.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{a}: ")?;
+            write_type(f, func.ty(a))?;
+        }
+        f.write_str(") {\n")?;
+        write_block(func, f, b, indent + 2)?;
+        write!(f, "{pad}}}")?;
+    }
+    if data.loc.line > 0 {
+        write!(f, " loc({}:{})", data.loc.line, data.loc.col)?;
+    }
+    f.write_str("\n")
+}
+
+impl fmt::Display for Function {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "kernel @{}(", self.name)?;
+        for (i, (&v, p)) in self.blocks[self.entry]
+            .args
+            .iter()
+            .zip(&self.params)
+            .enumerate()
+        {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{v}: ")?;
+            write_type(f, self.ty(v))?;
+            write!(f, " {{name = \"{}\"", p.name)?;
+            if p.divisibility > 1 {
+                write!(f, ", divisibility = {}", p.divisibility)?;
+            }
+            f.write_str("}")?;
+        }
+        writeln!(f, ") num_warps = {} {{", self.num_warps)?;
+        write_block(self, f, self.entry, 2)?;
+        f.write_str("}\n")?;
+        for (id, l) in self.layouts.iter() {
+            writeln!(f, "#{} = {l}", id.0)?;
+        }
+        Ok(())
+    }
+}

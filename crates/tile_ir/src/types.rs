@@ -1,0 +1,307 @@
+//! Element types, shapes and tile types.
+//!
+//! dtype names follow Triton's spelling (`i32`, `u8`, `fp16`, `bf16`, `*fp32` for a pointer),
+//! so signatures and dumps read alike.
+
+use crate::entities::LayoutId;
+use std::fmt;
+
+/// A numeric element type.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[allow(missing_docs)]
+pub enum DType {
+    I1,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F16,
+    BF16,
+    F32,
+    F64,
+}
+
+impl DType {
+    /// Every dtype, for tables and tests.
+    pub const ALL: [DType; 13] = [
+        DType::I1,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// Triton's name for the dtype (`fp32`, `i64`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::I1 => "i1",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+            DType::F16 => "fp16",
+            DType::BF16 => "bf16",
+            DType::F32 => "fp32",
+            DType::F64 => "fp64",
+        }
+    }
+
+    /// Parses Triton's spelling; also accepts `int32`, `float32`, `bool` style names.
+    pub fn from_name(s: &str) -> Option<DType> {
+        Some(match s {
+            "i1" | "int1" | "bool" => DType::I1,
+            "i8" | "int8" => DType::I8,
+            "i16" | "int16" => DType::I16,
+            "i32" | "int32" => DType::I32,
+            "i64" | "int64" => DType::I64,
+            "u8" | "uint8" => DType::U8,
+            "u16" | "uint16" => DType::U16,
+            "u32" | "uint32" => DType::U32,
+            "u64" | "uint64" => DType::U64,
+            "fp16" | "f16" | "float16" => DType::F16,
+            "bf16" | "bfloat16" => DType::BF16,
+            "fp32" | "f32" | "float32" => DType::F32,
+            "fp64" | "f64" | "float64" => DType::F64,
+            _ => return None,
+        })
+    }
+
+    /// Width in bits (1 for `i1`).
+    pub fn bits(self) -> u32 {
+        match self {
+            DType::I1 => 1,
+            DType::I8 | DType::U8 => 8,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 16,
+            DType::I32 | DType::U32 | DType::F32 => 32,
+            DType::I64 | DType::U64 | DType::F64 => 64,
+        }
+    }
+
+    /// Bytes one element takes in memory (`i1` is stored as a byte).
+    pub fn bytes(self) -> u32 {
+        self.bits().div_ceil(8)
+    }
+
+    /// Whether this is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+
+    /// Whether this is an integer type (`i1` included).
+    pub fn is_int(self) -> bool {
+        !self.is_float()
+    }
+
+    /// Whether this is a signed integer type. `i1` counts as unsigned (it zero-extends).
+    pub fn is_signed(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+
+    /// Whether this is an unsigned integer type (`i1` included).
+    pub fn is_unsigned(self) -> bool {
+        matches!(
+            self,
+            DType::I1 | DType::U8 | DType::U16 | DType::U32 | DType::U64
+        )
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What one element of a value is: a number, or a pointer to global memory holding numbers.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Elem {
+    /// A number.
+    Num(DType),
+    /// A pointer into global memory whose pointee has this dtype.
+    Ptr(DType),
+}
+
+impl Elem {
+    /// The numeric dtype, or `None` for pointers.
+    pub fn dtype(self) -> Option<DType> {
+        match self {
+            Elem::Num(d) => Some(d),
+            Elem::Ptr(_) => None,
+        }
+    }
+    /// Whether this is a pointer.
+    pub fn is_ptr(self) -> bool {
+        matches!(self, Elem::Ptr(_))
+    }
+    /// Bytes one element takes in registers/memory (pointers are 8).
+    pub fn bytes(self) -> u32 {
+        match self {
+            Elem::Num(d) => d.bytes(),
+            Elem::Ptr(_) => 8,
+        }
+    }
+    /// Parses `fp32` or `*fp32`.
+    pub fn from_name(s: &str) -> Option<Elem> {
+        match s.strip_prefix('*') {
+            Some(rest) => DType::from_name(rest).map(Elem::Ptr),
+            None => DType::from_name(s).map(Elem::Num),
+        }
+    }
+}
+
+impl fmt::Display for Elem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Elem::Num(d) => write!(f, "{d}"),
+            Elem::Ptr(d) => write!(f, "*{d}"),
+        }
+    }
+}
+
+/// The most dimensions a tile may have.
+pub const MAX_RANK: usize = 4;
+
+/// A tile's shape: up to [`MAX_RANK`] dimensions; rank 0 is a scalar.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct Shape {
+    dims: [u32; MAX_RANK],
+    rank: u8,
+}
+
+impl Shape {
+    /// The shape of a scalar.
+    pub const SCALAR: Shape = Shape {
+        dims: [0; MAX_RANK],
+        rank: 0,
+    };
+
+    /// A shape from its dimensions; `None` if there are more than [`MAX_RANK`].
+    pub fn new(dims: &[u32]) -> Option<Shape> {
+        if dims.len() > MAX_RANK {
+            return None;
+        }
+        let mut s = Shape {
+            dims: [0; MAX_RANK],
+            rank: dims.len() as u8,
+        };
+        s.dims[..dims.len()].copy_from_slice(dims);
+        Some(s)
+    }
+    /// The dimensions.
+    pub fn dims(&self) -> &[u32] {
+        &self.dims[..self.rank as usize]
+    }
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.rank as usize
+    }
+    /// Whether this is a scalar (rank 0).
+    pub fn is_scalar(&self) -> bool {
+        self.rank == 0
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> u64 {
+        self.dims().iter().map(|&d| d as u64).product()
+    }
+    /// The shape with a size-1 dimension inserted at `axis`.
+    pub fn insert(&self, axis: usize, size: u32) -> Option<Shape> {
+        if axis > self.rank() || self.rank() == MAX_RANK {
+            return None;
+        }
+        let mut v = self.dims().to_vec();
+        v.insert(axis, size);
+        Shape::new(&v)
+    }
+    /// The shape with dimension `axis` removed.
+    pub fn remove(&self, axis: usize) -> Shape {
+        let mut v = self.dims().to_vec();
+        v.remove(axis);
+        Shape::new(&v).expect("removing a dimension keeps the rank in bounds")
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.dims().iter().enumerate() {
+            if i > 0 {
+                f.write_str("x")?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The type of a value: an element type, a shape, and (for tiles, once assigned) a layout.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Type {
+    /// Element type.
+    pub elem: Elem,
+    /// Shape (rank 0 for scalars).
+    pub shape: Shape,
+    /// How the tile's elements are spread over threads; `None` before layout assignment.
+    pub layout: Option<LayoutId>,
+}
+
+impl Type {
+    /// A scalar of `elem`.
+    pub fn scalar(elem: Elem) -> Type {
+        Type {
+            elem,
+            shape: Shape::SCALAR,
+            layout: None,
+        }
+    }
+    /// A tile of `elem` with `shape`, no layout yet.
+    pub fn tile(elem: Elem, shape: Shape) -> Type {
+        Type {
+            elem,
+            shape,
+            layout: None,
+        }
+    }
+    /// A scalar number.
+    pub fn num(d: DType) -> Type {
+        Type::scalar(Elem::Num(d))
+    }
+    /// Whether this is a scalar.
+    pub fn is_scalar(&self) -> bool {
+        self.shape.is_scalar()
+    }
+    /// The numeric dtype, `None` for pointers.
+    pub fn dtype(&self) -> Option<DType> {
+        self.elem.dtype()
+    }
+    /// The same type with another element type.
+    pub fn with_elem(&self, elem: Elem) -> Type {
+        Type { elem, ..*self }
+    }
+    /// The same type with another shape (layout dropped).
+    pub fn with_shape(&self, shape: Shape) -> Type {
+        Type {
+            shape,
+            layout: None,
+            ..*self
+        }
+    }
+    /// Whether two types agree but for their layouts.
+    pub fn same_but_layout(&self, other: &Type) -> bool {
+        self.elem == other.elem && self.shape == other.shape
+    }
+}

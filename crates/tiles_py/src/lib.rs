@@ -1,0 +1,349 @@
+//! `tiles._tiles`: the native module. Thin wrappers over `tile_ir::Builder` and
+//! `nvptx_codegen::compile`; compile work runs with the GIL released.
+//!
+//! Architecture invariant: this is the only crate that uses pyo3, and it holds no compiler
+//! logic: each method checks its arguments, calls one Rust function and converts the result.
+
+mod errors;
+
+use errors::{BackendError, BoundaryError, IrError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tile_ir::{BinaryOp, Builder, CmpPred, Const, Elem, Function, Loc, Op, Shape, UnaryOp, Value};
+
+type R<T> = Result<T, BoundaryError>;
+
+fn elem(name: &str) -> R<Elem> {
+    Elem::from_name(name).ok_or_else(|| BoundaryError::UnknownName {
+        kind: "dtype",
+        name: name.to_string(),
+    })
+}
+
+fn shape(dims: &[u32]) -> R<Shape> {
+    Shape::new(dims).ok_or_else(|| BoundaryError::UnknownName {
+        kind: "shape (rank > 4)",
+        name: format!("{dims:?}"),
+    })
+}
+
+/// Builds one kernel's IR from Python; handles are value numbers.
+#[pyclass(module = "tiles._tiles")]
+struct IrBuilder {
+    inner: Option<Builder>,
+    ops: Vec<Op>,
+}
+
+impl IrBuilder {
+    fn b(&mut self) -> R<&mut Builder> {
+        self.inner.as_mut().ok_or(BoundaryError::Finished)
+    }
+    fn v(&mut self, h: u32) -> R<Value> {
+        let b = self.b()?;
+        let v = Value(h);
+        if b.func.values.is_valid(v) {
+            Ok(v)
+        } else {
+            Err(BoundaryError::BadHandle(h))
+        }
+    }
+    fn vs(&mut self, hs: &[u32]) -> R<Vec<Value>> {
+        hs.iter().map(|&h| self.v(h)).collect()
+    }
+    fn op(&self, h: u32) -> R<Op> {
+        self.ops
+            .get(h as usize)
+            .copied()
+            .ok_or(BoundaryError::BadHandle(h))
+    }
+    fn keep_op(&mut self, op: Op) -> u32 {
+        self.ops.push(op);
+        (self.ops.len() - 1) as u32
+    }
+}
+
+fn ids(vs: &[Value]) -> Vec<u32> {
+    vs.iter().map(|v| v.0).collect()
+}
+
+#[pymethods]
+impl IrBuilder {
+    #[new]
+    fn new(name: &str, num_warps: u32, file: &str) -> Self {
+        let mut b = Builder::new(name, num_warps);
+        b.func.file = file.to_string();
+        IrBuilder {
+            inner: Some(b),
+            ops: Vec::new(),
+        }
+    }
+
+    fn set_loc(&mut self, line: u32, col: u32) -> PyResult<()> {
+        self.b()?.loc = Loc { line, col };
+        Ok(())
+    }
+
+    fn param(&mut self, name: &str, ty: &str, divisibility: u32) -> PyResult<u32> {
+        let e = elem(ty)?;
+        Ok(self.b()?.param(name, e, divisibility).0)
+    }
+
+    #[pyo3(signature = (value, ty, dims=vec![]))]
+    fn constant(&mut self, value: &Bound<'_, PyAny>, ty: &str, dims: Vec<u32>) -> PyResult<u32> {
+        let e = elem(ty)?;
+        let c = if let Ok(i) = value.extract::<i64>() {
+            Const::Int(i)
+        } else if let Ok(u) = value.extract::<u64>() {
+            Const::Int(u as i64)
+        } else {
+            Const::Float(value.extract::<f64>()?)
+        };
+        let s = shape(&dims)?;
+        Ok(self
+            .b()?
+            .constant(c, tile_ir::Type::tile(e, s))
+            .map_err(BoundaryError::from)?
+            .0)
+    }
+
+    fn program_id(&mut self, axis: u8) -> PyResult<u32> {
+        Ok(self.b()?.program_id(axis).map_err(BoundaryError::from)?.0)
+    }
+
+    fn num_programs(&mut self, axis: u8) -> PyResult<u32> {
+        Ok(self.b()?.num_programs(axis).map_err(BoundaryError::from)?.0)
+    }
+
+    fn arange(&mut self, start: i32, end: i32) -> PyResult<u32> {
+        Ok(self.b()?.arange(start, end).map_err(BoundaryError::from)?.0)
+    }
+
+    fn splat(&mut self, v: u32, dims: Vec<u32>) -> PyResult<u32> {
+        let (v, s) = (self.v(v)?, shape(&dims)?);
+        Ok(self.b()?.splat(v, s).map_err(BoundaryError::from)?.0)
+    }
+
+    fn expand_dims(&mut self, v: u32, axis: u8) -> PyResult<u32> {
+        let v = self.v(v)?;
+        Ok(self
+            .b()?
+            .expand_dims(v, axis)
+            .map_err(BoundaryError::from)?
+            .0)
+    }
+
+    fn broadcast(&mut self, v: u32, dims: Vec<u32>) -> PyResult<u32> {
+        let (v, s) = (self.v(v)?, shape(&dims)?);
+        Ok(self.b()?.broadcast(v, s).map_err(BoundaryError::from)?.0)
+    }
+
+    fn binary(&mut self, op: &str, a: u32, b: u32) -> PyResult<u32> {
+        let o = BinaryOp::from_name(op).ok_or_else(|| BoundaryError::UnknownName {
+            kind: "binary op",
+            name: op.into(),
+        })?;
+        let (a, b) = (self.v(a)?, self.v(b)?);
+        Ok(self.b()?.binary(o, a, b).map_err(BoundaryError::from)?.0)
+    }
+
+    fn compare(&mut self, pred: &str, a: u32, b: u32) -> PyResult<u32> {
+        let p = CmpPred::from_name(pred).ok_or_else(|| BoundaryError::UnknownName {
+            kind: "predicate",
+            name: pred.into(),
+        })?;
+        let (a, b) = (self.v(a)?, self.v(b)?);
+        Ok(self.b()?.compare(p, a, b).map_err(BoundaryError::from)?.0)
+    }
+
+    fn unary(&mut self, op: &str, a: u32) -> PyResult<u32> {
+        let o = UnaryOp::from_name(op).ok_or_else(|| BoundaryError::UnknownName {
+            kind: "unary op",
+            name: op.into(),
+        })?;
+        let a = self.v(a)?;
+        Ok(self.b()?.unary(o, a).map_err(BoundaryError::from)?.0)
+    }
+
+    fn fma(&mut self, a: u32, b: u32, c: u32) -> PyResult<u32> {
+        let (a, b, c) = (self.v(a)?, self.v(b)?, self.v(c)?);
+        Ok(self.b()?.fma(a, b, c).map_err(BoundaryError::from)?.0)
+    }
+
+    fn select(&mut self, c: u32, a: u32, b: u32) -> PyResult<u32> {
+        let (c, a, b) = (self.v(c)?, self.v(a)?, self.v(b)?);
+        Ok(self.b()?.select(c, a, b).map_err(BoundaryError::from)?.0)
+    }
+
+    fn cast(&mut self, v: u32, ty: &str) -> PyResult<u32> {
+        let (v, e) = (self.v(v)?, elem(ty)?);
+        Ok(self.b()?.cast(v, e).map_err(BoundaryError::from)?.0)
+    }
+
+    fn bitcast(&mut self, v: u32, ty: &str) -> PyResult<u32> {
+        let (v, e) = (self.v(v)?, elem(ty)?);
+        Ok(self.b()?.bitcast(v, e).map_err(BoundaryError::from)?.0)
+    }
+
+    fn addptr(&mut self, p: u32, o: u32) -> PyResult<u32> {
+        let (p, o) = (self.v(p)?, self.v(o)?);
+        Ok(self.b()?.addptr(p, o).map_err(BoundaryError::from)?.0)
+    }
+
+    #[pyo3(signature = (ptr, mask=None, other=None, volatile=false))]
+    fn load(
+        &mut self,
+        ptr: u32,
+        mask: Option<u32>,
+        other: Option<u32>,
+        volatile: bool,
+    ) -> PyResult<u32> {
+        let p = self.v(ptr)?;
+        let m = mask.map(|m| self.v(m)).transpose()?;
+        let o = other.map(|o| self.v(o)).transpose()?;
+        Ok(self
+            .b()?
+            .load(p, m, o, volatile)
+            .map_err(BoundaryError::from)?
+            .0)
+    }
+
+    #[pyo3(signature = (ptr, value, mask=None))]
+    fn store(&mut self, ptr: u32, value: u32, mask: Option<u32>) -> PyResult<()> {
+        let (p, v) = (self.v(ptr)?, self.v(value)?);
+        let m = mask.map(|m| self.v(m)).transpose()?;
+        self.b()?.store(p, v, m).map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
+    /// Opens a loop; returns (loop handle, induction variable, iteration arguments).
+    fn begin_for(
+        &mut self,
+        lb: u32,
+        ub: u32,
+        step: u32,
+        inits: Vec<u32>,
+    ) -> PyResult<(u32, u32, Vec<u32>)> {
+        let (lb, ub, step) = (self.v(lb)?, self.v(ub)?, self.v(step)?);
+        let inits = self.vs(&inits)?;
+        let h = self
+            .b()?
+            .begin_for(lb, ub, step, &inits)
+            .map_err(BoundaryError::from)?;
+        let id = self.keep_op(h.op);
+        Ok((id, h.iv.0, ids(&h.iter_args)))
+    }
+
+    fn end_for(&mut self, handle: u32, yields: Vec<u32>) -> PyResult<Vec<u32>> {
+        let op = self.op(handle)?;
+        let yields = self.vs(&yields)?;
+        let b = self.b()?;
+        let body = b.func.region_block(op, 0);
+        let args = b.func.blocks[body].args.clone();
+        let h = tile_ir::ForHandle {
+            op,
+            iv: args[0],
+            iter_args: args[1..].to_vec(),
+        };
+        Ok(ids(&b.end_for(&h, &yields).map_err(BoundaryError::from)?))
+    }
+
+    fn begin_if(&mut self, cond: u32) -> PyResult<u32> {
+        let c = self.v(cond)?;
+        let op = self.b()?.begin_if(c).map_err(BoundaryError::from)?;
+        Ok(self.keep_op(op))
+    }
+
+    fn begin_else(&mut self, handle: u32) -> PyResult<()> {
+        let op = self.op(handle)?;
+        self.b()?.begin_else(op).map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
+    fn end_if(
+        &mut self,
+        handle: u32,
+        then_yields: Vec<u32>,
+        else_yields: Vec<u32>,
+    ) -> PyResult<Vec<u32>> {
+        let op = self.op(handle)?;
+        let (t, e) = (self.vs(&then_yields)?, self.vs(&else_yields)?);
+        Ok(ids(&self
+            .b()?
+            .end_if(op, &t, &e)
+            .map_err(BoundaryError::from)?))
+    }
+
+    /// The IR so far, as text.
+    fn text(&mut self) -> PyResult<String> {
+        Ok(self.b()?.func.to_string())
+    }
+
+    /// Ends building; the builder cannot be used afterwards.
+    fn finish(&mut self) -> PyResult<Kernel> {
+        let b = self.inner.take().ok_or(BoundaryError::Finished)?;
+        Ok(Kernel { func: b.finish() })
+    }
+}
+
+/// A finished kernel, ready to compile (any number of times, for any target).
+#[pyclass(module = "tiles._tiles", frozen)]
+struct Kernel {
+    func: Function,
+}
+
+#[pymethods]
+impl Kernel {
+    /// The IR as text.
+    fn text(&self) -> String {
+        self.func.to_string()
+    }
+
+    /// Runs the passes and codegen for `target` with the GIL released. Returns a dict with
+    /// `name`, `ptx`, `llir`, `tir` (input IR), `tir_opt` (after passes), `shared`, `num_threads`,
+    /// and, when `all_stages`, `passes`: a list of (pass, IR text).
+    #[pyo3(signature = (target, all_stages=false))]
+    fn compile<'py>(
+        &self,
+        py: Python<'py>,
+        target: &str,
+        all_stages: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut func = self.func.clone();
+        let target = nvptx_codegen::Target::parse(target).map_err(BoundaryError::from)?;
+        let (result, input, stages) = py.detach(|| {
+            let input = func.to_string();
+            let mut stages: Vec<(String, String)> = Vec::new();
+            let r =
+                nvptx_codegen::compile(&mut func, &target, &Default::default(), |pass, text| {
+                    if all_stages {
+                        stages.push((pass.to_string(), text.to_string()));
+                    }
+                });
+            (r.map(|o| (o, func.to_string())), input, stages)
+        });
+        let (out, after) = result.map_err(BoundaryError::from)?;
+        let d = PyDict::new(py);
+        d.set_item("name", out.kernel_name)?;
+        d.set_item("ptx", out.ptx)?;
+        d.set_item("llir", out.llvm_ir)?;
+        d.set_item("tir", input)?;
+        d.set_item("tir_opt", after)?;
+        d.set_item("shared", out.shared_bytes)?;
+        d.set_item("num_threads", out.num_threads)?;
+        if all_stages {
+            d.set_item("passes", stages)?;
+        }
+        Ok(d)
+    }
+}
+
+/// The native module.
+#[pymodule]
+fn _tiles(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<IrBuilder>()?;
+    m.add_class::<Kernel>()?;
+    m.add("IrError", m.py().get_type::<IrError>())?;
+    m.add("BackendError", m.py().get_type::<BackendError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
