@@ -543,6 +543,37 @@ impl Builder {
         Ok(self.func.ops[h.op].results.clone())
     }
 
+    /// Appends to the end of region `i` of `op` until [`Builder::exit_region`]: used to add
+    /// values to an `if` branch after both branches were built.
+    pub fn enter_region(&mut self, op: Op, i: usize) -> R<()> {
+        if !self.func.ops.is_valid(op) || i >= self.func.ops[op].regions.len() {
+            return Err(BuildError::Misuse("enter_region on an op without that region"));
+        }
+        let b = self.func.region_block(op, i);
+        self.stack.push(b);
+        Ok(())
+    }
+
+    /// Returns to where the insertion point was before [`Builder::enter_region`].
+    pub fn exit_region(&mut self) -> R<()> {
+        if self.stack.len() < 2 {
+            return Err(BuildError::Misuse("exit_region without enter_region"));
+        }
+        self.stack.pop();
+        Ok(())
+    }
+
+    /// Abandons the innermost open `for` (a dry run): it is removed with everything in it.
+    pub fn discard_for(&mut self, h: &ForHandle) -> R<()> {
+        if self.stack.len() < 2 || self.block() != self.func.region_block(h.op, 0) {
+            return Err(BuildError::Misuse("discard_for without a matching begin_for"));
+        }
+        self.stack.pop();
+        let b = self.block();
+        self.func.blocks[b].ops.retain(|&o| o != h.op);
+        Ok(())
+    }
+
     /// Opens an `if` on a scalar `i1`; the insertion point moves into the then-region.
     pub fn begin_if(&mut self, cond: Value) -> R<Op> {
         let tc = self.check(cond)?;

@@ -247,6 +247,27 @@ impl IrBuilder {
         Ok(ids(&b.end_for(&h, &yields).map_err(BoundaryError::from)?))
     }
 
+    fn discard_for(&mut self, handle: u32) -> PyResult<()> {
+        let op = self.op(handle)?;
+        let b = self.b()?;
+        let body = b.func.region_block(op, 0);
+        let args = b.func.blocks[body].args.clone();
+        let h = tile_ir::ForHandle { op, iv: args[0], iter_args: args[1..].to_vec() };
+        b.discard_for(&h).map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
+    fn enter_region(&mut self, handle: u32, index: usize) -> PyResult<()> {
+        let op = self.op(handle)?;
+        self.b()?.enter_region(op, index).map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
+    fn exit_region(&mut self) -> PyResult<()> {
+        self.b()?.exit_region().map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
     fn begin_if(&mut self, cond: u32) -> PyResult<u32> {
         let c = self.v(cond)?;
         let op = self.b()?.begin_if(c).map_err(BoundaryError::from)?;

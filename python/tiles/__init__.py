@@ -1,0 +1,29 @@
+"""tiles: a GPU tile-kernel compiler for the Triton language, with a Rust core.
+
+`import tiles as triton; import tiles.language as tl` runs Triton kernels unchanged.
+"""
+
+from __future__ import annotations
+
+from . import language  # noqa: F401
+from .compiler import CompiledKernel, compile  # noqa: F401
+from .core import constexpr  # noqa: F401
+from .errors import CompilationError, InterpreterError, LaunchError, OutOfBoundsError  # noqa: F401
+from .runtime.jit import JITFunction, jit  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def cdiv(x: int, y: int) -> int:
+    """Ceiling division of two Python ints."""
+    return (x + y - 1) // y
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n."""
+    n = int(n)
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+__all__ = ["jit", "JITFunction", "compile", "CompiledKernel", "CompilationError", "OutOfBoundsError",
+           "InterpreterError", "LaunchError", "constexpr", "cdiv", "next_power_of_2", "language"]

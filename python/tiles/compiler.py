@@ -1,0 +1,130 @@
+"""`tiles.compile`: Python source -> IR -> passes -> LLVM -> PTX, without a GPU; and the
+`CompiledKernel` that holds every stage and, once loaded, the GPU function."""
+
+from __future__ import annotations
+
+import os
+import re
+from types import SimpleNamespace
+from typing import Any, Dict, Optional, Sequence
+
+from . import _tiles
+from .errors import CompilationError
+
+
+class CompiledKernel:
+    """One kernel compiled for one signature, specialisation and target.
+
+    `asm` holds each stage's text: `tir` (IR from the frontend), `tir_opt` (after the
+    passes), `llir` (LLVM IR), `ptx`, and `cubin` (bytes) once loaded on a GPU.
+    """
+
+    def __init__(self, name: str, out: Dict[str, Any], target: str, num_warps: int, num_stages: int,
+                 signature: Dict[str, str], constexprs: Dict[str, Any]):
+        self.name = out["name"]
+        self.function_name = name
+        self.asm: Dict[str, Any] = {"tir": out["tir"], "tir_opt": out["tir_opt"], "llir": out["llir"],
+                                    "ptx": out["ptx"]}
+        self.metadata = SimpleNamespace(name=self.name, target=target, num_warps=num_warps, num_stages=num_stages,
+                                        shared=out["shared"], num_threads=out["num_threads"])
+        self.signature = signature
+        self.constexprs = constexprs
+        self.params = [n for n, t in signature.items() if n not in constexprs and t != "constexpr"]
+        self._loaded = None
+
+    @property
+    def shared(self) -> int:
+        return self.metadata.shared
+
+    def load(self):
+        """Assembles the PTX (driver JIT) and loads the module; returns the loaded kernel."""
+        if self._loaded is None:
+            from .runtime import driver
+
+            cubin = driver.link_ptx(self.asm["ptx"], self.name)
+            self.asm["cubin"] = cubin
+            self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared)
+        return self._loaded
+
+    @property
+    def n_regs(self) -> int:
+        return self.load().n_regs
+
+    @property
+    def n_spills(self) -> int:
+        return self.load().n_spills
+
+    def __repr__(self) -> str:
+        return f"<CompiledKernel {self.name} {self.metadata.target} num_warps={self.metadata.num_warps}>"
+
+
+def _backend_error(jitfn, e: Exception) -> CompilationError:
+    msg = str(e)
+    src = jitfn.source()
+    m = re.search(r"line (\d+)", msg)
+    if m:
+        line = int(m.group(1))
+        rel = line - src.first_line
+        text = src.lines[rel] if 0 <= rel < len(src.lines) else None
+        return CompilationError(msg, src.file, line, 0, text, src.name)
+    return CompilationError(msg, src.file, src.first_line, 0, None, src.name)
+
+
+def _dump(name: str, out: Dict[str, Any]) -> None:
+    d = os.environ.get("TILES_DUMP_IR")
+    if not d:
+        return
+    os.makedirs(d, exist_ok=True)
+    base = os.path.join(d, name)
+    with open(base + ".tir", "w") as f:
+        f.write(out["tir"])
+    for i, (p, text) in enumerate(out.get("passes", [])):
+        with open(f"{base}.{i:02d}.{p}.tir", "w") as f:
+            f.write(text)
+    with open(base + ".ll", "w") as f:
+        f.write(out["llir"])
+    with open(base + ".ptx", "w") as f:
+        f.write(out["ptx"])
+
+
+def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] = None, target: str = "sm_90a",
+            num_warps: int = 4, num_stages: int = 3, specialization: Optional[Dict[str, int]] = None,
+            equal_to_1: Sequence[str] = ()) -> CompiledKernel:
+    """Compiles `fn` (a @tiles.jit function) for `signature` without a GPU.
+
+    Signature types are spelled as Triton spells them: `*fp16`, `i32`, `fp32`, and
+    `constexpr` for parameters whose value is in `constexprs`. A type may carry a
+    divisibility suffix (`"*fp32:16"`, `"i32:16"`) or be given through `specialization`.
+    """
+    from . import frontend
+    from .runtime.jit import JITFunction
+
+    if not isinstance(fn, JITFunction):
+        fn = JITFunction(fn)
+    if num_warps <= 0 or num_warps & (num_warps - 1):
+        raise ValueError(f"num_warps must be a power of two, got {num_warps}")
+    constexprs = dict(constexprs or {})
+    spec = dict(specialization or {})
+    sig: Dict[str, str] = {}
+    for name, ty in signature.items():
+        ty = str(ty)
+        if ":" in ty:
+            ty, div = ty.split(":", 1)
+            spec[name] = int(div)
+        sig[name] = ty
+    for p in fn.params:
+        if p.name not in sig and p.name not in constexprs:
+            if p.is_constexpr and p.default is not p.empty:
+                constexprs[p.name] = p.default
+            else:
+                raise TypeError(f"signature has no entry for parameter '{p.name}' of {fn.__name__}")
+    unknown = set(sig) - set(fn.param_names)
+    if unknown:
+        raise TypeError(f"{fn.__name__} has no parameter(s) {sorted(unknown)}")
+    kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1)
+    try:
+        out = kernel.compile(target, bool(os.environ.get("TILES_DUMP_IR")))
+    except _tiles.BackendError as e:
+        raise _backend_error(fn, e) from None
+    _dump(out["name"], out)
+    return CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs)

@@ -1,0 +1,417 @@
+"""Types and values of the tiles language: dtypes, constexpr, tensor.
+
+Names and behaviour follow Triton's `triton.language` so kernels run unchanged. A `tensor`
+holds a backend *handle* (an IR value number when compiling, a numpy array when
+interpreting) plus its dtype and shape; every operation goes through `semantic`, so the
+compiler and the interpreter share one definition of each op.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+_IR_NAMES = {
+    "int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64",
+}
+_FROM_IR = {v: k for k, v in _IR_NAMES.items()}
+_KIND = {"bool": 0, "uint": 1, "int": 2, "float": 3}
+
+
+class dtype:
+    """A scalar element type (Triton's `tl.dtype`)."""
+
+    SINT_TYPES = ("int8", "int16", "int32", "int64")
+    UINT_TYPES = ("int1", "uint8", "uint16", "uint32", "uint64")
+    FP_TYPES = ("fp16", "bf16", "fp32", "fp64")
+
+    def __init__(self, name: str):
+        if name not in _IR_NAMES:
+            raise ValueError(f"unknown dtype {name!r}")
+        self.name = name
+
+    # -- classification ---------------------------------------------------------------
+    def is_floating(self) -> bool:
+        return self.name in self.FP_TYPES
+
+    def is_int(self) -> bool:
+        return self.name in self.SINT_TYPES or self.name in self.UINT_TYPES
+
+    def is_int_signed(self) -> bool:
+        return self.name in self.SINT_TYPES
+
+    def is_int_unsigned(self) -> bool:
+        return self.name in self.UINT_TYPES
+
+    def is_bool(self) -> bool:
+        return self.name == "int1"
+
+    def is_ptr(self) -> bool:
+        return False
+
+    def is_fp16(self) -> bool:
+        return self.name == "fp16"
+
+    def is_bf16(self) -> bool:
+        return self.name == "bf16"
+
+    def is_fp32(self) -> bool:
+        return self.name == "fp32"
+
+    def is_fp64(self) -> bool:
+        return self.name == "fp64"
+
+    def is_block(self) -> bool:
+        return False
+
+    def kind(self) -> int:
+        if self.is_bool():
+            return _KIND["bool"]
+        if self.is_int_unsigned():
+            return _KIND["uint"]
+        if self.is_int():
+            return _KIND["int"]
+        return _KIND["float"]
+
+    @property
+    def primitive_bitwidth(self) -> int:
+        return {"int1": 1, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "fp16": 16, "bf16": 16,
+                "int32": 32, "uint32": 32, "fp32": 32}.get(self.name, 64)
+
+    @property
+    def int_bitwidth(self) -> int:
+        return self.primitive_bitwidth
+
+    @property
+    def fp_mantissa_width(self) -> int:
+        return {"fp16": 10, "bf16": 7, "fp32": 23, "fp64": 52}[self.name]
+
+    @property
+    def scalar(self) -> "dtype":
+        return self
+
+    @property
+    def ir(self) -> str:
+        """The IR's spelling (`i32`, `fp16`, `*fp32`)."""
+        return _IR_NAMES[self.name]
+
+    def to_numpy(self):
+        from . import _numpy_types
+
+        return _numpy_types.numpy_dtype(self)
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, constexpr):
+            other = other.value
+        return isinstance(other, dtype) and type(other) is type(self) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("dtype", self.name))
+
+    def __repr__(self) -> str:
+        return f"tl.{_PY_NAMES.get(self.name, self.name)}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class pointer_type(dtype):
+    """A pointer to global memory holding `element_ty` values."""
+
+    def __init__(self, element_ty: dtype, address_space: int = 1, const: bool = False):
+        if isinstance(element_ty, constexpr):
+            element_ty = element_ty.value
+        if not isinstance(element_ty, dtype):
+            raise TypeError(f"pointer_type needs a dtype, got {element_ty!r}")
+        self.element_ty = element_ty
+        self.name = f"pointer<{element_ty.name}>"
+
+    def is_ptr(self) -> bool:
+        return True
+
+    def is_floating(self) -> bool:
+        return False
+
+    def is_int(self) -> bool:
+        return False
+
+    def is_int_signed(self) -> bool:
+        return False
+
+    def is_int_unsigned(self) -> bool:
+        return False
+
+    def is_bool(self) -> bool:
+        return False
+
+    def kind(self) -> int:
+        return 4
+
+    @property
+    def primitive_bitwidth(self) -> int:
+        return 64
+
+    @property
+    def ir(self) -> str:
+        return "*" + self.element_ty.ir
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, constexpr):
+            other = other.value
+        return isinstance(other, pointer_type) and other.element_ty == self.element_ty
+
+    def __hash__(self) -> int:
+        return hash(("ptr", self.element_ty.name))
+
+    def __repr__(self) -> str:
+        return f"pointer<{self.element_ty!r}>"
+
+    def __str__(self) -> str:
+        return "*" + self.element_ty.name
+
+
+class block_type:
+    """The type of a tile: an element type and a shape."""
+
+    def __init__(self, element_ty: dtype, shape: Sequence[int]):
+        self.element_ty = element_ty
+        self.shape = tuple(shape)
+
+    @property
+    def scalar(self) -> dtype:
+        return self.element_ty
+
+    def is_block(self) -> bool:
+        return True
+
+    def is_ptr(self) -> bool:
+        return self.element_ty.is_ptr()
+
+    def get_block_shapes(self):
+        return self.shape
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, block_type) and other.element_ty == self.element_ty and other.shape == self.shape
+
+    def __hash__(self) -> int:
+        return hash((self.element_ty, self.shape))
+
+    def __repr__(self) -> str:
+        return f"<{list(self.shape)}, {self.element_ty}>"
+
+
+def dtype_from_ir(name: str) -> dtype:
+    if name.startswith("*"):
+        return pointer_type(dtype_from_ir(name[1:]))
+    return dtype(_FROM_IR[name])
+
+
+int1 = dtype("int1")
+int8 = dtype("int8")
+int16 = dtype("int16")
+int32 = dtype("int32")
+int64 = dtype("int64")
+uint8 = dtype("uint8")
+uint16 = dtype("uint16")
+uint32 = dtype("uint32")
+uint64 = dtype("uint64")
+float16 = dtype("fp16")
+bfloat16 = dtype("bf16")
+float32 = dtype("fp32")
+float64 = dtype("fp64")
+_PY_NAMES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+
+
+class constexpr:
+    """A value known at compile time (Triton's `tl.constexpr`); also the annotation that
+    marks a kernel parameter as compile-time."""
+
+    def __init__(self, value: Any):
+        self.value = value.value if isinstance(value, constexpr) else value
+
+    def __repr__(self) -> str:
+        return f"constexpr[{self.value!r}]"
+
+    def __index__(self) -> int:
+        return self.value.__index__()
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __call__(self, *args, **kwargs):
+        return self.value(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name == "value":
+            raise AttributeError(name)
+        return getattr(self.value, name)
+
+
+def _unwrap(x: Any) -> Any:
+    return x.value if isinstance(x, constexpr) else x
+
+
+def _cx_binop(name: str):
+    import operator
+
+    f = getattr(operator, name)
+
+    def op(self, other):
+        if isinstance(other, tensor):
+            return NotImplemented
+        return constexpr(f(self.value, _unwrap(other)))
+
+    def rop(self, other):
+        if isinstance(other, tensor):
+            return NotImplemented
+        return constexpr(f(_unwrap(other), self.value))
+
+    return op, rop
+
+
+for _n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and_", "or_", "xor", "lshift", "rshift",
+           "lt", "le", "gt", "ge", "eq", "ne"):
+    _op, _rop = _cx_binop(_n)
+    _dunder = _n.rstrip("_")
+    setattr(constexpr, f"__{_dunder}__", _op)
+    if _n not in ("lt", "le", "gt", "ge", "eq", "ne"):
+        setattr(constexpr, f"__r{_dunder}__", _rop)
+constexpr.__neg__ = lambda self: constexpr(-self.value)
+constexpr.__pos__ = lambda self: constexpr(+self.value)
+constexpr.__invert__ = lambda self: constexpr(~self.value)
+constexpr.__abs__ = lambda self: constexpr(abs(self.value))
+constexpr.__hash__ = lambda self: hash(self.value)
+
+
+# -- the active backend -------------------------------------------------------------------
+
+_state = threading.local()
+
+
+def current_backend():
+    be = getattr(_state, "backend", None)
+    if be is None:
+        raise RuntimeError(
+            "tiles.language functions can only be called inside a @tiles.jit kernel "
+            "(compiled, or run with TILES_INTERPRET=1)")
+    return be
+
+
+class use_backend:
+    """Makes `backend` the target of language ops in this thread, for a `with` block."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def __enter__(self):
+        self.prev = getattr(_state, "backend", None)
+        _state.backend = self.backend
+        return self.backend
+
+    def __exit__(self, *exc):
+        _state.backend = self.prev
+
+
+class tensor:
+    """A tile or scalar value inside a kernel."""
+
+    __slots__ = ("handle", "dtype", "shape")
+
+    def __init__(self, handle: Any, dtype_: dtype, shape: Sequence[int] = ()):
+        self.handle = handle
+        self.dtype = dtype_
+        self.shape = tuple(shape)
+
+    @property
+    def type(self):
+        return block_type(self.dtype, self.shape) if self.shape else self.dtype
+
+    @property
+    def numel(self) -> constexpr:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return constexpr(n)
+
+    def __repr__(self) -> str:
+        return f"tensor({self.dtype}, shape={list(self.shape)})"
+
+    # Python control flow on tensors works only where values exist (the interpreter).
+    def __bool__(self) -> bool:
+        return current_backend().to_python_bool(self)
+
+    def __index__(self) -> int:
+        return current_backend().to_python_int(self)
+
+    def __int__(self) -> int:
+        return current_backend().to_python_int(self)
+
+    def __float__(self) -> float:
+        return float(current_backend().to_python_value(self))
+
+    def __iter__(self):
+        raise TypeError("a tile cannot be iterated over; index it with tl.arange offsets instead")
+
+    def __getitem__(self, slices):
+        from . import semantic
+
+        return semantic.subscript(self, slices)
+
+    def to(self, dtype_, fp_downcast_rounding=None, bitcast=False):
+        from . import semantic
+
+        dtype_ = _unwrap(dtype_)
+        if bitcast:
+            return semantic.bitcast(self, dtype_)
+        return semantic.cast(self, dtype_)
+
+    def __getattr__(self, name: str):
+        from . import language
+
+        f = getattr(language, name, None)
+        if f is not None and getattr(f, "_tiles_method", False):
+            return lambda *a, **k: f(self, *a, **k)
+        raise AttributeError(f"tensor has no attribute {name!r}")
+
+    @property
+    def T(self):
+        from . import semantic
+
+        return semantic.trans(self)
+
+
+def _tensor_binop(sem_name: str, reflected: bool = False):
+    def op(self, other):
+        from . import semantic
+
+        f = getattr(semantic, sem_name)
+        return f(other, self) if reflected else f(self, other)
+
+    return op
+
+
+for _py, _sem in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "truediv"),
+                  ("floordiv", "floordiv"), ("mod", "mod"), ("and", "and_"), ("or", "or_"), ("xor", "xor_"),
+                  ("lshift", "shl"), ("rshift", "shr")):
+    setattr(tensor, f"__{_py}__", _tensor_binop(_sem))
+    setattr(tensor, f"__r{_py}__", _tensor_binop(_sem, reflected=True))
+for _py, _sem in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"), ("ge", "greater_equal"),
+                  ("eq", "equal"), ("ne", "not_equal")):
+    setattr(tensor, f"__{_py}__", _tensor_binop(_sem))
+tensor.__hash__ = object.__hash__
+tensor.__neg__ = lambda self: __import__("tiles.semantic", fromlist=["x"]).minus(self)
+tensor.__pos__ = lambda self: self
+tensor.__invert__ = lambda self: __import__("tiles.semantic", fromlist=["x"]).invert(self)
+tensor.__abs__ = lambda self: __import__("tiles.semantic", fromlist=["x"]).abs_(self)
+tensor.__pow__ = lambda self, o: __import__("tiles.semantic", fromlist=["x"]).pow_(self, o)

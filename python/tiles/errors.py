@@ -1,0 +1,33 @@
+"""Exceptions users see."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class CompilationError(Exception):
+    """A kernel could not be compiled. Shows the kernel's file, line and a caret."""
+
+    def __init__(self, message: str, file: str = "<unknown>", line: int = 0, col: int = 0,
+                 source_line: Optional[str] = None, kernel: str = ""):
+        self.message, self.file, self.line, self.col = message, file, line, col
+        self.source_line, self.kernel = source_line, kernel
+        where = f"{file}:{line}:{col + 1}" + (f" in {kernel}" if kernel else "")
+        text = f"at {where}:\n"
+        if source_line is not None:
+            stripped = source_line.rstrip("\n")
+            text += f"    {stripped}\n    {' ' * col}^\n"
+        text += message
+        super().__init__(text)
+
+
+class OutOfBoundsError(IndexError):
+    """The interpreter caught a load or store outside the buffer its pointer came from."""
+
+
+class LaunchError(Exception):
+    """A kernel could not be launched (bad arguments, no GPU, driver error)."""
+
+
+class InterpreterError(Exception):
+    """An op failed while interpreting a kernel; names the kernel's line and program id."""

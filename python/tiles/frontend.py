@@ -1,0 +1,683 @@
+"""Python AST -> tile IR.
+
+`CodeGenerator` walks a kernel's AST with one `visit_X` per supported construct and calls
+the language builtins, which reach the IR builder through the `IRBackend`. Compile-time
+values (constexprs, Python literals, dtypes, modules, functions) are evaluated in Python;
+tensors become IR. Anything else raises a `CompilationError` at the user's line.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import textwrap
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import _tiles, core, language, semantic
+from .core import constexpr, tensor
+from .errors import CompilationError
+
+
+class IRBackend:
+    """Language ops -> `_tiles.IrBuilder` calls."""
+
+    def __init__(self, builder: "_tiles.IrBuilder"):
+        self.b = builder
+
+    def constant(self, value, dt, shape):
+        return self.b.constant(value, dt.ir, list(shape))
+
+    def program_id(self, axis):
+        return self.b.program_id(axis)
+
+    def num_programs(self, axis):
+        return self.b.num_programs(axis)
+
+    def arange(self, start, end):
+        return self.b.arange(start, end)
+
+    def splat(self, x, shape):
+        return self.b.splat(x.handle, list(shape))
+
+    def expand_dims(self, x, axis):
+        return self.b.expand_dims(x.handle, axis)
+
+    def broadcast(self, x, shape):
+        return self.b.broadcast(x.handle, list(shape))
+
+    def binary(self, op, a, b):
+        return self.b.binary(op, a.handle, b.handle)
+
+    def compare(self, pred, a, b):
+        return self.b.compare(pred, a.handle, b.handle)
+
+    def unary(self, op, a):
+        return self.b.unary(op, a.handle)
+
+    def fma(self, a, b, c):
+        return self.b.fma(a.handle, b.handle, c.handle)
+
+    def select(self, c, a, b):
+        return self.b.select(c.handle, a.handle, b.handle)
+
+    def cast(self, x, dt):
+        return self.b.cast(x.handle, dt.ir)
+
+    def bitcast(self, x, dt):
+        return self.b.bitcast(x.handle, dt.ir)
+
+    def addptr(self, p, o):
+        return self.b.addptr(p.handle, o.handle)
+
+    def load(self, ptr, mask, other, volatile):
+        return self.b.load(ptr.handle, None if mask is None else mask.handle,
+                           None if other is None else other.handle, volatile)
+
+    def store(self, ptr, value, mask):
+        self.b.store(ptr.handle, value.handle, None if mask is None else mask.handle)
+
+    def to_python_bool(self, t):
+        raise TypeError("a tensor's value is not known at compile time; use it in `if`/`while` directly, "
+                        "or make it a tl.constexpr")
+
+    to_python_int = to_python_bool
+    to_python_value = to_python_bool
+
+
+_RETURN = "$return"
+
+
+class _Return(Exception):
+    """Unwinds statement visiting after a `return`."""
+
+
+def _terminates(stmts: Sequence[ast.stmt]) -> bool:
+    return bool(stmts) and isinstance(stmts[-1], ast.Return)
+
+
+def _assigned_names(stmts: Sequence[ast.stmt]) -> List[str]:
+    names: List[str] = []
+
+    class V(ast.NodeVisitor):
+        def visit_Name(self, node):
+            if isinstance(node.ctx, ast.Store) and node.id not in names:
+                names.append(node.id)
+
+        def visit_FunctionDef(self, node):
+            pass
+
+        def visit_Return(self, node):
+            if _RETURN not in names:
+                names.append(_RETURN)
+            self.generic_visit(node)
+
+    for s in stmts:
+        V().visit(s)
+    return names
+
+
+class FunctionSource:
+    """A function's AST and where its source lines are."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = fn.__name__
+        try:
+            lines, start = inspect.getsourcelines(fn)
+            self.file = inspect.getsourcefile(fn) or "<unknown>"
+        except (OSError, TypeError) as e:
+            raise CompilationError(f"cannot read the source of {fn.__name__}: {e}") from e
+        src = textwrap.dedent("".join(lines))
+        self.indent = len(lines[0]) - len(lines[0].lstrip())
+        self.lines = lines
+        self.first_line = start
+        tree = ast.parse(src)
+        self.node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    def globals(self) -> Dict[str, Any]:
+        g = dict(self.fn.__globals__)
+        if self.fn.__closure__:
+            for name, cell in zip(self.fn.__code__.co_freevars, self.fn.__closure__):
+                try:
+                    g[name] = cell.cell_contents
+                except ValueError:
+                    pass
+        return g
+
+    def error(self, node: ast.AST, message: str) -> CompilationError:
+        line = getattr(node, "lineno", 1)
+        col = getattr(node, "col_offset", 0) + self.indent
+        src = self.lines[line - 1] if 0 < line <= len(self.lines) else None
+        return CompilationError(message, self.file, self.first_line + line - 1, col, src, self.name)
+
+
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, tensor)
+
+
+def _unwrap(x: Any) -> Any:
+    return x.value if isinstance(x, constexpr) else x
+
+
+_BINOPS = {
+    ast.Add: "__add__", ast.Sub: "__sub__", ast.Mult: "__mul__", ast.Div: "__truediv__",
+    ast.FloorDiv: "__floordiv__", ast.Mod: "__mod__", ast.Pow: "__pow__", ast.LShift: "__lshift__",
+    ast.RShift: "__rshift__", ast.BitAnd: "__and__", ast.BitOr: "__or__", ast.BitXor: "__xor__",
+}
+_CMPOPS = {ast.Lt: "__lt__", ast.LtE: "__le__", ast.Gt: "__gt__", ast.GtE: "__ge__", ast.Eq: "__eq__",
+           ast.NotEq: "__ne__"}
+
+
+def _python_binop(op: type, a: Any, b: Any) -> Any:
+    import operator
+
+    f = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+         ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
+         ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.Lt: operator.lt, ast.LtE: operator.le,
+         ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne,
+         ast.Is: operator.is_, ast.IsNot: operator.is_not,
+         ast.In: lambda x, y: operator.contains(y, x), ast.NotIn: lambda x, y: not operator.contains(y, x)}[op]
+    return f(a, b)
+
+
+def binop(op: type, a: Any, b: Any) -> Any:
+    """Applies a Python operator: in Python for compile-time values, as an op on tensors."""
+    if not _is_tensor(a) and not _is_tensor(b):
+        r = _python_binop(op, _unwrap(a), _unwrap(b))
+        return constexpr(r) if isinstance(a, constexpr) or isinstance(b, constexpr) else r
+    name = {**_BINOPS, **_CMPOPS}.get(op)
+    if name is None:
+        raise TypeError(f"operator {op.__name__} is not supported on tensors")
+    if _is_tensor(a):
+        return getattr(a, name)(b)
+    reflected = {"__lt__": "__gt__", "__le__": "__ge__", "__gt__": "__lt__", "__ge__": "__le__",
+                 "__eq__": "__eq__", "__ne__": "__ne__"}.get(name, "__r" + name[2:])
+    return getattr(b, reflected)(a)
+
+
+class CodeGenerator(ast.NodeVisitor):
+    """Visits one function's body. Callees get their own generator sharing the builder."""
+
+    def __init__(self, src: FunctionSource, builder: "_tiles.IrBuilder", scope: Dict[str, Any],
+                 is_kernel: bool):
+        self.src = src
+        self.builder = builder
+        self.scope = scope
+        self.globals = src.globals()
+        self.is_kernel = is_kernel
+
+    # -- errors and locations ------------------------------------------------------------------------
+    def visit(self, node: ast.AST) -> Any:
+        line = getattr(node, "lineno", None)
+        if line is not None:
+            self.builder.set_loc(self.src.first_line + line - 1, getattr(node, "col_offset", 0) + self.src.indent)
+        try:
+            return super().visit(node)
+        except (CompilationError, _Return):
+            raise
+        except _tiles.IrError as e:
+            raise self.src.error(node, f"invalid operation: {e}") from None
+        except RecursionError:
+            raise self.src.error(node, "recursion is not supported in kernels") from None
+        except Exception as e:
+            raise self.src.error(node, f"{type(e).__name__}: {e}") from None
+
+    def generic_visit(self, node: ast.AST) -> Any:
+        raise self.src.error(node, f"unsupported Python construct in a kernel: {type(node).__name__}")
+
+    # -- statements -----------------------------------------------------------------------------------
+    def visit_stmts(self, stmts: Sequence[ast.stmt]) -> None:
+        for i, s in enumerate(stmts):
+            if isinstance(s, ast.If) and i + 1 < len(stmts):
+                then_ret, else_ret = _terminates(s.body), _terminates(s.orelse)
+                if then_ret != else_ret:
+                    # `if c: return` followed by more code: the rest runs in the other branch.
+                    rest = list(stmts[i + 1:])
+                    body, orelse = (s.body, s.orelse + rest) if then_ret else (s.body + rest, s.orelse)
+                    self.visit(ast.copy_location(ast.If(test=s.test, body=body, orelse=orelse), s))
+                    return
+            self.visit(s)
+            if isinstance(s, ast.Return):
+                return
+            if isinstance(s, ast.If) and _terminates(s.body) and _terminates(s.orelse):
+                return
+
+    def visit_Module(self, node: ast.Module) -> None:
+        self.visit_stmts(node.body)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.visit_stmts(node.body)
+
+    def visit_Expr(self, node: ast.Expr) -> None:
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return  # docstring
+        self.visit(node.value)
+
+    def visit_Pass(self, node: ast.Pass) -> None:
+        pass
+
+    def _assign(self, target: ast.expr, value: Any) -> None:
+        if isinstance(target, ast.Name):
+            self.scope[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            vals = list(_unwrap(value)) if not _is_tensor(value) else None
+            if vals is None or len(vals) != len(target.elts):
+                raise self.src.error(target, "cannot unpack this value into the targets")
+            for t, v in zip(target.elts, vals):
+                self._assign(t, v)
+        else:
+            raise self.src.error(target, f"cannot assign to {type(target).__name__}: only names and tuples")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        value = self.visit(node.value)
+        for t in node.targets:
+            self._assign(t, value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is None:
+            return
+        value = self.visit(node.value)
+        ann = self._eval_annotation(node.annotation)
+        if ann is constexpr and not isinstance(value, constexpr):
+            if _is_tensor(value):
+                raise self.src.error(node, "a tl.constexpr variable needs a compile-time value")
+            value = constexpr(value)
+        self._assign(node.target, value)
+
+    def _eval_annotation(self, ann: ast.expr) -> Any:
+        try:
+            return self.visit(ann)
+        except CompilationError:
+            return None
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        if not isinstance(node.target, ast.Name):
+            raise self.src.error(node, "augmented assignment needs a plain name")
+        cur = self.visit_Name(ast.Name(id=node.target.id, ctx=ast.Load()), node.target)
+        self.scope[node.target.id] = binop(type(node.op), cur, self.visit(node.value))
+
+    def visit_Return(self, node: ast.Return) -> None:
+        value = None if node.value is None else self.visit(node.value)
+        if value is not None and self.is_kernel:
+            raise self.src.error(node, "a kernel cannot return a value")
+        self.scope[_RETURN] = value
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        cond = self.visit(node.test)
+        if not _is_tensor(cond) and not _unwrap(cond):
+            msg = "" if node.msg is None else _unwrap(self.visit(node.msg))
+            raise self.src.error(node, f"assertion failed at compile time: {msg}")
+
+    def visit_If(self, node: ast.If) -> None:
+        cond = self.visit(node.test)
+        if not _is_tensor(cond):
+            self.visit_stmts(node.body if _unwrap(cond) else node.orelse)
+            return
+        if cond.shape:
+            raise self.src.error(node.test, f"`if` needs a scalar condition, got a tile of shape {list(cond.shape)}")
+        cond = semantic.cast(cond, core.int1)
+        before = dict(self.scope)
+        handle = self.builder.begin_if(cond.handle)
+        then_scope = self._visit_branch(node.body, before)
+        self.builder.begin_else(handle)
+        else_scope = self._visit_branch(node.orelse, before)
+        names = [n for n in then_scope if n in else_scope and
+                 (then_scope[n] is not before.get(n) or else_scope[n] is not before.get(n))]
+        merged, then_ys, else_ys = [], [], []
+        for n in names:
+            a, b = then_scope[n], else_scope[n]
+            if not _is_tensor(a) and not _is_tensor(b):
+                if _unwrap(a) == _unwrap(b) or n == _RETURN and a is None and b is None:
+                    self.scope[n] = a
+                    continue
+                a, b = self._tensor_pair(node, n, a, b, handle)
+            elif not _is_tensor(a):
+                a = self._in_region(handle, 0, lambda a=a, b=b: self._like(a, b))
+            elif not _is_tensor(b):
+                b = self._in_region(handle, 1, lambda a=a, b=b: self._like(b, a))
+            if a.dtype != b.dtype or a.shape != b.shape:
+                raise self.src.error(node, f"`{n}` has type {a.dtype}{list(a.shape)} in one branch and "
+                                           f"{b.dtype}{list(b.shape)} in the other")
+            merged.append((n, a))
+            then_ys.append(a.handle)
+            else_ys.append(b.handle)
+        results = self.builder.end_if(handle, then_ys, else_ys)
+        for (n, a), h in zip(merged, results):
+            self.scope[n] = tensor(h, a.dtype, a.shape)
+        for n in list(self.scope):
+            if n not in then_scope or n not in else_scope:
+                self.scope.pop(n, None)
+
+    def _tensor_pair(self, node, n, a, b, handle):
+        dt = semantic.literal_type(_unwrap(a))
+        ta = self._in_region(handle, 0, lambda: semantic.to_tensor(a, dt))
+        tb = self._in_region(handle, 1, lambda: semantic.to_tensor(b, dt))
+        return ta, tb
+
+    def _in_region(self, handle: int, i: int, f):
+        self.builder.enter_region(handle, i)
+        try:
+            return f()
+        finally:
+            self.builder.exit_region()
+
+    def _like(self, literal: Any, t: tensor) -> tensor:
+        return semantic.broadcast_to(semantic.to_tensor(_unwrap(literal), t.dtype), t.shape)
+
+    def _visit_branch(self, stmts: Sequence[ast.stmt], before: Dict[str, Any]) -> Dict[str, Any]:
+        self.scope = dict(before)
+        try:
+            self.visit_stmts(stmts)
+            return self.scope
+        finally:
+            self.scope = before
+
+    def visit_For(self, node: ast.For) -> None:
+        if node.orelse:
+            raise self.src.error(node, "for ... else is not supported")
+        it = node.iter
+        fn = self.visit(it.func) if isinstance(it, ast.Call) else None
+        if fn is language.static_range or (fn is None and not isinstance(it, ast.Call)):
+            values = self.visit(it)
+            for v in _unwrap(values):
+                self._assign(node.target, constexpr(v) if not _is_tensor(v) else v)
+                self.visit_stmts(node.body)
+            return
+        if fn not in (builtins.range, language.range):
+            raise self.src.error(
+                it, "a kernel loop must iterate over range(...), tl.range(...) or tl.static_range(...)")
+        args = [self.visit(a) for a in it.args]
+        kwargs = {k.arg: self.visit(k.value) for k in it.keywords}
+        if fn is language.range:
+            r = language.range(*args, **kwargs)
+            lb, ub, step = r.start, r.end, r.step
+        else:
+            if kwargs or not 1 <= len(args) <= 3:
+                raise self.src.error(it, "range takes 1 to 3 positional arguments")
+            lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        if not _is_tensor(step) and _unwrap(step) <= 0:
+            raise self.src.error(it, "loops with a step <= 0 are not supported yet")
+        bounds = [semantic.to_tensor(_unwrap(x)) if not _is_tensor(x) else x for x in (lb, ub, step)]
+        for b in bounds:
+            if b.shape or not b.dtype.is_int():
+                raise self.src.error(it, "loop bounds must be integer scalars")
+        it_ty = bounds[0].dtype
+        for b in bounds[1:]:
+            it_ty = semantic.integer_promote(it_ty, b.dtype)
+        bounds = [semantic.cast(b, it_ty) for b in bounds]
+        carried = [n for n in _assigned_names(node.body) if n in self.scope and n != _RETURN]
+        inits = {n: self.scope[n] for n in carried}
+        carried = [n for n in carried if _is_tensor(inits[n]) or isinstance(_unwrap(inits[n]), (bool, int, float))]
+        if _RETURN in _assigned_names(node.body):
+            raise self.src.error(node, "return inside a loop is not supported")
+        types = {}
+        if any(not _is_tensor(inits[n]) for n in carried):
+            types = self._loop_types(node, bounds, carried, inits)
+        init_tensors = []
+        for n in carried:
+            v = inits[n]
+            if not _is_tensor(v):
+                dt, shape = types.get(n, (semantic.literal_type(_unwrap(v)), ()))
+                v = semantic.broadcast_to(semantic.to_tensor(_unwrap(v), dt), shape)
+            init_tensors.append(v)
+        yields = self._loop_body(node, bounds, carried, init_tensors, keep=True)
+        for n, t in zip(carried, yields):
+            self.scope[n] = t
+
+    def _loop_types(self, node, bounds, carried, inits):
+        """Runs the body once, discarded, to learn the types literals must take as loop state."""
+        tensors = [v if _is_tensor(v) else semantic.to_tensor(_unwrap(v)) for v in (inits[n] for n in carried)]
+        outs = self._loop_body(node, bounds, carried, tensors, keep=False)
+        return {n: (o.dtype, o.shape) for n, o in zip(carried, outs)}
+
+    def _loop_body(self, node, bounds, carried, init_tensors, keep: bool):
+        handle, iv, args = self.builder.begin_for(bounds[0].handle, bounds[1].handle, bounds[2].handle,
+                                                  [t.handle for t in init_tensors])
+        before = dict(self.scope)
+        self.scope = dict(before)
+        for n, t, h in zip(carried, init_tensors, args):
+            self.scope[n] = tensor(h, t.dtype, t.shape)
+        self._assign(node.target, tensor(iv, bounds[0].dtype, ()))
+        try:
+            self.visit_stmts(node.body)
+            outs = []
+            for n, t in zip(carried, init_tensors):
+                v = self.scope[n]
+                if not _is_tensor(v):
+                    v = self._like(v, t)
+                if keep and (v.dtype != t.dtype or v.shape != t.shape):
+                    raise self.src.error(node, f"loop-carried `{n}` changes from {t.dtype}{list(t.shape)} "
+                                               f"to {v.dtype}{list(v.shape)} in the loop body")
+                outs.append(v)
+        finally:
+            self.scope = before
+        if not keep:
+            self.builder.discard_for(handle)
+            return outs
+        results = self.builder.end_for(handle, [o.handle for o in outs])
+        return [tensor(h, t.dtype, t.shape) for h, t in zip(results, init_tensors)]
+
+    def visit_While(self, node: ast.While) -> None:
+        raise self.src.error(node, "while loops are not supported yet (issue 4)")
+
+    def visit_Break(self, node: ast.Break) -> None:
+        raise self.src.error(node, "break is not supported in kernels")
+
+    def visit_Continue(self, node: ast.Continue) -> None:
+        raise self.src.error(node, "continue is not supported in kernels")
+
+    # -- expressions ----------------------------------------------------------------------------------
+    def visit_Constant(self, node: ast.Constant) -> Any:
+        return node.value
+
+    def visit_Name(self, node: ast.Name, where: Optional[ast.AST] = None) -> Any:
+        n = node.id
+        if n in self.scope:
+            return self.scope[n]
+        if n in self.globals:
+            return self.globals[n]
+        if hasattr(builtins, n):
+            return getattr(builtins, n)
+        raise self.src.error(where or node, f"NameError: name '{n}' is not defined")
+
+    def visit_Tuple(self, node: ast.Tuple) -> Any:
+        return tuple(self.visit(e) for e in node.elts)
+
+    def visit_List(self, node: ast.List) -> Any:
+        return [self.visit(e) for e in node.elts]
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> Any:
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            else:
+                x = self.visit(v.value)
+                parts.append(str(_unwrap(x)))
+        return "".join(parts)
+
+    def visit_BinOp(self, node: ast.BinOp) -> Any:
+        return binop(type(node.op), self.visit(node.left), self.visit(node.right))
+
+    def visit_Compare(self, node: ast.Compare) -> Any:
+        left = self.visit(node.left)
+        result = None
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.visit(right_node)
+            r = binop(type(op), left, right)
+            result = r if result is None else self._and(result, r)
+            left = right
+        return result
+
+    def _and(self, a: Any, b: Any) -> Any:
+        if _is_tensor(a) or _is_tensor(b):
+            return semantic.logical_and(a, b)
+        return _unwrap(a) and _unwrap(b)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> Any:
+        is_and = isinstance(node.op, ast.And)
+        acc = self.visit(node.values[0])
+        for v in node.values[1:]:
+            if not _is_tensor(acc):
+                if bool(_unwrap(acc)) != is_and:
+                    return acc  # short-circuit on a compile-time value
+                acc = self.visit(v)
+                continue
+            nxt = self.visit(v)
+            acc = semantic.logical_and(acc, nxt) if is_and else semantic.logical_or(acc, nxt)
+        return acc
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:
+        x = self.visit(node.operand)
+        if not _is_tensor(x):
+            v = _unwrap(x)
+            ops = {ast.Not: lambda: not v, ast.USub: lambda: -v, ast.UAdd: lambda: +v, ast.Invert: lambda: ~v}
+            r = ops[type(node.op)]()
+            return constexpr(r) if isinstance(x, constexpr) else r
+        if isinstance(node.op, ast.Not):
+            return semantic.not_(x)
+        return {ast.USub: semantic.minus, ast.UAdd: lambda t: t, ast.Invert: semantic.invert}[type(node.op)](x)
+
+    def visit_IfExp(self, node: ast.IfExp) -> Any:
+        cond = self.visit(node.test)
+        if not _is_tensor(cond):
+            return self.visit(node.body if _unwrap(cond) else node.orelse)
+        return semantic.where(cond, self.visit(node.body), self.visit(node.orelse))
+
+    def visit_Attribute(self, node: ast.Attribute) -> Any:
+        base = self.visit(node.value)
+        return getattr(base, node.attr)
+
+    def visit_Subscript(self, node: ast.Subscript) -> Any:
+        base = self.visit(node.value)
+        idx = self.visit(node.slice)
+        if _is_tensor(base):
+            return semantic.subscript(base, idx)
+        return _unwrap(base)[_unwrap(idx) if not isinstance(idx, tuple) else tuple(_unwrap(i) for i in idx)]
+
+    def visit_Index(self, node):  # Python 3.8 compatibility
+        return self.visit(node.value)
+
+    def visit_Slice(self, node: ast.Slice) -> Any:
+        lo = None if node.lower is None else _unwrap(self.visit(node.lower))
+        hi = None if node.upper is None else _unwrap(self.visit(node.upper))
+        st = None if node.step is None else _unwrap(self.visit(node.step))
+        return slice(lo, hi, st)
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        fn = self.visit(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(_unwrap(self.visit(a.value)))
+            else:
+                args.append(self.visit(a))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is None:
+                kwargs.update(_unwrap(self.visit(k.value)))
+            else:
+                kwargs[k.arg] = self.visit(k.value)
+        return self.call(node, _unwrap(fn) if isinstance(fn, constexpr) else fn, args, kwargs)
+
+    def call(self, node: ast.AST, fn: Any, args: List[Any], kwargs: Dict[str, Any]) -> Any:
+        from .runtime.jit import JITFunction
+
+        if isinstance(fn, JITFunction):
+            return inline_call(fn, self.builder, args, kwargs)
+        if getattr(fn, "_tiles_builtin", False) or getattr(getattr(fn, "__func__", None), "_tiles_builtin", False):
+            return fn(*args, **kwargs)
+        if fn in (builtins.min, builtins.max) and any(_is_tensor(a) for a in args):
+            f = semantic.minimum if fn is builtins.min else semantic.maximum
+            acc = args[0]
+            for a in args[1:]:
+                acc = f(acc, a)
+            return acc
+        if fn is builtins.abs and args and _is_tensor(args[0]):
+            return semantic.abs_(args[0])
+        if fn is builtins.print:
+            if any(_is_tensor(a) for a in args):
+                raise TypeError("print() of tensors needs tl.device_print")
+            return print(*[_unwrap(a) for a in args])
+        if fn in (builtins.range, language.range, language.static_range):
+            raise TypeError(f"{getattr(fn, '__name__', fn)} can only be used as the iterable of a for loop")
+        if isinstance(fn, type) and issubclass(fn, core.dtype):
+            return fn(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+        if any(_is_tensor(a) for a in list(args) + list(kwargs.values())):
+            name = getattr(fn, "__name__", repr(fn))
+            raise TypeError(f"{name} is a Python function, not a @tiles.jit one: it cannot take tensors")
+        return fn(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+
+
+def inline_call(jitfn, builder, args: List[Any], kwargs: Dict[str, Any]) -> Any:
+    """Inlines a call to another @jit function: its body is visited with the arguments bound."""
+    src = jitfn.source()
+    params = jitfn.params
+    if len(args) > len(params):
+        raise TypeError(f"{jitfn.__name__}() takes {len(params)} arguments but {len(args)} were given")
+    scope: Dict[str, Any] = {}
+    for p, a in zip(params, args):
+        scope[p.name] = a
+    for k, v in kwargs.items():
+        if k not in jitfn.param_names:
+            raise TypeError(f"{jitfn.__name__}() got an unexpected keyword argument '{k}'")
+        scope[k] = v
+    for p in params:
+        if p.name not in scope:
+            if p.default is inspect.Parameter.empty:
+                raise TypeError(f"{jitfn.__name__}() missing argument '{p.name}'")
+            scope[p.name] = p.default
+        if p.is_constexpr:
+            if _is_tensor(scope[p.name]):
+                raise TypeError(f"argument '{p.name}' of {jitfn.__name__} is tl.constexpr but got a tensor")
+            scope[p.name] = constexpr(scope[p.name])
+    gen = CodeGenerator(src, builder, scope, is_kernel=False)
+    gen.visit(src.node)
+    return gen.scope.get(_RETURN)
+
+
+def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], num_warps: int,
+                specialization: Dict[str, int], equal_to_1: Sequence[str] = ()) -> "_tiles.Kernel":
+    """Builds the IR of a kernel for one signature and specialisation."""
+    src = jitfn.source()
+    builder = _tiles.IrBuilder(jitfn.__name__, num_warps, src.file)
+    backend = IRBackend(builder)
+    scope: Dict[str, Any] = {}
+    with core.use_backend(backend):
+        for p in jitfn.params:
+            if p.name in constexprs:
+                scope[p.name] = constexpr(constexprs[p.name])
+                continue
+            ty = signature.get(p.name)
+            if ty is None:
+                raise CompilationError(f"no type given for parameter '{p.name}'", src.file, src.first_line)
+            if ty == "constexpr":
+                raise CompilationError(f"parameter '{p.name}' is constexpr but has no value", src.file, src.first_line)
+            try:
+                dt = core.dtype_from_ir(_normalize_type(ty))
+            except (KeyError, ValueError):
+                raise CompilationError(f"parameter '{p.name}' has an unknown type {ty!r}", src.file,
+                                       src.first_line) from None
+            h = builder.param(p.name, dt.ir, specialization.get(p.name, 1))
+            if p.name in equal_to_1:
+                scope[p.name] = semantic.scalar_constant(1, dt)
+            else:
+                scope[p.name] = tensor(h, dt, ())
+        gen = CodeGenerator(src, builder, scope, is_kernel=True)
+        gen.visit(src.node)
+    return builder.finish()
+
+
+_TYPE_ALIASES = {"int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+                 "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "fp16", "bfloat16": "bf16",
+                 "float32": "fp32", "float64": "fp64", "f16": "fp16", "f32": "fp32", "f64": "fp64", "B": "i1"}
+
+
+def _normalize_type(ty: str) -> str:
+    ty = ty.strip()
+    if ty.startswith("*"):
+        rest = ty[1:].lstrip("k")
+        return "*" + _TYPE_ALIASES.get(rest, rest)
+    return _TYPE_ALIASES.get(ty, ty)

@@ -1,0 +1,317 @@
+"""The tiles language: Triton's `triton.language`, op for op.
+
+`import tiles.language as tl` gives the names Triton kernels use. Each builtin here is a
+short function with Triton's name and signature; its meaning lives in `semantic`, shared by
+the compiler and the interpreter.
+"""
+
+from __future__ import annotations
+
+import math as _pymath
+from types import SimpleNamespace
+from typing import Any
+
+from . import semantic
+from .core import (  # noqa: F401  (re-exported names)
+    bfloat16,
+    block_type,
+    constexpr,
+    dtype,
+    float16,
+    float32,
+    float64,
+    int1,
+    int8,
+    int16,
+    int32,
+    int64,
+    pointer_type,
+    tensor,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+
+bool_ = int1
+float8e4nv = None  # fp8 types are not supported yet
+
+
+def builtin(fn):
+    """Marks a language function: the compiler calls it with evaluated arguments."""
+    fn._tiles_builtin = True
+    return fn
+
+
+def _method(fn):
+    fn._tiles_method = True
+    return builtin(fn)
+
+
+def _v(x: Any) -> Any:
+    return x.value if isinstance(x, constexpr) else x
+
+
+class PropagateNan:
+    NONE = 0
+    ALL = 0xFFFF
+
+
+# -- program geometry ----------------------------------------------------------------------------
+
+@builtin
+def program_id(axis, _semantic=None):
+    """The index of this program along grid axis `axis` (0, 1 or 2)."""
+    return semantic.program_id(axis)
+
+
+@builtin
+def num_programs(axis, _semantic=None):
+    """The number of programs along grid axis `axis`."""
+    return semantic.num_programs(axis)
+
+
+# -- creation ------------------------------------------------------------------------------------
+
+@builtin
+def arange(start, end, _semantic=None):
+    """`[start, end)` as an int32 tile; `end - start` must be a power of two."""
+    return semantic.arange(start, end)
+
+
+@builtin
+def full(shape, value, dtype, _semantic=None):
+    """A tile of `shape` filled with `value`."""
+    return semantic.full(shape, value, dtype)
+
+
+@builtin
+def zeros(shape, dtype, _semantic=None):
+    """A tile of `shape` filled with zeros."""
+    return semantic.full(shape, 0, dtype)
+
+
+@_method
+def zeros_like(input, _semantic=None):
+    """Zeros of `input`'s shape and dtype."""
+    return semantic.full(input.shape, 0, input.dtype)
+
+
+# -- memory --------------------------------------------------------------------------------------
+
+@builtin
+def load(pointer, mask=None, other=None, boundary_check=(), padding_option="", cache_modifier="",
+         eviction_policy="", volatile=False, _semantic=None):
+    """Loads through a pointer or a tile of pointers; masked-off lanes take `other`."""
+    if _v(boundary_check):
+        raise NotImplementedError("block pointers are not supported: use tensor descriptors or plain pointers")
+    return semantic.load(pointer, _v(mask), _v(other), volatile)
+
+
+@builtin
+def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy="",
+          _semantic=None):
+    """Stores `value` through a pointer or a tile of pointers where `mask` holds."""
+    if _v(boundary_check):
+        raise NotImplementedError("block pointers are not supported: use tensor descriptors or plain pointers")
+    return semantic.store(pointer, value, _v(mask))
+
+
+# -- shapes --------------------------------------------------------------------------------------
+
+@_method
+def expand_dims(input, axis, _semantic=None):
+    """Inserts a size-1 dimension at `axis`."""
+    return semantic.expand_dims(input, axis)
+
+
+@_method
+def broadcast_to(input, *shape, _semantic=None):
+    """Broadcasts `input` to `shape`."""
+    if len(shape) == 1 and isinstance(_v(shape[0]), (tuple, list)):
+        shape = _v(shape[0])
+    return semantic.broadcast_to(semantic.to_tensor(input), [_v(s) for s in shape])
+
+
+@builtin
+def broadcast(input, other, _semantic=None):
+    """Broadcasts two tensors to their common shape."""
+    return semantic.broadcast_pair(semantic.to_tensor(input), semantic.to_tensor(other))
+
+
+# -- casts ---------------------------------------------------------------------------------------
+
+@builtin
+def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None):
+    """Converts `input` to `dtype` (or reinterprets its bits when `bitcast`)."""
+    if _v(bitcast):
+        return semantic.bitcast(input, dtype)
+    return semantic.cast(input, dtype)
+
+
+# -- arithmetic ----------------------------------------------------------------------------------
+
+@builtin
+def where(condition, x, y, _semantic=None):
+    """`x` where `condition` holds, else `y`, elementwise."""
+    return semantic.where(condition, x, y)
+
+
+@builtin
+def maximum(x, y, propagate_nan=PropagateNan.NONE, _semantic=None):
+    """Elementwise maximum."""
+    return semantic.maximum(x, y)
+
+
+@builtin
+def minimum(x, y, propagate_nan=PropagateNan.NONE, _semantic=None):
+    """Elementwise minimum."""
+    return semantic.minimum(x, y)
+
+
+@builtin
+def clamp(x, min, max, propagate_nan=PropagateNan.NONE, _semantic=None):
+    """`min(max(x, min), max)` elementwise."""
+    return semantic.clamp(x, min, max)
+
+
+@builtin
+def fma(x, y, z, _semantic=None):
+    """`x * y + z`, rounded once."""
+    return semantic.fma(x, y, z)
+
+
+@builtin
+def cdiv(x, div, _semantic=None):
+    """Ceiling division: `(x + div - 1) // div`."""
+    if not isinstance(x, tensor) and not isinstance(div, tensor):
+        return constexpr((_v(x) + _v(div) - 1) // _v(div))
+    return semantic.floordiv(semantic.sub(semantic.add(x, div), 1), div)
+
+
+def _math1(name: str, op: str, doc: str):
+    def f(x, _semantic=None):
+        return semantic.unary_math(op, x)
+
+    f.__name__ = name
+    f.__doc__ = doc
+    return _method(f)
+
+
+exp = _math1("exp", "exp", "e**x elementwise.")
+exp2 = _math1("exp2", "exp2", "2**x elementwise.")
+log = _math1("log", "log", "Natural logarithm elementwise.")
+log2 = _math1("log2", "log2", "Base-2 logarithm elementwise.")
+sqrt = _math1("sqrt", "sqrt", "Square root elementwise.")
+sqrt_rn = _math1("sqrt_rn", "sqrt", "Square root, rounded to nearest, elementwise.")
+rsqrt = _math1("rsqrt", "rsqrt", "1/sqrt(x) elementwise.")
+sin = _math1("sin", "sin", "Sine elementwise.")
+cos = _math1("cos", "cos", "Cosine elementwise.")
+floor = _math1("floor", "floor", "Floor elementwise.")
+ceil = _math1("ceil", "ceil", "Ceiling elementwise.")
+erf = _math1("erf", "erf", "The error function elementwise.")
+
+
+@_method
+def abs(x, _semantic=None):
+    """Absolute value elementwise."""
+    return semantic.abs_(x)
+
+
+@_method
+def sigmoid(x, _semantic=None):
+    """`1 / (1 + exp(-x))` elementwise."""
+    return semantic.truediv(1, semantic.add(1, exp(semantic.minus(x))))
+
+
+@builtin
+def div_rn(x, y, _semantic=None):
+    """`x / y` rounded to nearest."""
+    return semantic.truediv(x, y)
+
+
+@builtin
+def fdiv(x, y, ieee_rounding=False, _semantic=None):
+    """`x / y` on floats."""
+    return semantic.truediv(x, y)
+
+
+@_method
+def to(x, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None):
+    return cast(x, dtype, bitcast=bitcast)
+
+
+# -- compiler hints (accepted; facts are found by analysis) ---------------------------------------
+
+@builtin
+def multiple_of(input, values, _semantic=None):
+    """Promises that `input`'s values are multiples of `values` (a hint)."""
+    return input
+
+
+@builtin
+def max_contiguous(input, values, _semantic=None):
+    """Promises runs of `values` consecutive values (a hint)."""
+    return input
+
+
+@builtin
+def max_constancy(input, values, _semantic=None):
+    """Promises runs of `values` equal values (a hint)."""
+    return input
+
+
+# -- compile-time helpers ------------------------------------------------------------------------
+
+@builtin
+def static_print(*values, sep=" ", end="\n", file=None, flush=False, _semantic=None):
+    """Prints at compile time."""
+    print(*[_v(v) for v in values], sep=sep, end=end, flush=flush)
+
+
+@builtin
+def static_assert(cond, msg="", _semantic=None):
+    """Fails compilation unless the constexpr `cond` holds."""
+    if not _v(cond):
+        raise AssertionError(f"static_assert failed: {_v(msg)}")
+
+
+class static_range:
+    """A loop unrolled at compile time: `for i in tl.static_range(4)`."""
+
+    def __init__(self, arg1, arg2=None, step=None):
+        if arg2 is None:
+            self.start, self.end = 0, _v(arg1)
+        else:
+            self.start, self.end = _v(arg1), _v(arg2)
+        self.step = 1 if step is None else _v(step)
+
+    def __iter__(self):
+        return iter(range(int(self.start), int(self.end), int(self.step)))
+
+
+class range:  # noqa: A001  (Triton's name)
+    """A loop the compiler may pipeline: `for k in tl.range(0, n, BLOCK, num_stages=3)`."""
+
+    def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False):
+        if arg2 is None:
+            self.start, self.end = 0, arg1
+        else:
+            self.start, self.end = arg1, arg2
+        self.step = 1 if step is None else step
+        self.num_stages = num_stages
+
+    def __iter__(self):
+        import builtins
+
+        return iter(builtins.range(int(self.start), int(self.end), int(self.step)))
+
+
+math = SimpleNamespace(
+    exp=exp, exp2=exp2, log=log, log2=log2, sqrt=sqrt, sqrt_rn=sqrt_rn, rsqrt=rsqrt, sin=sin, cos=cos,
+    floor=floor, ceil=ceil, erf=erf, abs=abs, fma=fma, div_rn=div_rn, fdiv=fdiv,
+)
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "Any", "SimpleNamespace")]
+_ = _pymath

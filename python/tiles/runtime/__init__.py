@@ -1,0 +1,1 @@
+"""Runtime: the JIT decorator and launcher, the CUDA driver layer, the interpreter."""

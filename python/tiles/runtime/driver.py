@@ -1,0 +1,152 @@
+"""The CUDA driver, through cuda-python (`cuda.bindings.driver`): context, PTX -> cubin,
+module load and launch. Imported lazily: machines without a GPU never load it."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Tuple
+
+from ..errors import LaunchError
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _cu():
+    try:
+        from cuda.bindings import driver as cu  # cuda-python >= 12.6
+    except ImportError:
+        try:
+            from cuda import cuda as cu  # older cuda-python
+        except ImportError as e:
+            raise LaunchError("cuda-python is not installed: `pip install cuda-bindings` (or cuda-python)") from e
+    return cu
+
+
+def check(result: Any, what: str) -> Any:
+    """Unpacks a cuda-python `(err, *values)` result, raising `LaunchError` on failure."""
+    cu = _state["cu"]
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        _, name = cu.cuGetErrorName(err)
+        _, desc = cu.cuGetErrorString(err)
+        raise LaunchError(f"{what} failed: {name.decode() if name else err}: {desc.decode() if desc else ''}")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+def available() -> bool:
+    """Whether a CUDA GPU can be used (never raises)."""
+    try:
+        init()
+        return True
+    except Exception:
+        return False
+
+
+def init() -> None:
+    """Initialises the driver and makes device 0's primary context current (once per process;
+    each new thread gets the context made current on first use)."""
+    if "ctx" in _state:
+        if not getattr(_tls, "bound", False):
+            check(_state["cu"].cuCtxSetCurrent(_state["ctx"]), "cuCtxSetCurrent")
+            _tls.bound = True
+        return
+    with _lock:
+        if "ctx" not in _state:
+            cu = _cu()
+            _state["cu"] = cu
+            check(cu.cuInit(0), "cuInit")
+            n = check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+            if n == 0:
+                raise LaunchError("no CUDA GPU found")
+            dev = check(cu.cuDeviceGet(0), "cuDeviceGet")
+            ctx = check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            attr = cu.CUdevice_attribute
+            major = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "attr")
+            minor = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "attr")
+            smem = check(cu.cuDeviceGetAttribute(
+                attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "attr")
+            _state.update(dev=dev, capability=(major, minor), max_shared=smem, ctx=ctx)
+    check(_state["cu"].cuCtxSetCurrent(_state["ctx"]), "cuCtxSetCurrent")
+    _tls.bound = True
+
+
+_tls = threading.local()
+
+
+def capability() -> Tuple[int, int]:
+    init()
+    return _state["capability"]
+
+
+def default_target() -> str:
+    major, minor = capability()
+    cc = major * 10 + minor
+    return f"sm_{cc}a" if cc == 90 else f"sm_{cc}"
+
+
+def link_ptx(ptx: str, name: str) -> bytes:
+    """Assembles PTX into a cubin with the driver's JIT linker (no CUDA toolkit needed)."""
+    init()
+    cu = _state["cu"]
+    log_size = 1 << 14
+    err_buf = ctypes.create_string_buffer(log_size)
+    opts = [cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER, cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES]
+    vals = [ctypes.addressof(err_buf), log_size]
+    state = check(cu.cuLinkCreate(len(opts), opts, vals), "cuLinkCreate")
+    try:
+        data = ptx.encode() + b"\0"
+        res = cu.cuLinkAddData(state, cu.CUjitInputType.CU_JIT_INPUT_PTX, data, len(data), name.encode(), 0, [], [])
+        if int(res[0]) != 0:
+            raise LaunchError(f"the driver rejected the PTX of {name}: {err_buf.value.decode(errors='replace')}")
+        cubin_ptr, size = check(cu.cuLinkComplete(state), "cuLinkComplete")
+        return ctypes.string_at(int(cubin_ptr), int(size))
+    finally:
+        cu.cuLinkDestroy(state)
+
+
+class LoadedKernel:
+    """A kernel function in a loaded module, with its resource usage."""
+
+    def __init__(self, cubin: bytes, name: str, shared: int):
+        init()
+        cu = _state["cu"]
+        self._cubin = cubin  # the driver may read it lazily
+        self.module = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+        self.function = check(cu.cuModuleGetFunction(self.module, name.encode()), "cuModuleGetFunction")
+        fa = cu.CUfunction_attribute
+        self.n_regs = check(cu.cuFuncGetAttribute(fa.CU_FUNC_ATTRIBUTE_NUM_REGS, self.function), "attr")
+        self.n_spills = check(cu.cuFuncGetAttribute(fa.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, self.function), "attr")
+        self.shared = shared
+        if shared > 48 * 1024:
+            if shared > _state["max_shared"]:
+                limit = _state["max_shared"]
+                raise LaunchError(f"{name} needs {shared} bytes of shared memory; the GPU allows {limit}")
+            check(cu.cuFuncSetAttribute(self.function, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+                  "cuFuncSetAttribute")
+        self.handle = int(self.function)
+        self._launch = cu.cuLaunchKernel
+
+    def launch(self, grid: Tuple[int, int, int], threads: int, stream: int, params_addr: int) -> None:
+        err = self._launch(self.function, grid[0], grid[1], grid[2], threads, 1, 1, self.shared, stream,
+                           params_addr, 0)
+        if int(err[0]) != 0:
+            check(err, "cuLaunchKernel")
+
+
+def current_stream() -> int:
+    """Torch's current stream when torch is in use, else the legacy default stream."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return torch.cuda.current_stream().cuda_stream
+    return 0
+
+
+def synchronize() -> None:
+    init()
+    check(_state["cu"].cuCtxSynchronize(), "cuCtxSynchronize")

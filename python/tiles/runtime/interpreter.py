@@ -1,0 +1,359 @@
+"""TILES_INTERPRET=1: kernels run on the CPU with numpy.
+
+Each program instance of the grid runs the kernel's Python directly; tiles are numpy arrays
+and every op takes its meaning from `semantic`, as the compiler does. Pointers are byte
+addresses; every load and store is checked against the buffers passed to the kernel and a
+stray access raises `OutOfBoundsError` before anything is written.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import sys
+from typing import Any, List, Sequence, Tuple
+
+import numpy as np
+
+from .. import core
+from .._numpy_types import from_numpy, numpy_dtype
+from ..errors import InterpreterError, LaunchError, OutOfBoundsError
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Buffer:
+    def __init__(self, name: str, lo: int, nbytes: int, itemsize: int, owner: Any):
+        self.name, self.lo, self.hi, self.itemsize = name, lo, lo + nbytes, itemsize
+        self.owner = owner  # keeps the memory alive
+        raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(lo) if nbytes else bytearray(1)
+        self.bytes = np.frombuffer(raw, dtype=np.uint8, count=nbytes)
+
+
+class Memory:
+    """The buffers a launch may touch, sorted by address."""
+
+    def __init__(self):
+        self.buffers: List[Buffer] = []
+
+    def add(self, b: Buffer) -> None:
+        self.buffers.append(b)
+        self.buffers.sort(key=lambda x: x.lo)
+        self.starts = np.array([x.lo for x in self.buffers], dtype=np.int64)
+        self.ends = np.array([x.hi for x in self.buffers], dtype=np.int64)
+
+    def locate(self, addrs: np.ndarray, eb: int, what: str, where: str) -> np.ndarray:
+        """The buffer index of each address; raises OutOfBoundsError for any outside all buffers."""
+        if not self.buffers:
+            idx = np.full(addrs.shape, -1)
+        else:
+            idx = np.searchsorted(self.starts, addrs, side="right") - 1
+        ok = idx >= 0
+        ok[ok] &= addrs[ok] + eb <= self.ends[idx[ok]]
+        if not ok.all():
+            bad = int(np.flatnonzero(~ok)[0])
+            a = int(addrs[bad])
+            near = self.buffers[max(int(idx[bad]), 0)] if self.buffers else None
+            if near is None:
+                detail = f"address {a:#x} (no buffers were passed)"
+            else:
+                off = a - near.lo
+                detail = (f"byte offset {off} (element {off // near.itemsize}) from the start of '{near.name}', "
+                          f"a buffer of {(near.hi - near.lo) // near.itemsize} elements ({near.hi - near.lo} bytes)")
+            raise OutOfBoundsError(f"out-of-bounds {what} {where}: {detail}")
+        return idx
+
+
+def _user_frame() -> Tuple[str, int]:
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(_PKG_DIR):
+            return f.f_code.co_filename, f.f_lineno
+        f = f.f_back
+    return "<unknown>", 0
+
+
+def _arr(x: Any) -> np.ndarray:
+    return np.asarray(x)
+
+
+class NumpyBackend:
+    """Language ops on numpy arrays."""
+
+    interpreter = True
+
+    def __init__(self, kernel: str, grid: Tuple[int, int, int], memory: Memory):
+        self.kernel, self.grid, self.memory = kernel, grid, memory
+        self.pid = (0, 0, 0)
+
+    def where(self) -> str:
+        file, line = _user_frame()
+        return f"in {self.kernel} at {file}:{line} (program id {self.pid})"
+
+    def constant(self, value, dt, shape):
+        return np.full(tuple(shape), value, dtype=numpy_dtype(dt))
+
+    def program_id(self, axis):
+        return np.array(self.pid[axis], dtype=np.int32)
+
+    def num_programs(self, axis):
+        return np.array(self.grid[axis], dtype=np.int32)
+
+    def arange(self, start, end):
+        return np.arange(start, end, dtype=np.int32)
+
+    def splat(self, x, shape):
+        return np.broadcast_to(_arr(x.handle), tuple(shape))
+
+    def expand_dims(self, x, axis):
+        return np.expand_dims(_arr(x.handle), axis)
+
+    def broadcast(self, x, shape):
+        return np.broadcast_to(_arr(x.handle), tuple(shape))
+
+    def binary(self, op, a, b):
+        x, y = _arr(a.handle), _arr(b.handle)
+        dt = numpy_dtype(a.dtype)
+        with np.errstate(all="ignore"):
+            if op == "add":
+                r = x + y
+            elif op == "sub":
+                r = x - y
+            elif op == "mul":
+                r = x * y
+            elif op == "div":
+                if a.dtype.is_floating():
+                    r = x / y
+                else:
+                    safe = np.where(y == 0, 1, y)
+                    q = np.floor_divide(x, safe)
+                    fix = (np.remainder(x, safe) != 0) & ((x < 0) != (y < 0))
+                    r = np.where(y == 0, 0, q + fix)
+            elif op == "rem":
+                if a.dtype.is_floating():
+                    r = np.fmod(x.astype(np.float64), y.astype(np.float64))
+                else:
+                    r = np.where(y == 0, 0, np.fmod(x, np.where(y == 0, 1, y)))
+            elif op == "and":
+                r = x & y
+            elif op == "or":
+                r = x | y
+            elif op == "xor":
+                r = x ^ y
+            elif op == "shl":
+                r = np.left_shift(x, y)
+            elif op == "shr":
+                r = np.right_shift(x, y)
+            elif op == "max":
+                r = np.fmax(x, y) if a.dtype.is_floating() else np.maximum(x, y)
+            elif op == "min":
+                r = np.fmin(x, y) if a.dtype.is_floating() else np.minimum(x, y)
+            else:
+                raise NotImplementedError(op)
+        return np.asarray(r).astype(dt, copy=False)
+
+    def compare(self, pred, a, b):
+        x, y = _arr(a.handle), _arr(b.handle)
+        f = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+             "ne": np.not_equal}[pred]
+        return np.asarray(f(x, y))
+
+    def unary(self, op, a):
+        x = _arr(a.handle)
+        dt = numpy_dtype(a.dtype)
+        if op == "neg":
+            with np.errstate(all="ignore"):
+                return np.asarray(-x if a.dtype.is_floating() else (0 - x)).astype(dt, copy=False)
+        if op == "not":
+            return np.asarray(~x)
+        if op == "abs":
+            return np.asarray(np.abs(x)).astype(dt, copy=False)
+        wide = np.float64 if dt == np.float64 else np.float32
+        xf = x.astype(wide)
+        with np.errstate(all="ignore"):
+            f = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+                 "rsqrt": lambda v: 1 / np.sqrt(v), "sin": np.sin, "cos": np.cos, "floor": np.floor,
+                 "ceil": np.ceil, "erf": np.vectorize(math.erf, otypes=[np.float64])}[op]
+            r = f(xf)
+        return np.asarray(r).astype(dt)
+
+    def fma(self, a, b, c):
+        dt = numpy_dtype(a.dtype)
+        w = [_arr(t.handle).astype(np.float64) for t in (a, b, c)]
+        return np.asarray(w[0] * w[1] + w[2]).astype(dt)
+
+    def select(self, c, a, b):
+        return np.asarray(np.where(_arr(c.handle), _arr(a.handle), _arr(b.handle))).astype(numpy_dtype(a.dtype))
+
+    def cast(self, x, dt):
+        a = _arr(x.handle)
+        if dt.is_ptr():
+            return a
+        if dt.is_bool():
+            return np.asarray(a != 0)
+        npdt = numpy_dtype(dt)
+        with np.errstate(all="ignore"):
+            if x.dtype.is_floating() and dt.is_int():
+                return np.asarray(np.trunc(a.astype(np.float64))).astype(npdt)
+            if x.dtype.is_bf16() or dt.is_bf16():
+                return a.astype(np.float32).astype(npdt) if not x.dtype.is_int() else a.astype(npdt)
+            return np.asarray(a).astype(npdt)
+
+    def bitcast(self, x, dt):
+        a = np.ascontiguousarray(_arr(x.handle))
+        shape = a.shape
+        return a.reshape(-1).view(numpy_dtype(dt)).reshape(shape)
+
+    def addptr(self, p, o):
+        eb = numpy_dtype(p.dtype.element_ty).itemsize
+        return _arr(p.handle).astype(np.int64) + _arr(o.handle).astype(np.int64) * eb
+
+    def _gather(self, addrs: np.ndarray, npdt: np.dtype, what: str) -> np.ndarray:
+        eb = npdt.itemsize
+        idx = self.memory.locate(addrs, eb, what, self.where())
+        out = np.empty(addrs.shape[0], dtype=npdt)
+        for bi in np.unique(idx):
+            sel = idx == bi
+            buf = self.memory.buffers[int(bi)]
+            offs = (addrs[sel] - buf.lo)[:, None] + np.arange(eb)
+            out[sel] = np.ascontiguousarray(buf.bytes[offs]).view(npdt).reshape(-1)
+        return out
+
+    def load(self, ptr, mask, other, volatile):
+        addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ())
+        npdt = numpy_dtype(ptr.dtype.element_ty)
+        m = np.ones(addrs.shape, dtype=bool) if mask is None else np.broadcast_to(_arr(mask.handle), addrs.shape)
+        if other is not None:
+            out = np.array(np.broadcast_to(_arr(other.handle), addrs.shape), dtype=npdt)
+        else:
+            out = np.zeros(addrs.shape, dtype=npdt)
+        if m.any():
+            flat = addrs.reshape(-1)[m.reshape(-1)]
+            vals = self._gather(flat, npdt, "load")
+            o = out.reshape(-1)
+            o[m.reshape(-1)] = vals
+            out = o.reshape(addrs.shape)
+        return out
+
+    def store(self, ptr, value, mask):
+        addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ())
+        npdt = numpy_dtype(ptr.dtype.element_ty)
+        vals = np.broadcast_to(_arr(value.handle), addrs.shape).astype(npdt)
+        m = np.ones(addrs.shape, dtype=bool) if mask is None else np.broadcast_to(_arr(mask.handle), addrs.shape)
+        flat_m = m.reshape(-1)
+        a = addrs.reshape(-1)[flat_m]
+        if not a.size:
+            return
+        v = np.ascontiguousarray(vals.reshape(-1)[flat_m])
+        eb = npdt.itemsize
+        idx = self.memory.locate(a, eb, "store", self.where())  # checks every lane before writing any
+        raw = v.view(np.uint8).reshape(-1, eb)
+        for bi in np.unique(idx):
+            sel = idx == bi
+            buf = self.memory.buffers[int(bi)]
+            offs = (a[sel] - buf.lo)[:, None] + np.arange(eb)
+            buf.bytes[offs] = raw[sel]
+
+    def to_python_bool(self, t):
+        h = _arr(t.handle)
+        if h.size != 1:
+            raise ValueError(f"the truth value of a tile of shape {list(h.shape)} is ambiguous")
+        return bool(h.reshape(()))
+
+    def to_python_int(self, t):
+        return int(_arr(t.handle).reshape(()))
+
+    def to_python_value(self, t):
+        return _arr(t.handle).reshape(()).item()
+
+
+def _host_array(v: Any, name: str):
+    """A numpy view of a host array argument (numpy, torch CPU, array interface), or None."""
+    if isinstance(v, np.ndarray):
+        return v
+    if hasattr(v, "data_ptr") and hasattr(v, "is_cuda"):  # torch
+        if v.is_cuda:
+            raise LaunchError(f"argument '{name}' is a CUDA tensor; the interpreter needs CPU tensors or numpy "
+                              "arrays (unset TILES_INTERPRET to run on the GPU)")
+        import torch
+
+        t = v.detach()
+        if t.dtype == torch.bfloat16:
+            import ml_dtypes
+
+            return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.numpy()
+    if hasattr(v, "__cuda_array_interface__"):
+        raise LaunchError(f"argument '{name}' lives in GPU memory; the interpreter needs host arrays")
+    if hasattr(v, "__array_interface__"):
+        return np.asarray(v)
+    return None
+
+
+def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
+    base = arr.ctypes.data
+    if arr.size == 0:
+        mem.add(Buffer(name, base, 0, arr.itemsize, arr))
+        return base
+    lo = hi = 0
+    for n, s in zip(arr.shape, arr.strides):
+        ext = (n - 1) * s
+        if ext < 0:
+            lo += ext
+        else:
+            hi += ext
+    mem.add(Buffer(name, base + lo, hi - lo + arr.itemsize, arr.itemsize, arr))
+    return base
+
+
+def run(jitfn, vals: Sequence[Any], grid) -> None:
+    """Runs every program of the grid, in order, on the CPU."""
+    from ..core import constexpr, pointer_type, tensor, use_backend
+    from .jit import _scalar_type
+
+    mem = Memory()
+    args: List[Any] = []
+    for p, v in zip(jitfn.params, vals):
+        if p.is_constexpr:
+            args.append(v.value if isinstance(v, constexpr) else v)
+            continue
+        arr = _host_array(v, p.name) if v is not None else None
+        if arr is not None:
+            addr = _register(mem, arr, p.name)
+            args.append(tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(arr.dtype)), ()))
+        elif v is None:
+            args.append(None)
+        else:
+            ty = _scalar_type(v, p.name)
+            dt = core.dtype_from_ir(ty)
+            args.append(tensor(np.array(v, dtype=numpy_dtype(dt)), dt, ()))
+    g = grid(dict(zip(jitfn.param_names, vals))) if callable(grid) else grid
+    g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
+    g = g + (1,) * (3 - len(g))
+    be = NumpyBackend(jitfn.__name__, g, mem)
+    with use_backend(be):
+        for z in range(g[2]):
+            for y in range(g[1]):
+                for x in range(g[0]):
+                    be.pid = (x, y, z)
+                    try:
+                        jitfn.fn(*args)
+                    except (OutOfBoundsError, AssertionError, LaunchError, InterpreterError):
+                        raise
+                    except Exception as e:
+                        file, line = _frame_of(e)
+                        raise InterpreterError(f"in {jitfn.__name__} at {file}:{line} (program id {be.pid}): "
+                                               f"{type(e).__name__}: {e}") from e
+
+
+def _frame_of(e: BaseException) -> Tuple[str, int]:
+    tb = e.__traceback__
+    best = ("<unknown>", 0)
+    while tb is not None:
+        fn = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not fn.startswith(_PKG_DIR):
+            best = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return best

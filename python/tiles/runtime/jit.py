@@ -1,0 +1,278 @@
+"""`@tiles.jit`: binds launch arguments, specialises, compiles once per specialisation, and
+launches. Where there is no GPU (or `TILES_INTERPRET=1`) kernels run in the interpreter."""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import os
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .. import core
+from ..errors import LaunchError
+
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
+                   "launch_cooperative_grid", "stream")
+
+_TORCH_DTYPES = {
+    "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float64": "fp64",
+    "torch.int8": "i8", "torch.int16": "i16", "torch.int32": "i32", "torch.int64": "i64",
+    "torch.uint8": "u8", "torch.uint16": "u16", "torch.uint32": "u32", "torch.uint64": "u64", "torch.bool": "i1",
+}
+_TYPESTR = {"f2": "fp16", "f4": "fp32", "f8": "fp64", "i1": "i8", "i2": "i16", "i4": "i32", "i8": "i64",
+            "u1": "u8", "u2": "u16", "u4": "u32", "u8": "u64", "b1": "i1"}
+_CTYPES = {"i1": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
+           "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
+           "u64": ctypes.c_uint64, "fp32": ctypes.c_float, "fp64": ctypes.c_double}
+
+
+class Param:
+    """A kernel parameter as declared."""
+
+    empty = inspect.Parameter.empty
+
+    def __init__(self, p: inspect.Parameter, index: int, do_not_specialize: bool):
+        self.name = p.name
+        self.index = index
+        self.default = p.default
+        ann = p.annotation
+        self.is_constexpr = ann is core.constexpr or (isinstance(ann, str) and ann.split(".")[-1] == "constexpr")
+        self.do_not_specialize = do_not_specialize
+
+
+def interpreting(jitfn: "JITFunction") -> bool:
+    if jitfn.interpret is not None:
+        return bool(jitfn.interpret)
+    env = os.environ.get("TILES_INTERPRET")
+    if env is not None:
+        return env not in ("", "0")
+    from . import driver
+
+    return not driver.available()
+
+
+def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
+    """(address, dtype) of a device array argument, or None if `v` is not an array."""
+    t = type(v)
+    if hasattr(v, "data_ptr") and hasattr(v, "dtype") and hasattr(v, "is_cuda"):  # torch
+        if not v.is_cuda:
+            raise LaunchError(f"argument '{name}' is a CPU tensor; the GPU kernel needs a CUDA tensor "
+                              "(or run with TILES_INTERPRET=1)")
+        dt = _TORCH_DTYPES.get(str(v.dtype))
+        if dt is None:
+            raise LaunchError(f"argument '{name}' has dtype {v.dtype}, which tiles does not support")
+        return v.data_ptr(), dt
+    cai = getattr(v, "__cuda_array_interface__", None)
+    if cai is not None:
+        ts = cai["typestr"]
+        dt = _TYPESTR.get(ts[1:])
+        if dt is None:
+            raise LaunchError(f"argument '{name}' has typestr {ts!r}, which tiles does not support")
+        return int(cai["data"][0]), dt
+    if t.__module__ == "numpy" and t.__name__ == "ndarray":
+        raise LaunchError(f"argument '{name}' is a host (numpy) array; the GPU kernel needs device memory "
+                          "(a CUDA tensor), or run with TILES_INTERPRET=1")
+    if hasattr(v, "__dlpack__") and hasattr(v, "__dlpack_device__"):
+        from . import dlpack
+
+        return dlpack.pointer_and_dtype(v, name)
+    return None
+
+
+def _scalar_type(v: Any, name: str) -> str:
+    if isinstance(v, bool):
+        return "i1"
+    if isinstance(v, int):
+        if -(2**31) <= v < 2**31:
+            return "i32"
+        if -(2**63) <= v < 2**63:
+            return "i64"
+        if v < 2**64:
+            return "u64"
+        raise LaunchError(f"argument '{name}' = {v} does not fit in 64 bits")
+    if isinstance(v, float):
+        return "fp32"
+    raise LaunchError(f"argument '{name}' has unsupported type {type(v).__name__}: expected a tensor, "
+                      "an int, a float or a bool")
+
+
+class _Specialization:
+    """A compiled kernel plus how to pack its arguments."""
+
+    def __init__(self, compiled, packers: List[Tuple[int, Any]]):
+        self.compiled = compiled
+        self.loaded = compiled.load()
+        self.packers = packers
+        self.threads = compiled.metadata.num_threads
+
+
+class JITFunction:
+    """A kernel (or a device function called from kernels) written in the tiles language."""
+
+    def __init__(self, fn: Callable, do_not_specialize: Sequence[Any] = (), debug: Optional[bool] = None,
+                 noinline: bool = False, interpret: Optional[bool] = None, **_ignored: Any):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+        sig = inspect.signature(fn)
+        dns = {d if isinstance(d, str) else list(sig.parameters)[d] for d in do_not_specialize}
+        self.params = [Param(p, i, p.name in dns) for i, p in enumerate(sig.parameters.values())]
+        self.param_names = [p.name for p in self.params]
+        self.arg_names = self.param_names
+        self.constexprs = [p.index for p in self.params if p.is_constexpr]
+        self.debug = debug
+        self.interpret = interpret
+        self._src = None
+        self.cache: Dict[Any, _Specialization] = {}
+        self._lock = threading.Lock()
+
+    def source(self):
+        if self._src is None:
+            from ..frontend import FunctionSource
+
+            self._src = FunctionSource(self.fn)
+        return self._src
+
+    def __call__(self, *args, **kwargs):
+        if core._state.__dict__.get("backend") is not None and getattr(core._state.backend, "interpreter", False):
+            return self.fn(*args, **kwargs)
+        raise RuntimeError(f"{self.__name__} is a @tiles.jit function: launch it with {self.__name__}[grid](...) "
+                           "or call it from another kernel")
+
+    def __getitem__(self, grid) -> Callable:
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"JITFunction({self.__module__}:{self.__name__})"
+
+    # -- binding ------------------------------------------------------------------------------------
+    def bind(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
+        params = self.params
+        if len(args) > len(params):
+            raise TypeError(f"{self.__name__}() takes {len(params)} arguments but {len(args)} were given")
+        vals = list(args)
+        for p in params[len(args):]:
+            if p.name in kwargs:
+                vals.append(kwargs.pop(p.name))
+            elif p.default is not Param.empty:
+                vals.append(p.default)
+            else:
+                raise TypeError(f"{self.__name__}() missing argument '{p.name}'")
+        if kwargs:
+            extra = next(iter(kwargs))
+            raise TypeError(f"{self.__name__}() got an unexpected keyword argument '{extra}'")
+        return vals
+
+    def _specialize(self, vals: List[Any]):
+        """The cache key and, per parameter, (kind, type, divisibility, raw value)."""
+        key: List[Any] = []
+        info = []
+        for p, v in zip(self.params, vals):
+            if p.is_constexpr:
+                cv = v.value if isinstance(v, core.constexpr) else v
+                key.append(("c", cv))
+                info.append(("constexpr", None, 0, cv))
+                continue
+            if v is None:
+                key.append(("none",))
+                info.append(("constexpr", None, 0, None))
+                continue
+            ptr = _pointer_info(v, p.name)
+            if ptr is not None:
+                addr, dt = ptr
+                div = 16 if addr % 16 == 0 and not p.do_not_specialize else 1
+                key.append(("p", dt, div))
+                info.append(("ptr", "*" + dt, div, addr))
+                continue
+            ty = _scalar_type(v, p.name)
+            div = 1
+            if ty in ("i32", "i64", "u64") and not p.do_not_specialize:
+                div = 1 if v == 1 else 16 if v % 16 == 0 else 0
+            key.append(("s", ty, div))
+            info.append(("scalar", ty, div, v))
+        return tuple(key), info
+
+    # -- compile and launch -------------------------------------------------------------------------
+    def _compile(self, info, num_warps: int, num_stages: int) -> _Specialization:
+        from .. import compiler
+        from . import driver
+
+        signature, constexprs, spec, ones = {}, {}, {}, []
+        packers = []
+        for p, (kind, ty, div, raw) in zip(self.params, info):
+            if kind == "constexpr":
+                constexprs[p.name] = raw
+                continue
+            signature[p.name] = ty
+            if kind == "ptr":
+                spec[p.name] = div
+                packers.append((p.index, ctypes.c_uint64))
+            else:
+                if div == 1 and ty != "i1" and raw == 1:
+                    ones.append(p.name)
+                elif div == 16:
+                    spec[p.name] = 16
+                packers.append((p.index, _CTYPES[ty]))
+        compiled = compiler.compile(self, signature, constexprs, target=driver.default_target(),
+                                    num_warps=num_warps, num_stages=num_stages, specialization=spec,
+                                    equal_to_1=ones)
+        return _Specialization(compiled, packers)
+
+    def run(self, *args, grid, **kwargs):
+        opts = {k: kwargs.pop(k) for k in _LAUNCH_OPTIONS if k in kwargs}
+        num_warps = int(opts.get("num_warps") or 4)
+        num_stages = int(opts.get("num_stages") or 3)
+        vals = self.bind(args, kwargs)
+        if interpreting(self):
+            from . import interpreter
+
+            return interpreter.run(self, vals, grid)
+        key, info = self._specialize(vals)
+        full_key = (key, num_warps, num_stages)
+        spec = self.cache.get(full_key)
+        if spec is None:
+            with self._lock:
+                spec = self.cache.get(full_key)
+                if spec is None:
+                    spec = self._compile(info, num_warps, num_stages)
+                    self.cache[full_key] = spec
+        g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
+        g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
+        if len(g) > 3 or not g:
+            raise LaunchError(f"grid must have 1 to 3 dimensions, got {g}")
+        g = g + (1,) * (3 - len(g))
+        if min(g) <= 0:
+            return spec.compiled
+        from . import driver
+
+        cargs = [ctor(info[i][3]) for i, ctor in spec.packers]
+        ptrs = (ctypes.c_void_p * max(1, len(cargs)))(*[ctypes.addressof(c) for c in cargs])
+        stream = opts.get("stream")
+        stream = driver.current_stream() if stream is None else int(stream)
+        spec.loaded.launch(g, spec.threads, stream, ctypes.addressof(ptrs))
+        return spec.compiled
+
+    def warmup(self, *args, grid=None, **kwargs):
+        """Compiles (and loads) without launching; returns the compiled kernel."""
+        opts = {k: kwargs.pop(k) for k in _LAUNCH_OPTIONS if k in kwargs}
+        vals = self.bind(args, kwargs)
+        key, info = self._specialize(vals)
+        num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
+        full_key = (key, num_warps, num_stages)
+        if full_key not in self.cache:
+            self.cache[full_key] = self._compile(info, num_warps, num_stages)
+        return self.cache[full_key].compiled
+
+
+def jit(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[Any] = (), debug: Optional[bool] = None,
+        noinline: bool = False, interpret: Optional[bool] = None, **kwargs: Any):
+    """Decorates a kernel written in the tiles (Triton) language."""
+
+    def wrap(f: Callable) -> JITFunction:
+        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline,
+                           interpret=interpret, **kwargs)
+
+    return wrap(fn) if fn is not None else wrap

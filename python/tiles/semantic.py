@@ -1,0 +1,541 @@
+"""The meaning of every language op, shared by the compiler and the interpreter.
+
+Type promotion, broadcasting, literal handling and argument checks live here, once. Each
+function ends in a call to the active backend (`core.current_backend()`): the IR builder
+when compiling, numpy when interpreting. Backend methods take and return handles.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, Optional, Sequence
+
+from . import core
+from .core import constexpr, dtype, tensor
+
+
+class TilesTypeError(TypeError):
+    """An operand's dtype does not fit the op."""
+
+
+def _be():
+    return core.current_backend()
+
+
+def _unwrap(x: Any) -> Any:
+    return x.value if isinstance(x, constexpr) else x
+
+
+def _is_literal(x: Any) -> bool:
+    return isinstance(_unwrap(x), (bool, int, float))
+
+
+def literal_type(x: Any) -> dtype:
+    """The dtype a Python literal takes (Triton's rules)."""
+    x = _unwrap(x)
+    if isinstance(x, bool):
+        return core.int1
+    if isinstance(x, int):
+        if -(2**31) <= x < 2**31:
+            return core.int32
+        if 2**31 <= x < 2**32:
+            return core.uint32
+        if -(2**63) <= x < 2**63:
+            return core.int64
+        if 2**63 <= x < 2**64:
+            return core.uint64
+        raise ValueError(f"integer {x} does not fit in 64 bits")
+    if isinstance(x, float):
+        a = builtins.abs(x)
+        if a == float("inf") or a == 0.0 or x != x or 2.0**-126 <= a <= (2 - 2**-23) * 2.0**127:
+            return core.float32
+        return core.float64
+    raise TypeError(f"cannot use {x!r} of type {type(x).__name__} as a tensor")
+
+
+def make(handle: Any, dt: dtype, shape: Sequence[int] = ()) -> tensor:
+    return tensor(handle, dt, shape)
+
+
+def scalar_constant(value: Any, dt: dtype) -> tensor:
+    value = _unwrap(value)
+    if dt.is_int() and not isinstance(value, bool):
+        value = int(value)
+    if dt.is_bool():
+        value = int(bool(value))
+    if dt.is_floating():
+        value = float(value)
+    return make(_be().constant(value, dt, ()), dt, ())
+
+
+def to_tensor(x: Any, dt: Optional[dtype] = None) -> tensor:
+    if isinstance(x, tensor):
+        return x
+    x = _unwrap(x)
+    if isinstance(x, (bool, int, float)):
+        return scalar_constant(x, dt or literal_type(x))
+    if isinstance(x, tensor):
+        return x
+    raise TypeError(f"cannot use {x!r} of type {type(x).__name__} as a tensor")
+
+
+def _int_range(dt: dtype):
+    bits = dt.int_bitwidth
+    if dt.is_bool():
+        return 0, 1
+    if dt.is_int_unsigned():
+        return 0, 2**bits - 1
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def integer_promote(a: dtype, b: dtype) -> dtype:
+    ra, rb = a.int_bitwidth, b.int_bitwidth
+    ua, ub = a.is_int_unsigned(), b.is_int_unsigned()
+    if ua == ub:
+        return a if ra > rb else b
+    if ua:
+        return a if ra >= rb else b
+    return b if rb >= ra else a
+
+
+def computation_type(a: dtype, a_lit: bool, b: dtype, b_lit: bool, div_or_mod: bool) -> dtype:
+    # A literal of a lower or equal kind (bool < uint < int < float) does not take part.
+    if a_lit != b_lit:
+        lit, ten = (a, b) if a_lit else (b, a)
+        if lit.kind() <= ten.kind():
+            a = b = ten
+    if a.is_fp64() or b.is_fp64():
+        return core.float64
+    if div_or_mod and (a.is_floating() or b.is_floating()):
+        return core.float32
+    if a.is_fp32() or b.is_fp32():
+        return core.float32
+    if a.is_fp16() or b.is_fp16():
+        return core.float16
+    if a.is_bf16() and b.is_bf16():
+        return core.bfloat16
+    if a.is_bf16() or b.is_bf16():
+        return core.float32
+    if div_or_mod and a.is_int_signed() != b.is_int_signed():
+        raise TilesTypeError(
+            f"cannot use /, // or % with {a} and {b}: their signedness differs; cast one of them first")
+    return integer_promote(a, b)
+
+
+def _to_computation_type(x: Any, dt: dtype) -> tensor:
+    if isinstance(x, tensor):
+        return cast(x, dt)
+    v = _unwrap(x)
+    if dt.is_int():
+        if isinstance(v, float):
+            v = int(v)
+        lo, hi = _int_range(dt)
+        if v < 0 and dt.is_int_unsigned():
+            raise ValueError(f"cannot combine an unsigned tensor ({dt}) with the negative literal {v}; cast first")
+        if not lo <= v <= hi:
+            raise ValueError(f"literal {v} is out of range for {dt}")
+    return scalar_constant(v, dt)
+
+
+def _check_ptr(a: dtype, b: dtype, allow_ptr_a: bool) -> None:
+    if a.is_ptr():
+        if not allow_ptr_a:
+            raise TilesTypeError(f"invalid operands of type {a} and {b}")
+        if b.is_ptr() and a != b:
+            raise TilesTypeError(f"invalid operands of type {a} and {b}")
+        if b.is_floating():
+            raise TilesTypeError(f"cannot add a float ({b}) to a pointer ({a})")
+
+
+def binary_operands(lhs: Any, rhs: Any, allow_lhs_ptr=False, allow_rhs_ptr=False, arithmetic=True,
+                    div_or_mod=False):
+    """Promotes and broadcasts two operands (Triton's `binary_op_type_checking_impl`)."""
+    lhs_lit, rhs_lit = _is_literal(lhs), _is_literal(rhs)
+    if not lhs_lit and not isinstance(lhs, tensor):
+        raise TypeError(f"unsupported operand {_unwrap(lhs)!r}")
+    if not rhs_lit and not isinstance(rhs, tensor):
+        raise TypeError(f"unsupported operand {_unwrap(rhs)!r}")
+    lt = literal_type(lhs) if lhs_lit else lhs.dtype
+    rt = literal_type(rhs) if rhs_lit else rhs.dtype
+    _check_ptr(lt, rt, allow_lhs_ptr)
+    _check_ptr(rt, lt, allow_rhs_ptr)
+    if arithmetic and not lt.is_ptr() and not rt.is_ptr():
+        ct = computation_type(lt, lhs_lit, rt, rhs_lit, div_or_mod)
+        lhs, rhs = _to_computation_type(lhs, ct), _to_computation_type(rhs, ct)
+    else:
+        lhs, rhs = to_tensor(lhs), to_tensor(rhs)
+    return broadcast_pair(lhs, rhs)
+
+
+# -- shapes ---------------------------------------------------------------------------------
+
+def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> tuple:
+    a, b = tuple(a), tuple(b)
+    if len(a) < len(b):
+        a = (1,) * (len(b) - len(a)) + a
+    if len(b) < len(a):
+        b = (1,) * (len(a) - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise ValueError(f"cannot broadcast shapes {list(a)} and {list(b)}")
+    return tuple(out)
+
+
+def broadcast_to(x: tensor, shape: Sequence[int]) -> tensor:
+    shape = tuple(int(_unwrap(s)) for s in shape)
+    if x.shape == shape:
+        return x
+    if not x.shape:
+        return make(_be().splat(x, shape), x.dtype, shape)
+    src = x.shape
+    while len(src) < len(shape):
+        x = expand_dims(x, 0)
+        src = x.shape
+    if broadcast_shapes(src, shape) != shape:
+        raise ValueError(f"cannot broadcast shape {list(src)} to {list(shape)}")
+    return make(_be().broadcast(x, shape), x.dtype, shape)
+
+
+def broadcast_pair(a: tensor, b: tensor):
+    if a.shape == b.shape:
+        return a, b
+    shape = broadcast_shapes(a.shape, b.shape)
+    return broadcast_to(a, shape), broadcast_to(b, shape)
+
+
+def expand_dims(x: Any, axis: Any) -> tensor:
+    x = to_tensor(x)
+    axes = _unwrap(axis)
+    axes = list(axes) if isinstance(axes, (list, tuple)) else [axes]
+    for a in sorted(int(_unwrap(a)) for a in axes):
+        rank = len(x.shape) + 1
+        if a < 0:
+            a += rank
+        if not 0 <= a < rank:
+            raise ValueError(f"expand_dims axis {a} is out of range for rank {rank - 1}")
+        shape = x.shape[:a] + (1,) + x.shape[a:]
+        if not x.shape:
+            x = make(_be().splat(x, shape), x.dtype, shape)
+        else:
+            x = make(_be().expand_dims(x, a), x.dtype, shape)
+    return x
+
+
+def subscript(x: tensor, slices: Any) -> tensor:
+    if not isinstance(slices, tuple):
+        slices = (slices,)
+    out = x
+    dim = 0
+    for s in slices:
+        s = _unwrap(s)
+        if s is None:
+            out = expand_dims(out, dim)
+            dim += 1
+        elif isinstance(s, slice) and s.start is None and s.stop is None and s.step is None:
+            dim += 1
+        elif s is Ellipsis:
+            dim = len(out.shape) - (len(slices) - slices.index(Ellipsis) - 1)
+        else:
+            raise IndexError(f"unsupported tile index {s!r}: only None and ':' are allowed")
+    return out
+
+
+def trans(x: tensor, *dims) -> tensor:
+    raise NotImplementedError("tl.trans / .T arrive with 2-D layout conversions (issue 4)")
+
+
+# -- casts ----------------------------------------------------------------------------------
+
+def cast(x: Any, dt: Any) -> tensor:
+    x = to_tensor(x)
+    dt = _unwrap(dt)
+    if not isinstance(dt, dtype):
+        raise TypeError(f"expected a dtype, got {dt!r}")
+    if x.dtype == dt:
+        return x
+    if x.dtype.is_ptr() != dt.is_ptr():
+        raise TilesTypeError(f"cannot cast {x.dtype} to {dt}")
+    return make(_be().cast(x, dt), dt, x.shape)
+
+
+def bitcast(x: Any, dt: Any) -> tensor:
+    x = to_tensor(x)
+    dt = _unwrap(dt)
+    if x.dtype == dt:
+        return x
+    if x.dtype.primitive_bitwidth != dt.primitive_bitwidth:
+        raise TilesTypeError(f"cannot bitcast {x.dtype} to {dt}: widths differ")
+    return make(_be().bitcast(x, dt), dt, x.shape)
+
+
+# -- arithmetic -----------------------------------------------------------------------------
+
+def _binary(op: str, a: tensor, b: tensor) -> tensor:
+    return make(_be().binary(op, a, b), a.dtype, a.shape)
+
+
+def add(a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b, True, True)
+    if a.dtype.is_ptr() and b.dtype.is_ptr():
+        raise TilesTypeError("cannot add two pointers")
+    if b.dtype.is_ptr():
+        a, b = b, a
+    if a.dtype.is_ptr():
+        return make(_be().addptr(a, b), a.dtype, a.shape)
+    return _binary("add", a, b)
+
+
+def sub(a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b, True, False)
+    if a.dtype.is_ptr():
+        return make(_be().addptr(a, minus(b)), a.dtype, a.shape)
+    return _binary("sub", a, b)
+
+
+def mul(a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b)
+    return _binary("mul", a, b)
+
+
+def truediv(a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b, div_or_mod=True)
+    if a.dtype.is_int() and b.dtype.is_int():
+        a, b = cast(a, core.float32), cast(b, core.float32)
+    elif a.dtype.is_floating() and b.dtype.is_int():
+        b = cast(b, a.dtype)
+    elif a.dtype.is_int() and b.dtype.is_floating():
+        a = cast(a, b.dtype)
+    elif a.dtype != b.dtype:
+        if a.dtype.fp_mantissa_width > b.dtype.fp_mantissa_width:
+            b = cast(b, a.dtype)
+        else:
+            a = cast(a, b.dtype)
+    return _binary("div", a, b)
+
+
+def floordiv(a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b, div_or_mod=True)
+    if not (a.dtype.is_int() and b.dtype.is_int()):
+        raise TilesTypeError(f"// needs integers, got {a.dtype} and {b.dtype}")
+    return _binary("div", a, b)
+
+
+def mod(a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b, div_or_mod=True)
+    return _binary("rem", a, b)
+
+
+def _bitwise(op: str, a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b)
+    if not (a.dtype.is_int() and b.dtype.is_int()):
+        raise TilesTypeError(f"bitwise ops need integers, got {a.dtype} and {b.dtype}")
+    return _binary(op, a, b)
+
+
+def and_(a, b):
+    return _bitwise("and", a, b)
+
+
+def or_(a, b):
+    return _bitwise("or", a, b)
+
+
+def xor_(a, b):
+    return _bitwise("xor", a, b)
+
+
+def shl(a, b):
+    return _bitwise("shl", a, b)
+
+
+def shr(a, b):
+    return _bitwise("shr", a, b)
+
+
+def logical_and(a, b):
+    return and_(cast(to_tensor(a), core.int1), cast(to_tensor(b), core.int1))
+
+
+def logical_or(a, b):
+    return or_(cast(to_tensor(a), core.int1), cast(to_tensor(b), core.int1))
+
+
+def minus(a: Any) -> tensor:
+    a = to_tensor(a)
+    if a.dtype.is_ptr():
+        raise TilesTypeError("cannot negate a pointer")
+    return make(_be().unary("neg", a), a.dtype, a.shape)
+
+
+def invert(a: Any) -> tensor:
+    a = to_tensor(a)
+    if not a.dtype.is_int():
+        raise TilesTypeError(f"~ needs an integer, got {a.dtype}")
+    return make(_be().unary("not", a), a.dtype, a.shape)
+
+
+def not_(a: Any) -> tensor:
+    a = to_tensor(a)
+    return invert(cast(a, core.int1)) if not a.dtype.is_bool() else invert(a)
+
+
+def _compare(pred: str, a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b, True, True)
+    return make(_be().compare(pred, a, b), core.int1, a.shape)
+
+
+def less(a, b):
+    return _compare("lt", a, b)
+
+
+def less_equal(a, b):
+    return _compare("le", a, b)
+
+
+def greater(a, b):
+    return _compare("gt", a, b)
+
+
+def greater_equal(a, b):
+    return _compare("ge", a, b)
+
+
+def equal(a, b):
+    return _compare("eq", a, b)
+
+
+def not_equal(a, b):
+    return _compare("ne", a, b)
+
+
+def where(cond: Any, x: Any, y: Any) -> tensor:
+    cond = cast(to_tensor(cond), core.int1)
+    x, y = binary_operands(x, y, True, True)
+    shape = broadcast_shapes(cond.shape, x.shape)
+    cond, x, y = broadcast_to(cond, shape), broadcast_to(x, shape), broadcast_to(y, shape)
+    return make(_be().select(cond, x, y), x.dtype, shape)
+
+
+def maximum(a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b)
+    return _binary("max", a, b)
+
+
+def minimum(a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b)
+    return _binary("min", a, b)
+
+
+def clamp(x: Any, lo: Any, hi: Any) -> tensor:
+    return minimum(maximum(x, lo), hi)
+
+
+def fma(a: Any, b: Any, c: Any) -> tensor:
+    a, b = binary_operands(a, b)
+    a, c = binary_operands(a, c)
+    b, c = binary_operands(b, c)
+    a = broadcast_to(a, c.shape)
+    if not a.dtype.is_floating():
+        return add(mul(a, b), c)
+    return make(_be().fma(a, b, c), a.dtype, a.shape)
+
+
+def unary_math(op: str, x: Any) -> tensor:
+    x = to_tensor(x)
+    if not x.dtype.is_floating():
+        raise TilesTypeError(f"{op} needs a floating-point tensor (fp16, bf16, fp32 or fp64), got {x.dtype}")
+    return make(_be().unary(op, x), x.dtype, x.shape)
+
+
+def abs_(x: Any) -> tensor:
+    x = to_tensor(x)
+    if x.dtype.is_int_unsigned():
+        return x
+    return make(_be().unary("abs", x), x.dtype, x.shape)
+
+
+def pow_(x: Any, y: Any) -> tensor:
+    raise NotImplementedError("** on tensors is not supported yet; use tl.exp2(y * tl.log2(x))")
+
+
+# -- creation and program geometry -------------------------------------------------------------
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def arange(start: Any, end: Any) -> tensor:
+    start, end = _unwrap(start), _unwrap(end)
+    if not isinstance(start, int) or not isinstance(end, int):
+        raise TypeError("arange's start and end must be constexpr integers")
+    n = end - start
+    if not _pow2(n):
+        raise ValueError(f"arange's range must be a power of 2, got {n} (from {start} to {end})")
+    if not (-(2**31) <= start and end <= 2**31):
+        raise ValueError("arange's bounds must fit in int32")
+    return make(_be().arange(start, end), core.int32, (n,))
+
+
+def full(shape: Any, value: Any, dt: Any) -> tensor:
+    shape = _unwrap(shape)
+    shape = tuple(int(_unwrap(s)) for s in (shape if isinstance(shape, (list, tuple)) else [shape]))
+    for s in shape:
+        if not _pow2(s):
+            raise ValueError(f"tile dimensions must be powers of 2, got shape {list(shape)}")
+    dt = _unwrap(dt)
+    if isinstance(value, tensor):
+        return broadcast_to(cast(value, dt), shape)
+    return make(_be().constant(_unwrap(value), dt, shape), dt, shape)
+
+
+def program_id(axis: Any) -> tensor:
+    axis = int(_unwrap(axis))
+    if axis not in (0, 1, 2):
+        raise ValueError(f"program_id axis must be 0, 1 or 2, got {axis}")
+    return make(_be().program_id(axis), core.int32)
+
+
+def num_programs(axis: Any) -> tensor:
+    axis = int(_unwrap(axis))
+    if axis not in (0, 1, 2):
+        raise ValueError(f"num_programs axis must be 0, 1 or 2, got {axis}")
+    return make(_be().num_programs(axis), core.int32)
+
+
+# -- memory -------------------------------------------------------------------------------------
+
+def load(ptr: Any, mask: Any = None, other: Any = None, volatile: bool = False) -> tensor:
+    if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():
+        raise TypeError(f"load needs a pointer or a tile of pointers, got {ptr!r}")
+    elem = ptr.dtype.element_ty
+    if mask is not None:
+        mask = cast(to_tensor(mask), core.int1)
+        shape = broadcast_shapes(ptr.shape, mask.shape)
+        ptr, mask = broadcast_to(ptr, shape), broadcast_to(mask, shape)
+    if other is not None:
+        if mask is None:
+            other = None
+        else:
+            other = broadcast_to(cast(to_tensor(other, elem if _is_literal(other) else None), elem), ptr.shape)
+    return make(_be().load(ptr, mask, other, bool(_unwrap(volatile))), elem, ptr.shape)
+
+
+def store(ptr: Any, value: Any, mask: Any = None) -> None:
+    if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():
+        raise TypeError(f"store needs a pointer or a tile of pointers, got {ptr!r}")
+    elem = ptr.dtype.element_ty
+    value = to_tensor(value, elem if _is_literal(value) else None)
+    if mask is not None:
+        mask = cast(to_tensor(mask), core.int1)
+        shape = broadcast_shapes(broadcast_shapes(ptr.shape, mask.shape), value.shape)
+        mask = broadcast_to(mask, shape)
+    else:
+        shape = broadcast_shapes(ptr.shape, value.shape)
+    ptr = broadcast_to(ptr, shape)
+    value = broadcast_to(cast(value, elem), shape)
+    _be().store(ptr, value, mask)
