@@ -4,6 +4,7 @@ Runs on the GPU when one is present, else in the interpreter (TILES_INTERPRET=1)
 """
 
 import numpy as np
+
 import tiles as triton
 import tiles.language as tl
 

@@ -379,8 +379,12 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.src.error(node, "for ... else is not supported")
         it = node.iter
         fn = self.visit(it.func) if isinstance(it, ast.Call) else None
-        if fn is language.static_range or (fn is None and not isinstance(it, ast.Call)):
-            values = self.visit(it)
+        if fn is language.static_range or (fn is None and not isinstance(it, ast.Call)) or (
+                fn is not None and fn not in (builtins.range, language.range)):
+            if fn is language.static_range:
+                values = language.static_range(*[self.visit(a) for a in it.args])
+            else:
+                values = self.visit(it)
             for v in _unwrap(values):
                 self._assign(node.target, constexpr(v) if not _is_tensor(v) else v)
                 self.visit_stmts(node.body)

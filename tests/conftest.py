@@ -1,0 +1,104 @@
+"""Test helpers: run each language test in the interpreter and (with a GPU) compiled."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def _gpu_available() -> bool:
+    if os.environ.get("TILES_TEST_NO_GPU"):
+        return False
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return False
+        from tiles.runtime import driver
+
+        return driver.available()
+    except Exception:
+        return False
+
+
+GPU = _gpu_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if GPU:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+class Device:
+    """Moves numpy arrays to where kernels in `mode` read them, and back."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+
+    def put(self, a: np.ndarray):
+        a = np.ascontiguousarray(a)
+        if self.mode == "interpreter":
+            return a.copy()
+        import torch
+
+        if a.dtype.name == "bfloat16":
+            return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).cuda()
+        return torch.from_numpy(a.copy()).cuda()
+
+    def get(self, t) -> np.ndarray:
+        if self.mode == "interpreter":
+            return t
+        import torch
+
+        t = t.cpu()
+        if t.dtype == torch.bfloat16:
+            import ml_dtypes
+
+            return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.numpy()
+
+
+@pytest.fixture(params=["interpreter", pytest.param("gpu", marks=pytest.mark.gpu)])
+def dev(request, monkeypatch):
+    monkeypatch.setenv("TILES_INTERPRET", "1" if request.param == "interpreter" else "0")
+    return Device(request.param)
+
+
+def find_ptxas():
+    env = os.environ.get("PTXAS")
+    if env:
+        return env
+    for mod in ("nvidia",):
+        try:
+            pkg = __import__(mod)
+            for base in pkg.__path__:
+                hits = sorted(glob.glob(os.path.join(base, "**", "bin", "ptxas"), recursive=True))
+                if hits:
+                    return hits[-1]
+        except ImportError:
+            pass
+    return shutil.which("ptxas")
+
+
+@pytest.fixture(scope="session")
+def ptxas():
+    p = find_ptxas()
+    if p is None:
+        pytest.skip("no ptxas (pip install nvidia-cuda-nvcc)")
+    return p
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()

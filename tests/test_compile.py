@@ -1,0 +1,170 @@
+"""Compile-only tests (no GPU): every conformance kernel compiles for sm_80 and sm_90a and
+ptxas accepts its PTX. These are the CPU twins of the GPU tests in test_language.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import threading
+
+import pytest
+
+import tiles
+from kernels import (
+    axpby_kernel,
+    binary_kernel,
+    branch_kernel,
+    column_sum_kernel,
+    copy_kernel,
+    full_kernel,
+    grid_kernel,
+    helpers_kernel,
+    literal_carry_kernel,
+    outer_kernel,
+    scalar_kernel,
+    unary_kernel,
+    where_cast_kernel,
+)
+from test_language import FLOAT_OPS, INT_OPS, NUMERIC
+
+TARGETS = ["sm_80", "sm_90a"]
+IR = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
+      "uint32": "u32", "uint64": "u64", "float16": "fp16", "bfloat16": "bf16", "float32": "fp32",
+      "float64": "fp64", "bool": "i1"}
+
+
+def assemble(ptxas: str, ptx: str, arch: str) -> str:
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([ptxas, f"-arch={arch}", "-v", src, "-o", os.path.join(d, "k.cubin")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, f"ptxas rejected the PTX for {arch}:\n{r.stderr}\n{ptx}"
+        return r.stderr
+
+
+def compile_and_check(ptxas, fn, signature, constexprs, target, **kw):
+    k = tiles.compile(fn, signature=signature, constexprs=constexprs, target=target, **kw)
+    for stage in ("tir", "tir_opt", "llir", "ptx"):
+        assert k.asm[stage], stage
+    report = assemble(ptxas, k.asm["ptx"], target)
+    assert "spill" not in report or "0 bytes spill stores" in report, report
+    return k
+
+
+def sig(**kw):
+    return {k: v for k, v in kw.items()}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vector_add_is_vectorised(ptxas, target):
+    k = compile_and_check(ptxas, binary_kernel,
+                          sig(x_ptr="*fp32:16", y_ptr="*fp32:16", out_ptr="*fp32:16", n="i32:16"),
+                          {"OP": "add", "BLOCK": 1024}, target)
+    ptx = k.asm["ptx"]
+    assert "ld.global.v4.b32" in ptx and "st.global.v4.b32" in ptx
+    assert "vector = 4" in k.asm["tir_opt"]
+    assert ".maxntid 128" in ptx
+
+
+def test_unaligned_sizes_fall_back_to_scalar_accesses(ptxas):
+    k = compile_and_check(ptxas, copy_kernel, sig(x_ptr="*fp32:16", out_ptr="*fp32:16", n="i32"),
+                          {"BLOCK": 1024}, "sm_90a")
+    assert "ld.global.v4" not in k.asm["ptx"]
+
+
+@pytest.mark.parametrize("name", NUMERIC + ["bool"])
+def test_copy_every_dtype(ptxas, name):
+    t = IR[name]
+    for target in TARGETS:
+        compile_and_check(ptxas, copy_kernel, sig(x_ptr=f"*{t}:16", out_ptr=f"*{t}:16", n="i32:16"),
+                          {"BLOCK": 256}, target)
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+def test_binary_ops(ptxas, name):
+    is_float = name.startswith("float") or name == "bfloat16"
+    t = IR[name]
+    for op in FLOAT_OPS if is_float else INT_OPS:
+        out = "i1" if op in ("lt", "le", "eq", "ne") else t
+        if op == "truediv":
+            out = "fp64" if name in ("float64",) else "fp32"
+        compile_and_check(ptxas, binary_kernel, sig(x_ptr=f"*{t}", y_ptr=f"*{t}", out_ptr=f"*{out}", n="i32"),
+                          {"OP": op, "BLOCK": 128}, "sm_90a")
+
+
+@pytest.mark.parametrize("name", ["fp32", "fp16", "bf16"])
+def test_math(ptxas, name):
+    from test_language import UNARY
+
+    for fn in sorted(UNARY):
+        out = "fp32" if fn == "sigmoid" and name != "fp32" else name
+        for target in TARGETS:
+            compile_and_check(ptxas, unary_kernel, sig(x_ptr=f"*{name}", out_ptr=f"*{out}", n="i32"),
+                              {"FN": fn, "BLOCK": 256}, target)
+
+
+def test_fp64_transcendentals_give_a_located_error():
+    with pytest.raises(tiles.CompilationError) as e:
+        tiles.compile(unary_kernel, signature=sig(x_ptr="*fp64", out_ptr="*fp64", n="i32"),
+                      constexprs={"FN": "exp", "BLOCK": 256})
+    assert "fp64 exp" in str(e.value) and "kernels.py" in str(e.value)
+
+
+OTHER = [
+    (axpby_kernel, sig(x_ptr="*fp16", out_ptr="*fp16", alpha="fp32", beta="i32", n="i32"), {"BLOCK": 128}),
+    (outer_kernel, sig(x_ptr="*fp32", y_ptr="*fp32", out_ptr="*fp32", M="i32", N="i32", stride_m="i32"),
+     {"BLOCK_M": 16, "BLOCK_N": 32}),
+    (outer_kernel, sig(x_ptr="*fp32:16", y_ptr="*fp32:16", out_ptr="*fp32:16", M="i32:16", N="i32:16",
+                       stride_m="i32:16"), {"BLOCK_M": 64, "BLOCK_N": 64}),
+    (column_sum_kernel, sig(x_ptr="*fp32", out_ptr="*fp32", M="i32", N="i32", stride="i32"), {"BLOCK": 128}),
+    (literal_carry_kernel, sig(x_ptr="*fp32", out_ptr="*fp32", n="i32", steps="i32"), {"BLOCK": 128}),
+    (branch_kernel, sig(x_ptr="*fp32", out_ptr="*fp32", n="i32", threshold="i32"), {"BLOCK": 128}),
+    (helpers_kernel, sig(x_ptr="*fp32", out_ptr="*fp32", n="i32"), {"BLOCK": 256, "REPEAT": 3}),
+    (where_cast_kernel, sig(x_ptr="*fp32", i_ptr="*i32", h_ptr="*fp16", b_ptr="*i32", n="i32"), {"BLOCK": 128}),
+    (scalar_kernel, sig(x_ptr="*i64", out_ptr="*i64", n="i32"), {}),
+    (grid_kernel, sig(out_ptr="*i32"), {}),
+    (full_kernel, sig(out_ptr="*i32", n="i32", value="i32"), {"BLOCK": 64}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(OTHER)))
+@pytest.mark.parametrize("target", TARGETS)
+def test_conformance_kernels_compile(ptxas, case, target):
+    fn, s, c = OTHER[case]
+    compile_and_check(ptxas, fn, s, c, target)
+
+
+def test_2d_tiles_are_coalesced_along_rows(ptxas):
+    fn, s, c = OTHER[2]
+    k = compile_and_check(ptxas, fn, s, c, "sm_90a")
+    assert "st.global.v4.b32" in k.asm["ptx"]
+    assert "#blocked<{sizePerThread = [1, 4]" in k.asm["tir_opt"]
+
+
+def test_parallel_compiles_in_threads():
+    errors = []
+
+    def work(i):
+        try:
+            tiles.compile(binary_kernel, signature=sig(x_ptr="*fp32", y_ptr="*fp32", out_ptr="*fp32", n="i32"),
+                          constexprs={"OP": "add", "BLOCK": 64 << (i % 4)})
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_dump_ir_writes_every_stage(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILES_DUMP_IR", str(tmp_path))
+    tiles.compile(copy_kernel, signature=sig(x_ptr="*fp32", out_ptr="*fp32", n="i32"), constexprs={"BLOCK": 128})
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert any(n.endswith(".ptx") for n in names) and any(n.endswith(".ll") for n in names)
+    assert any("assign_layouts" in n for n in names)

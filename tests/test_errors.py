@@ -1,0 +1,207 @@
+"""Bad input gets a clear Python exception: compile errors show file, line and caret; launch
+errors name the argument; the interpreter's bounds checks name kernel, line, program and offset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tiles
+import tiles.language as tl
+from kernels import copy_kernel
+
+
+def compile_error(fn, signature, constexprs=None) -> tiles.CompilationError:
+    with pytest.raises(tiles.CompilationError) as e:
+        tiles.compile(fn, signature=signature, constexprs=constexprs or {})
+    return e.value
+
+
+@tiles.jit
+def undefined_name(x_ptr):
+    tl.store(x_ptr, foo)  # noqa: F821
+
+
+@tiles.jit
+def unsupported_construct(x_ptr):
+    with open("f"):
+        pass
+
+
+@tiles.jit
+def shape_mismatch(x_ptr, BLOCK: tl.constexpr):
+    a = tl.arange(0, BLOCK)
+    b = tl.arange(0, 2 * BLOCK)
+    tl.store(x_ptr + a, a + b)
+
+
+@tiles.jit
+def non_pow2_arange(x_ptr):
+    tl.store(x_ptr + tl.arange(0, 100), 1.0)
+
+
+@tiles.jit
+def runtime_arange(x_ptr, n):
+    tl.store(x_ptr + tl.arange(0, n), 1.0)
+
+
+@tiles.jit
+def if_on_tile(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    if offs > 3:
+        tl.store(x_ptr + offs, 1.0)
+
+
+@tiles.jit
+def carried_type_change(x_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    for _ in range(n):
+        acc = acc + 0.5
+    tl.store(x_ptr + tl.arange(0, BLOCK), acc)
+
+
+@tiles.jit
+def calls_python(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, np.sin(offs))
+
+
+def test_undefined_name_shows_file_line_and_caret():
+    e = compile_error(undefined_name, {"x_ptr": "*fp32"})
+    text = str(e)
+    assert "test_errors.py" in e.file and e.line == undefined_name.fn.__code__.co_firstlineno + 2
+    assert "name 'foo' is not defined" in text
+    assert "tl.store(x_ptr, foo)" in text and "^" in text
+    caret_line = text.splitlines()[2]
+    assert caret_line.index("^") == text.splitlines()[1].index("foo")
+
+
+def test_unsupported_construct_is_named():
+    e = compile_error(unsupported_construct, {"x_ptr": "*fp32"})
+    assert "unsupported Python construct" in str(e) and "With" in str(e)
+
+
+def test_shape_mismatch():
+    e = compile_error(shape_mismatch, {"x_ptr": "*i32"}, {"BLOCK": 64})
+    assert "broadcast" in str(e) and "a + b" in str(e)
+
+
+def test_arange_needs_a_power_of_two():
+    assert "power of 2" in str(compile_error(non_pow2_arange, {"x_ptr": "*fp32"}))
+
+
+def test_arange_needs_constexpr_bounds():
+    assert "constexpr" in str(compile_error(runtime_arange, {"x_ptr": "*fp32", "n": "i32"}))
+
+
+def test_if_on_a_tile_is_rejected():
+    assert "scalar condition" in str(compile_error(if_on_tile, {"x_ptr": "*fp32"}, {"BLOCK": 16}))
+
+
+def test_loop_carried_type_change_is_rejected():
+    e = compile_error(carried_type_change, {"x_ptr": "*i32", "n": "i32"}, {"BLOCK": 16})
+    assert "loop-carried `acc`" in str(e)
+
+
+def test_python_functions_cannot_take_tensors():
+    assert "not a @tiles.jit" in str(compile_error(calls_python, {"x_ptr": "*fp32"}, {"BLOCK": 16}))
+
+
+def test_unknown_signature_type_and_missing_parameter():
+    with pytest.raises(tiles.CompilationError, match="unknown type"):
+        tiles.compile(copy_kernel, signature={"x_ptr": "*fp33", "out_ptr": "*fp32", "n": "i32"},
+                      constexprs={"BLOCK": 64})
+    with pytest.raises(TypeError, match="'n'"):
+        tiles.compile(copy_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32"}, constexprs={"BLOCK": 64})
+
+
+def test_bad_target_is_a_clean_error():
+    with pytest.raises(Exception, match="unknown target"):
+        tiles.compile(copy_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                      constexprs={"BLOCK": 64}, target="sm_9x")
+
+
+class TestLaunchErrors:
+    @pytest.fixture(autouse=True)
+    def interpret(self, monkeypatch):
+        monkeypatch.setenv("TILES_INTERPRET", "1")
+
+    def test_missing_argument_is_named(self):
+        x = np.zeros(4, np.float32)
+        with pytest.raises(TypeError, match="missing argument 'n'"):
+            copy_kernel[(1,)](x, x, BLOCK=4)
+
+    def test_too_many_arguments(self):
+        x = np.zeros(4, np.float32)
+        with pytest.raises(TypeError, match="takes 4 arguments"):
+            copy_kernel[(1,)](x, x, 4, 4, 4)
+
+    def test_unknown_keyword(self):
+        x = np.zeros(4, np.float32)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+            copy_kernel[(1,)](x, x, 4, BLOCK=4, bogus=1)
+
+    def test_unsupported_argument_type_is_named(self):
+        x = np.zeros(4, np.float32)
+        with pytest.raises(tiles.LaunchError, match="'n'"):
+            copy_kernel[(1,)](x, x, "four", BLOCK=4)
+
+    def test_out_of_bounds_store_names_everything_and_writes_nothing(self):
+        x = np.arange(10, dtype=np.float32)
+        out = np.full(6, -1.0, np.float32)
+        with pytest.raises(tiles.OutOfBoundsError) as e:
+            copy_kernel[(1,)](x, out, 10, BLOCK=16)
+        msg = str(e.value)
+        assert "copy_kernel" in msg and "kernels.py" in msg and "program id (0, 0, 0)" in msg
+        assert "'out_ptr'" in msg and "element 6" in msg and "6 elements" in msg
+        np.testing.assert_array_equal(out, -1.0)
+
+    def test_out_of_bounds_load_is_caught(self):
+        x = np.arange(10, dtype=np.float32)
+        out = np.zeros(32, np.float32)
+        with pytest.raises(tiles.OutOfBoundsError, match="load"):
+            copy_kernel[(1,)](x, out, 32, BLOCK=32)
+
+
+@pytest.mark.gpu
+class TestGpuLaunchErrors:
+    @pytest.fixture(autouse=True)
+    def compiled(self, monkeypatch):
+        monkeypatch.setenv("TILES_INTERPRET", "0")
+
+    def test_host_array_is_rejected_by_name(self):
+        x = np.zeros(4, np.float32)
+        with pytest.raises(tiles.LaunchError, match="'x_ptr' is a host"):
+            copy_kernel[(1,)](x, x, 4, BLOCK=4)
+
+    def test_cpu_tensor_is_rejected_by_name(self):
+        import torch
+
+        x = torch.zeros(4)
+        with pytest.raises(tiles.LaunchError, match="'x_ptr' is a CPU tensor"):
+            copy_kernel[(1,)](x, x, 4, BLOCK=4)
+
+    def test_cuda_array_interface_and_dlpack_producers(self):
+        import torch
+
+        x = torch.randn(1000, device="cuda")
+
+        class CAI:
+            def __init__(self, t):
+                self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+        class DL:
+            def __init__(self, t):
+                self.t = t
+
+            def __dlpack__(self, stream=None):
+                return self.t.__dlpack__()
+
+            def __dlpack_device__(self):
+                return self.t.__dlpack_device__()
+
+        for wrap in (CAI, DL):
+            out = torch.zeros_like(x)
+            copy_kernel[(8,)](wrap(x), wrap(out), 1000, BLOCK=128)
+            torch.cuda.synchronize()
+            assert torch.equal(out, x)

@@ -1,0 +1,244 @@
+"""The language conformance suite: every test runs in the interpreter and, on a GPU, compiled,
+against numpy references on fresh random inputs."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tiles
+from kernels import (
+    axpby_kernel,
+    binary_kernel,
+    branch_kernel,
+    column_sum_kernel,
+    copy_kernel,
+    full_kernel,
+    grid_kernel,
+    helpers_kernel,
+    literal_carry_kernel,
+    outer_kernel,
+    scalar_kernel,
+    unary_kernel,
+    where_cast_kernel,
+)
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+NUMERIC = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
+           "float32", "float64"]
+
+
+def np_dtype(name: str) -> np.dtype:
+    return BF16 if name == "bfloat16" else np.dtype(name)
+
+
+def random(rng, shape, name: str, low=None, high=None):
+    dt = np_dtype(name)
+    if name == "bool":
+        return rng.random(shape) < 0.5
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        lo = info.min if low is None else low
+        hi = info.max if high is None else high
+        return rng.integers(lo, hi, size=shape, dtype=dt, endpoint=True)
+    lo = -4.0 if low is None else low
+    hi = 4.0 if high is None else high
+    return rng.uniform(lo, hi, size=shape).astype(dt)
+
+
+@pytest.mark.parametrize("name", NUMERIC + ["bool"])
+def test_copy_every_dtype(dev, rng, name):
+    n = 1000 + int(rng.integers(0, 100))
+    x = random(rng, n, name)
+    out = np.zeros_like(x)
+    xd, od = dev.put(x), dev.put(out)
+    copy_kernel[(tiles.cdiv(n, 256),)](xd, od, n, BLOCK=256)
+    np.testing.assert_array_equal(dev.get(od), x)
+
+
+def c_div(x, y):
+    q = np.floor_divide(x, y)
+    return q + ((np.remainder(x, y) != 0) & ((x < 0) != (y < 0)))
+
+
+def reference_binary(op, x, y):
+    with np.errstate(all="ignore"):
+        if op == "truediv":
+            wide = np.float64 if x.dtype == np.float64 else np.float32
+            return x.astype(wide) / y.astype(wide)
+        if op == "floordiv":
+            return c_div(x, y).astype(x.dtype)
+        if op == "mod":
+            if x.dtype.kind == "f" or x.dtype == BF16:
+                wide = np.float64 if x.dtype == np.float64 else np.float32
+                return np.fmod(x.astype(wide), y.astype(wide))
+            return np.fmod(x, y)
+        if op == "shl":
+            return np.left_shift(x, y & 7).astype(x.dtype)
+        if op == "shr":
+            return np.right_shift(x, y & 7).astype(x.dtype)
+        f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.bitwise_and, "or": np.bitwise_or,
+             "xor": np.bitwise_xor, "maximum": np.fmax, "minimum": np.fmin, "lt": np.less, "le": np.less_equal,
+             "eq": np.equal, "ne": np.not_equal}[op]
+        return f(x, y)
+
+
+INT_OPS = ["add", "sub", "mul", "floordiv", "mod", "and", "or", "xor", "shl", "shr", "maximum", "minimum", "lt",
+           "le", "eq", "ne", "truediv"]
+FLOAT_OPS = ["add", "sub", "mul", "truediv", "mod", "maximum", "minimum", "lt", "le", "eq", "ne"]
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+@pytest.mark.parametrize("op", sorted(set(INT_OPS) | set(FLOAT_OPS)))
+def test_binary_ops(dev, rng, name, op):
+    is_float = name.startswith("float") or name == "bfloat16"
+    if op not in (FLOAT_OPS if is_float else INT_OPS):
+        pytest.skip("op not defined on this dtype")
+    n = 777
+    small = op in ("mul",) and not is_float
+    x = random(rng, n, name, *((0, 100) if small else (None, None)))
+    y = random(rng, n, name, *((0, 100) if small else (None, None)))
+    if op in ("floordiv", "mod", "truediv"):
+        y = np.where(y == 0, np.ones_like(y), y)
+    if op in ("eq", "ne", "le"):
+        y[::3] = x[::3]
+    ref = reference_binary(op, x, y)
+    out = np.zeros(n, dtype=ref.dtype if ref.dtype != np.bool_ else np.bool_)
+    xd, yd, od = dev.put(x), dev.put(y), dev.put(out)
+    binary_kernel[(tiles.cdiv(n, 128),)](xd, yd, od, n, OP=op, BLOCK=128)
+    got = dev.get(od)
+    if is_float:
+        tol = {"float16": 1e-3, "bfloat16": 1e-2}.get(name, 1e-6)
+        np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)
+    else:
+        np.testing.assert_array_equal(got, ref)
+
+
+UNARY = {
+    "exp": (np.exp, -4, 4), "exp2": (np.exp2, -4, 4), "log": (np.log, 0.01, 100), "log2": (np.log2, 0.01, 100),
+    "sqrt": (np.sqrt, 0, 100), "rsqrt": (lambda v: 1 / np.sqrt(v), 0.01, 100), "abs": (np.abs, -5, 5),
+    "sin": (np.sin, -10, 10), "cos": (np.cos, -10, 10), "floor": (np.floor, -10, 10), "ceil": (np.ceil, -10, 10),
+    "erf": (np.vectorize(math.erf), -3, 3), "sigmoid": (lambda v: 1 / (1 + np.exp(-v)), -8, 8),
+    "fma": (lambda v: v * v + v, -4, 4), "neg": (np.negative, -4, 4),
+}
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("fn", sorted(UNARY))
+def test_math(dev, rng, fn, name):
+    if name == "float64" and fn in ("exp", "exp2", "log", "log2", "sin", "cos", "erf", "sigmoid") \
+            and dev.mode == "gpu":
+        pytest.skip("fp64 transcendental functions are not lowered yet")
+    ref_fn, lo, hi = UNARY[fn]
+    n = 1000
+    x = random(rng, n, name, lo, hi)
+    ref = ref_fn(x.astype(np.float64))
+    out_dt = np.float32 if (fn == "sigmoid" and name in ("float16", "bfloat16")) else np_dtype(name)
+    out = np.zeros(n, dtype=out_dt)
+    xd, od = dev.put(x), dev.put(out)
+    unary_kernel[(tiles.cdiv(n, 256),)](xd, od, n, FN=fn, BLOCK=256)
+    got = dev.get(od).astype(np.float64)
+    tol = {"float32": 2e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 1.6e-2}[name]
+    if fn == "erf" and name in ("float32", "float64"):
+        tol = 1e-6 if dev.mode == "gpu" else tol
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["float16", "float32", "int32"])
+def test_scalar_arguments_promote(dev, rng, name):
+    n = 500
+    x = random(rng, n, name, -100, 100)
+    alpha, beta = 0.5, 3
+    ref = (x.astype(np.float32) * np.float32(alpha) + np.float32(beta)).astype(x.dtype)
+    out = np.zeros_like(x)
+    xd, od = dev.put(x), dev.put(out)
+    axpby_kernel[(tiles.cdiv(n, 128),)](xd, od, alpha, beta, n, BLOCK=128)
+    np.testing.assert_allclose(dev.get(od).astype(np.float64), ref.astype(np.float64), rtol=1e-3)
+
+
+def test_2d_broadcast_and_masks(dev, rng):
+    M, N = 37, 53
+    x = rng.standard_normal(M).astype(np.float32)
+    y = rng.standard_normal(N).astype(np.float32)
+    out = np.full((M, N), np.nan, dtype=np.float32)
+    xd, yd, od = dev.put(x), dev.put(y), dev.put(out)
+    outer_kernel[(tiles.cdiv(M, 16), tiles.cdiv(N, 32))](xd, yd, od, M, N, N, BLOCK_M=16, BLOCK_N=32)
+    np.testing.assert_allclose(dev.get(od), x[:, None] * 10 + y[None, :], rtol=1e-6)
+
+
+def test_loop_carried_tiles(dev, rng):
+    M, N = 19, 300
+    x = rng.standard_normal((M, N)).astype(np.float32)
+    out = np.zeros(N, dtype=np.float32)
+    xd, od = dev.put(x), dev.put(out)
+    column_sum_kernel[(tiles.cdiv(N, 128),)](xd, od, M, N, N, BLOCK=128)
+    np.testing.assert_allclose(dev.get(od), x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_literal_loop_state_takes_the_body_type(dev, rng):
+    n = 300
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros_like(x)
+    xd, od = dev.put(x), dev.put(out)
+    literal_carry_kernel[(tiles.cdiv(n, 128),)](xd, od, n, 5, BLOCK=128)
+    np.testing.assert_allclose(dev.get(od), x, rtol=1e-5)
+
+
+@pytest.mark.parametrize("threshold", [7, 1000])
+def test_runtime_if_and_early_return(dev, rng, threshold):
+    n = 1000
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros_like(x)
+    xd, od = dev.put(x), dev.put(out)
+    branch_kernel[(tiles.cdiv(n, 128) + 3,)](xd, od, n, threshold, BLOCK=128)
+    np.testing.assert_allclose(dev.get(od), x * (2.0 if threshold > 100 else 3.0), rtol=1e-6)
+
+
+def test_static_range_calls_and_element_ty(dev, rng):
+    n = 700
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros_like(x)
+    xd, od = dev.put(x), dev.put(out)
+    helpers_kernel[(tiles.cdiv(n, 256),)](xd, od, n, BLOCK=256, REPEAT=3)
+    acc = x * 6
+    np.testing.assert_allclose(dev.get(od), np.maximum(acc, 0) + 2 * np.minimum(acc, 0), rtol=1e-5)
+
+
+def test_where_and_casts(dev, rng):
+    n = 513
+    x = rng.standard_normal(n).astype(np.float32)
+    i, h, b = np.zeros(n, np.int32), np.zeros(n, np.float16), np.zeros(n, np.int32)
+    xd, idd, hd, bd = dev.put(x), dev.put(i), dev.put(h), dev.put(b)
+    where_cast_kernel[(tiles.cdiv(n, 128),)](xd, idd, hd, bd, n, BLOCK=128)
+    np.testing.assert_array_equal(dev.get(idd), (np.where(x > 0, x, 0) * 100).astype(np.int32))
+    np.testing.assert_array_equal(dev.get(hd), x.astype(np.float16))
+    np.testing.assert_array_equal(dev.get(bd), x.view(np.int32))
+
+
+def test_scalar_loads_and_stores(dev, rng):
+    n = 37
+    x = rng.integers(-1000, 1000, n).astype(np.int64)
+    out = np.zeros(1, np.int64)
+    xd, od = dev.put(x), dev.put(out)
+    scalar_kernel[(1,)](xd, od, n)
+    assert dev.get(od)[0] == x.sum()
+
+
+def test_program_ids_in_3d_grids(dev):
+    out = np.full(2 * 3 * 4, -1, np.int32)
+    od = dev.put(out)
+    grid_kernel[(2, 3, 4)](od)
+    z, y, x = np.meshgrid(range(4), range(3), range(2), indexing="ij")
+    np.testing.assert_array_equal(dev.get(od), (x + 10 * y + 100 * z).reshape(-1))
+
+
+def test_full_and_grid_callable(dev, rng):
+    n = 300
+    v = int(rng.integers(-50, 50))
+    out = np.zeros(n, np.int32)
+    od = dev.put(out)
+    full_kernel[lambda meta: (tiles.cdiv(meta["n"], meta["BLOCK"]),)](od, n, v, BLOCK=64)
+    np.testing.assert_array_equal(dev.get(od), np.full(n, 7 + v, np.int32))
