@@ -134,9 +134,8 @@ def main():
     small = [torch.randn(1024, device="cuda") for _ in range(3)]
     for name, k in (("tiles", tk), ("triton", rk)):
         res[f"{name}_launch_us"] = launch_cost_us(k, (*small, 1024))
-    t = small
-    res["torch_add_launch_us"] = launch_cost_us(type("K", (), {"__getitem__": lambda s, g: (
-        lambda a, b, c, n, BLOCK_SIZE: torch.add(a, b, out=c))})(), t)
+    torch_add = type("K", (), {"__getitem__": lambda s, g: (lambda a, b, c, n, BLOCK_SIZE: torch.add(a, b, out=c))})
+    res["torch_add_launch_us"] = launch_cost_us(torch_add(), (*small, 1024))
     for name in ("tiles", "triton"):
         res[f"{name}_cold_first_call_ms"] = cold_start_ms(name)
     print(f"GPU: {res['gpu']}")

@@ -242,3 +242,30 @@ def test_full_and_grid_callable(dev, rng):
     od = dev.put(out)
     full_kernel[lambda meta: (tiles.cdiv(meta["n"], meta["BLOCK"]),)](od, n, v, BLOCK=64)
     np.testing.assert_array_equal(dev.get(od), np.full(n, 7 + v, np.int32))
+
+
+@pytest.mark.gpu
+def test_native_launches_respect_every_specialisation(monkeypatch, rng):
+    """The native launch path keys on alignment, divisibility, ==1, dtype and constexprs."""
+    import torch
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    base = torch.from_numpy(rng.standard_normal(4096).astype(np.float32)).cuda()
+    cases = [(base, 4096, 256), (base[1:], 4095, 256), (base, 1, 256), (base, 1000, 128), (base[3:], 17, 64),
+             (base.half(), 4096, 256), (base.double()[5:], 999, 128), (base, 4096, 256)]
+    for _ in range(2):  # the second round goes through the native dispatcher
+        for x, n, block in cases:
+            out = torch.full_like(x, float("nan"))
+            copy_kernel[(tiles.cdiv(n, block),)](x, out, n, BLOCK=block)
+            torch.cuda.synchronize()
+            assert torch.equal(out[:n], x[:n]), (x.dtype, n, block)
+            assert torch.isnan(out[n:]).all()
+    ints = torch.arange(100, device="cuda", dtype=torch.int32)
+    out = torch.zeros_like(ints)
+    for _ in range(2):
+        binary_kernel[(1,)](ints, ints, out, 100, OP="add", BLOCK=128)
+        torch.cuda.synchronize()
+        assert torch.equal(out, 2 * ints)
+        binary_kernel[(1,)](ints, ints, out, 100, OP="mul", BLOCK=128)
+        torch.cuda.synchronize()
+        assert torch.equal(out, ints * ints)

@@ -5,6 +5,7 @@
 //! logic: each method checks its arguments, calls one Rust function and converts the result.
 
 mod errors;
+mod launch;
 
 use errors::{BackendError, BoundaryError, IrError};
 use pyo3::prelude::*;
@@ -363,6 +364,8 @@ impl Kernel {
 fn _tiles(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<IrBuilder>()?;
     m.add_class::<Kernel>()?;
+    m.add_class::<launch::Dispatcher>()?;
+    m.add_class::<launch::BoundLauncher>()?;
     m.add("IrError", m.py().get_type::<IrError>())?;
     m.add("BackendError", m.py().get_type::<BackendError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -92,16 +92,13 @@ def link_ptx(ptx: str, name: str) -> bytes:
     """Assembles PTX into a cubin with the driver's JIT linker (no CUDA toolkit needed)."""
     init()
     cu = _state["cu"]
-    log_size = 1 << 14
-    err_buf = ctypes.create_string_buffer(log_size)
-    opts = [cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER, cu.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES]
-    vals = [ctypes.addressof(err_buf), log_size]
-    state = check(cu.cuLinkCreate(len(opts), opts, vals), "cuLinkCreate")
+    state = check(cu.cuLinkCreate(0, [], []), "cuLinkCreate")
     try:
         data = ptx.encode() + b"\0"
         res = cu.cuLinkAddData(state, cu.CUjitInputType.CU_JIT_INPUT_PTX, data, len(data), name.encode(), 0, [], [])
         if int(res[0]) != 0:
-            raise LaunchError(f"the driver rejected the PTX of {name}: {err_buf.value.decode(errors='replace')}")
+            _, err = cu.cuGetErrorName(res[0])
+            raise LaunchError(f"the driver rejected the PTX of {name}: {err.decode() if err else res[0]}")
         cubin_ptr, size = check(cu.cuLinkComplete(state), "cuLinkComplete")
         return ctypes.string_at(int(cubin_ptr), int(size))
     finally:
@@ -135,6 +132,33 @@ class LoadedKernel:
                            params_addr, 0)
         if int(err[0]) != 0:
             check(err, "cuLaunchKernel")
+
+
+def launch_address() -> int:
+    """The address of the driver's cuLaunchKernel, for the native launch path (0 if unknown)."""
+    init()
+    cu = _state["cu"]
+    try:
+        res = cu.cuGetProcAddress(b"cuLaunchKernel", 12000, 0)
+        if int(res[0]) == 0 and int(res[1]):
+            return int(res[1])
+    except Exception:
+        pass
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        return ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value or 0
+    except OSError:
+        return 0
+
+
+def stream_function():
+    """A fast `f(device) -> stream` for torch's current stream, or None (default stream)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def current_stream() -> int:

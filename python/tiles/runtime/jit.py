@@ -97,13 +97,17 @@ def _scalar_type(v: Any, name: str) -> str:
                       "an int, a float or a bool")
 
 
+_SLOT_KINDS = {"i1": "i1", "i32": "i32", "i64": "i64", "u64": "u64", "fp32": "fp32"}
+
+
 class _Specialization:
     """A compiled kernel plus how to pack its arguments."""
 
-    def __init__(self, compiled, packers: List[Tuple[int, Any]]):
+    def __init__(self, compiled, packers: List[Tuple[int, Any]], slots: List[Tuple[int, str]]):
         self.compiled = compiled
         self.loaded = compiled.load()
         self.packers = packers
+        self.slots = slots
         self.threads = compiled.metadata.num_threads
 
 
@@ -128,6 +132,8 @@ class JITFunction:
         self._src = None
         self.cache: Dict[Any, _Specialization] = {}
         self._lock = threading.Lock()
+        self._dispatcher = None
+        self._driver_set = False
 
     def source(self):
         if self._src is None:
@@ -143,7 +149,21 @@ class JITFunction:
                            "or call it from another kernel")
 
     def __getitem__(self, grid) -> Callable:
-        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+        d = self._dispatcher
+        if d is None:
+            d = self._make_dispatcher()
+        return d[grid]
+
+    def _make_dispatcher(self):
+        from .. import _tiles
+
+        decl = [(p.name, p.is_constexpr, p.default is not Param.empty,
+                 None if p.default is Param.empty else p.default, not p.do_not_specialize) for p in self.params]
+        self._dispatcher = _tiles.Dispatcher(decl, self._fallback)
+        return self._dispatcher
+
+    def _fallback(self, grid, args, kwargs):
+        return self.run(*args, grid=grid, _learn=True, **(kwargs or {}))
 
     def __repr__(self) -> str:
         return f"JITFunction({self.__module__}:{self.__name__})"
@@ -188,7 +208,7 @@ class JITFunction:
                 info.append(("ptr", "*" + dt, div, addr))
                 continue
             ty = _scalar_type(v, p.name)
-            div = 1
+            div = 0
             if ty in ("i32", "i64", "u64") and not p.do_not_specialize:
                 div = 1 if v == 1 else 16 if v % 16 == 0 else 0
             key.append(("s", ty, div))
@@ -201,7 +221,7 @@ class JITFunction:
         from . import driver
 
         signature, constexprs, spec, ones = {}, {}, {}, []
-        packers = []
+        packers, slots = [], []
         for p, (kind, ty, div, raw) in zip(self.params, info):
             if kind == "constexpr":
                 constexprs[p.name] = raw
@@ -210,18 +230,21 @@ class JITFunction:
             if kind == "ptr":
                 spec[p.name] = div
                 packers.append((p.index, ctypes.c_uint64))
+                slots.append((p.index, "ptr"))
             else:
                 if div == 1 and ty != "i1" and raw == 1:
                     ones.append(p.name)
                 elif div == 16:
                     spec[p.name] = 16
                 packers.append((p.index, _CTYPES[ty]))
+                slots.append((p.index, _SLOT_KINDS.get(ty, "?")))
         compiled = compiler.compile(self, signature, constexprs, target=driver.default_target(),
                                     num_warps=num_warps, num_stages=num_stages, specialization=spec,
                                     equal_to_1=ones)
-        return _Specialization(compiled, packers)
+        return _Specialization(compiled, packers, slots)
 
-    def run(self, *args, grid, **kwargs):
+    def run(self, *args, grid, _learn: bool = False, **kwargs):
+        orig_kwargs = dict(kwargs) if _learn else None
         opts = {k: kwargs.pop(k) for k in _LAUNCH_OPTIONS if k in kwargs}
         num_warps = int(opts.get("num_warps") or 4)
         num_stages = int(opts.get("num_stages") or 3)
@@ -253,7 +276,24 @@ class JITFunction:
         stream = opts.get("stream")
         stream = driver.current_stream() if stream is None else int(stream)
         spec.loaded.launch(g, spec.threads, stream, ctypes.addressof(ptrs))
+        if _learn and self._dispatcher is not None and "stream" not in opts:
+            self._teach(args, orig_kwargs, spec)
         return spec.compiled
+
+    def _teach(self, args, kwargs, spec: "_Specialization") -> None:
+        """Lets the native dispatcher launch these arguments' specialisation by itself."""
+        from . import driver
+
+        if any(kind == "?" for _, kind in spec.slots):
+            return
+        if not self._driver_set:
+            addr = driver.launch_address()
+            if not addr:
+                return
+            self._dispatcher.set_driver(addr, driver.stream_function())
+            self._driver_set = True
+        self._dispatcher.learn(tuple(args), kwargs or None, spec.loaded.handle, spec.threads,
+                               spec.loaded.shared, spec.slots, spec.compiled)
 
     def warmup(self, *args, grid=None, **kwargs):
         """Compiles (and loads) without launching; returns the compiled kernel."""

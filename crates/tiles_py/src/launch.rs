@@ -1,0 +1,419 @@
+//! The launch fast path: bind arguments, find the compiled specialisation, pack the
+//! parameters and call the driver's `cuLaunchKernel`, all without running Python code.
+//!
+//! The key of a specialisation is computed here and only here, from the actual arguments:
+//! per parameter its kind, dtype (pointers), 16-byte alignment or divisibility by 16 and
+//! equality to 1 (integers), and the exact value of constexprs. A key that was never seen,
+//! an argument this path does not understand, or the interpreter being on, sends the call to
+//! the Python launcher, which compiles, launches and then teaches this dispatcher the key.
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+/// `CUresult cuLaunchKernel(CUfunction, gx, gy, gz, bx, by, bz, shared, CUstream, void**, void**)`.
+type LaunchFn = unsafe extern "C" fn(
+    *mut c_void,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> i32;
+
+/// How one kernel parameter's value is passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    Ptr,
+    I1,
+    I32,
+    I64,
+    U64,
+    F32,
+}
+
+struct Entry {
+    function: usize,
+    threads: u32,
+    shared: u32,
+    slots: Vec<(usize, Slot)>,
+    compiled: Py<PyAny>,
+}
+
+/// One parameter's declaration.
+struct ParamDecl {
+    name: Py<PyString>,
+    constexpr: bool,
+    default: Option<Py<PyAny>>,
+    specialize: bool,
+}
+
+/// Key parts and the values to pass, computed from one call's arguments.
+struct BoundArgs {
+    key: Vec<u64>,
+    values: Vec<ArgValue>,
+}
+
+#[derive(Clone, Copy)]
+enum ArgValue {
+    Ptr(u64),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Skip,
+}
+
+/// Per-kernel dispatcher: a cache of specialisations keyed by argument facts.
+#[pyclass(module = "tiles._tiles")]
+pub struct Dispatcher {
+    params: Vec<ParamDecl>,
+    entries: Mutex<HashMap<Vec<u64>, Entry>>,
+    launch: Option<LaunchFn>,
+    stream_fn: Option<Py<PyAny>>,
+    fallback: Py<PyAny>,
+}
+
+fn hash_str(s: &str) -> u64 {
+    // FNV-1a, 64-bit; the length is mixed in separately by the caller.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+impl Dispatcher {
+    /// Binds positional and keyword arguments to parameters and computes the key.
+    /// `None` means "not for the fast path".
+    fn bind(&self, py: Python<'_>, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Option<BoundArgs>> {
+        let n = self.params.len();
+        if args.len() > n {
+            return Ok(None);
+        }
+        let mut key = Vec::with_capacity(2 * n + 2);
+        let mut values = Vec::with_capacity(n);
+        let mut used_kwargs = 0usize;
+        for (i, p) in self.params.iter().enumerate() {
+            let owned;
+            let v: Bound<'_, PyAny> = if i < args.len() {
+                args.get_item(i)?
+            } else {
+                let found = match kwargs {
+                    Some(kw) => kw.get_item(p.name.bind(py))?,
+                    None => None,
+                };
+                match found {
+                    Some(v) => {
+                        used_kwargs += 1;
+                        owned = v;
+                        owned
+                    }
+                    None => match &p.default {
+                        Some(d) => d.bind(py).clone(),
+                        None => return Ok(None),
+                    },
+                }
+            };
+            if p.constexpr {
+                if !self.constexpr_key(&v, &mut key)? {
+                    return Ok(None);
+                }
+                values.push(ArgValue::Skip);
+                continue;
+            }
+            if v.is_none() {
+                key.push(7);
+                values.push(ArgValue::Skip);
+            } else if v.is_instance_of::<PyBool>() {
+                key.push(4);
+                values.push(ArgValue::Bool(v.extract::<bool>()?));
+            } else if v.is_instance_of::<PyInt>() {
+                let Ok(x) = v.extract::<i64>() else { return Ok(None) };
+                let ty = if (-(1i64 << 31)..(1i64 << 31)).contains(&x) { 0 } else { 1 };
+                let spec = if !p.specialize {
+                    0
+                } else if x == 1 {
+                    1
+                } else if x % 16 == 0 {
+                    16
+                } else {
+                    0
+                };
+                key.push(2 | (ty << 8) | (spec << 16));
+                values.push(ArgValue::Int(x));
+            } else if v.is_instance_of::<PyFloat>() {
+                key.push(3);
+                values.push(ArgValue::Float(v.extract::<f64>()?));
+            } else if let Ok(ptr) = v.call_method0(pyo3::intern!(py, "data_ptr")) {
+                // A torch tensor: dtype object identity, device and alignment.
+                let is_cuda = v.getattr(pyo3::intern!(py, "is_cuda")).and_then(|c| c.extract::<bool>());
+                if !matches!(is_cuda, Ok(true)) {
+                    return Ok(None);
+                }
+                let (Ok(addr), Ok(dtype)) = (ptr.extract::<u64>(), v.getattr(pyo3::intern!(py, "dtype"))) else {
+                    return Ok(None);
+                };
+                let align = if p.specialize && addr % 16 == 0 { 16 } else { 1 };
+                key.push(5 | (align << 8));
+                key.push(dtype.as_ptr() as u64);
+                values.push(ArgValue::Ptr(addr));
+            } else {
+                return Ok(None);
+            }
+        }
+        let nkw = kwargs.map_or(0, |k| k.len());
+        if used_kwargs != nkw {
+            // Launch options (num_warps, ...) or unknown keywords.
+            let Some(kw) = kwargs else { return Ok(None) };
+            for (k, v) in kw.iter() {
+                let name: String = k.extract()?;
+                if self.params.iter().any(|p| p.name.bind(py).to_cow().map(|s| s == name).unwrap_or(false)) {
+                    continue;
+                }
+                match name.as_str() {
+                    "num_warps" | "num_stages" => {
+                        let Ok(x) = v.extract::<i64>() else { return Ok(None) };
+                        key.push(if name == "num_warps" { 100 } else { 101 });
+                        key.push(x as u64);
+                    }
+                    _ => return Ok(None),
+                }
+            }
+        }
+        Ok(Some(BoundArgs { key, values }))
+    }
+
+    fn constexpr_key(&self, v: &Bound<'_, PyAny>, key: &mut Vec<u64>) -> PyResult<bool> {
+        if v.is_none() {
+            key.push(10);
+        } else if v.is_instance_of::<PyBool>() {
+            key.push(11);
+            key.push(v.extract::<bool>()? as u64);
+        } else if v.is_instance_of::<PyInt>() {
+            let Ok(x) = v.extract::<i64>() else { return Ok(false) };
+            key.push(12);
+            key.push(x as u64);
+        } else if v.is_instance_of::<PyFloat>() {
+            key.push(13);
+            key.push(v.extract::<f64>()?.to_bits());
+        } else if let Ok(s) = v.cast::<PyString>() {
+            let s = s.to_cow()?;
+            key.push(14);
+            key.push(s.len() as u64);
+            key.push(hash_str(&s));
+        } else {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn grid(&self, py: Python<'_>, grid: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Option<[u32; 3]>> {
+        let g = if grid.is_callable() {
+            let meta = PyDict::new(py);
+            for (i, p) in self.params.iter().enumerate() {
+                let v = if i < args.len() {
+                    Some(args.get_item(i)?)
+                } else {
+                    match kwargs.and_then(|k| k.get_item(p.name.bind(py)).ok().flatten()) {
+                        Some(v) => Some(v),
+                        None => p.default.as_ref().map(|d| d.bind(py).clone()),
+                    }
+                };
+                if let Some(v) = v {
+                    meta.set_item(p.name.bind(py), v)?;
+                }
+            }
+            grid.call1((meta,))?
+        } else {
+            grid.clone()
+        };
+        let mut out = [1u32; 3];
+        if let Ok(t) = g.cast::<PyTuple>() {
+            if t.is_empty() || t.len() > 3 {
+                return Ok(None);
+            }
+            for (i, x) in t.iter().enumerate() {
+                let Ok(x) = x.extract::<i64>() else { return Ok(None) };
+                if x < 0 || x > u32::MAX as i64 {
+                    return Ok(None);
+                }
+                out[i] = x as u32;
+            }
+        } else if let Ok(x) = g.extract::<i64>() {
+            if x < 0 || x > u32::MAX as i64 {
+                return Ok(None);
+            }
+            out[0] = x as u32;
+        } else {
+            return Ok(None);
+        }
+        Ok(Some(out))
+    }
+
+    fn interpreter_on() -> bool {
+        match std::env::var_os("TILES_INTERPRET") {
+            Some(v) => !(v.is_empty() || v == "0"),
+            None => false,
+        }
+    }
+
+    fn try_launch(&self, py: Python<'_>, grid: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Option<Py<PyAny>>> {
+        let Some(launch) = self.launch else { return Ok(None) };
+        if Self::interpreter_on() {
+            return Ok(None);
+        }
+        let Some(bound) = self.bind(py, args, kwargs)? else { return Ok(None) };
+        let (function, threads, shared, slots, compiled) = {
+            let entries = self.entries.lock().map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?;
+            let Some(e) = entries.get(&bound.key) else { return Ok(None) };
+            (e.function, e.threads, e.shared, e.slots.clone(), e.compiled.clone_ref(py))
+        };
+        let Some(g) = self.grid(py, grid, args, kwargs)? else { return Ok(None) };
+        if g.contains(&0) {
+            return Ok(Some(compiled));
+        }
+        let stream: u64 = match &self.stream_fn {
+            Some(f) => f.bind(py).call1((0,))?.extract()?,
+            None => 0,
+        };
+        let mut storage: Vec<u64> = vec![0; slots.len().max(1)];
+        for (k, &(i, slot)) in slots.iter().enumerate() {
+            storage[k] = match (slot, bound.values[i]) {
+                (Slot::Ptr, ArgValue::Ptr(a)) => a,
+                (Slot::I32, ArgValue::Int(x)) => (x as i32) as u32 as u64,
+                (Slot::I64 | Slot::U64, ArgValue::Int(x)) => x as u64,
+                (Slot::F32, ArgValue::Float(x)) => (x as f32).to_bits() as u64,
+                (Slot::I1, ArgValue::Bool(b)) => b as u64,
+                _ => return Ok(None),
+            };
+        }
+        let mut ptrs: Vec<*mut c_void> = storage.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        // SAFETY: `launch` is the driver's cuLaunchKernel (from cuGetProcAddress); `function` is a
+        // CUfunction of a module that `compiled` keeps loaded; `ptrs` holds one pointer per kernel
+        // parameter, each to 8 bytes whose low bytes hold the little-endian value, alive for the call.
+        let err = unsafe {
+            launch(
+                function as *mut c_void,
+                g[0],
+                g[1],
+                g[2],
+                threads,
+                1,
+                1,
+                shared,
+                stream as *mut c_void,
+                ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if err != 0 {
+            return Err(crate::errors::BackendError::new_err(format!("cuLaunchKernel failed with CUresult {err}")));
+        }
+        Ok(Some(compiled))
+    }
+}
+
+#[pymethods]
+impl Dispatcher {
+    /// `params`: (name, is_constexpr, has_default, default, specialize) per parameter;
+    /// `fallback(grid, args, kwargs)`: the Python launcher.
+    #[new]
+    fn new(py: Python<'_>, params: Vec<(String, bool, bool, Py<PyAny>, bool)>, fallback: Py<PyAny>) -> Self {
+        let params = params
+            .into_iter()
+            .map(|(name, constexpr, has_default, default, specialize)| ParamDecl {
+                name: PyString::new(py, &name).unbind(),
+                constexpr,
+                default: has_default.then_some(default),
+                specialize,
+            })
+            .collect();
+        Dispatcher { params, entries: Mutex::new(HashMap::new()), launch: None, stream_fn: None, fallback }
+    }
+
+    /// Gives the dispatcher the driver's `cuLaunchKernel` address and the function that returns
+    /// the current stream for a device index (or None for the default stream).
+    fn set_driver(&mut self, launch_address: usize, stream_fn: Option<Py<PyAny>>) {
+        if launch_address != 0 {
+            // SAFETY: the address comes from cuGetProcAddress("cuLaunchKernel") and has that signature.
+            self.launch = Some(unsafe { std::mem::transmute::<usize, LaunchFn>(launch_address) });
+        }
+        self.stream_fn = stream_fn;
+    }
+
+    /// Records the specialisation that these arguments select. `slots` lists, per kernel
+    /// parameter in order, (parameter index, kind) with kind one of
+    /// `ptr`, `i1`, `i32`, `i64`, `u64`, `fp32`.
+    #[pyo3(signature = (args, kwargs, function, threads, shared, slots, compiled))]
+    #[allow(clippy::too_many_arguments)]
+    fn learn(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+        function: usize,
+        threads: u32,
+        shared: u32,
+        slots: Vec<(usize, String)>,
+        compiled: Py<PyAny>,
+    ) -> PyResult<bool> {
+        let Some(bound) = self.bind(py, args, kwargs)? else { return Ok(false) };
+        let mut s = Vec::with_capacity(slots.len());
+        for (i, kind) in slots {
+            let slot = match kind.as_str() {
+                "ptr" => Slot::Ptr,
+                "i1" => Slot::I1,
+                "i32" => Slot::I32,
+                "i64" => Slot::I64,
+                "u64" => Slot::U64,
+                "fp32" => Slot::F32,
+                _ => return Ok(false),
+            };
+            s.push((i, slot));
+        }
+        let mut entries = self.entries.lock().map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?;
+        entries.insert(bound.key, Entry { function, threads, shared, slots: s, compiled });
+        Ok(true)
+    }
+
+    /// Drops every learned specialisation.
+    fn clear(&self) -> PyResult<()> {
+        self.entries.lock().map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?.clear();
+        Ok(())
+    }
+
+    fn __getitem__(slf: Bound<'_, Self>, grid: Py<PyAny>) -> BoundLauncher {
+        BoundLauncher { dispatcher: slf.unbind(), grid }
+    }
+}
+
+/// `kernel[grid]`: calling it launches.
+#[pyclass(module = "tiles._tiles")]
+pub struct BoundLauncher {
+    dispatcher: Py<Dispatcher>,
+    grid: Py<PyAny>,
+}
+
+#[pymethods]
+impl BoundLauncher {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Py<PyAny>> {
+        let d = self.dispatcher.bind(py).borrow();
+        let grid = self.grid.bind(py);
+        if let Some(r) = d.try_launch(py, grid, args, kwargs)? {
+            return Ok(r);
+        }
+        let fallback = d.fallback.clone_ref(py);
+        drop(d);
+        Ok(fallback.bind(py).call1((grid, args, kwargs))?.unbind())
+    }
+}
