@@ -547,7 +547,9 @@ impl Builder {
     /// values to an `if` branch after both branches were built.
     pub fn enter_region(&mut self, op: Op, i: usize) -> R<()> {
         if !self.func.ops.is_valid(op) || i >= self.func.ops[op].regions.len() {
-            return Err(BuildError::Misuse("enter_region on an op without that region"));
+            return Err(BuildError::Misuse(
+                "enter_region on an op without that region",
+            ));
         }
         let b = self.func.region_block(op, i);
         self.stack.push(b);
@@ -566,7 +568,9 @@ impl Builder {
     /// Abandons the innermost open `for` (a dry run): it is removed with everything in it.
     pub fn discard_for(&mut self, h: &ForHandle) -> R<()> {
         if self.stack.len() < 2 || self.block() != self.func.region_block(h.op, 0) {
-            return Err(BuildError::Misuse("discard_for without a matching begin_for"));
+            return Err(BuildError::Misuse(
+                "discard_for without a matching begin_for",
+            ));
         }
         self.stack.pop();
         let b = self.block();

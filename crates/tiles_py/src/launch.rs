@@ -94,7 +94,12 @@ fn hash_str(s: &str) -> u64 {
 impl Dispatcher {
     /// Binds positional and keyword arguments to parameters and computes the key.
     /// `None` means "not for the fast path".
-    fn bind(&self, py: Python<'_>, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Option<BoundArgs>> {
+    fn bind(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Option<BoundArgs>> {
         let n = self.params.len();
         if args.len() > n {
             return Ok(None);
@@ -137,8 +142,14 @@ impl Dispatcher {
                 key.push(4);
                 values.push(ArgValue::Bool(v.extract::<bool>()?));
             } else if v.is_instance_of::<PyInt>() {
-                let Ok(x) = v.extract::<i64>() else { return Ok(None) };
-                let ty = if (-(1i64 << 31)..(1i64 << 31)).contains(&x) { 0 } else { 1 };
+                let Ok(x) = v.extract::<i64>() else {
+                    return Ok(None);
+                };
+                let ty = if (-(1i64 << 31)..(1i64 << 31)).contains(&x) {
+                    0
+                } else {
+                    1
+                };
                 let spec = if !p.specialize {
                     0
                 } else if x == 1 {
@@ -155,14 +166,22 @@ impl Dispatcher {
                 values.push(ArgValue::Float(v.extract::<f64>()?));
             } else if let Ok(ptr) = v.call_method0(pyo3::intern!(py, "data_ptr")) {
                 // A torch tensor: dtype object identity, device and alignment.
-                let is_cuda = v.getattr(pyo3::intern!(py, "is_cuda")).and_then(|c| c.extract::<bool>());
+                let is_cuda = v
+                    .getattr(pyo3::intern!(py, "is_cuda"))
+                    .and_then(|c| c.extract::<bool>());
                 if !matches!(is_cuda, Ok(true)) {
                     return Ok(None);
                 }
-                let (Ok(addr), Ok(dtype)) = (ptr.extract::<u64>(), v.getattr(pyo3::intern!(py, "dtype"))) else {
+                let (Ok(addr), Ok(dtype)) =
+                    (ptr.extract::<u64>(), v.getattr(pyo3::intern!(py, "dtype")))
+                else {
                     return Ok(None);
                 };
-                let align = if p.specialize && addr % 16 == 0 { 16 } else { 1 };
+                let align = if p.specialize && addr % 16 == 0 {
+                    16
+                } else {
+                    1
+                };
                 key.push(5 | (align << 8));
                 key.push(dtype.as_ptr() as u64);
                 values.push(ArgValue::Ptr(addr));
@@ -176,12 +195,18 @@ impl Dispatcher {
             let Some(kw) = kwargs else { return Ok(None) };
             for (k, v) in kw.iter() {
                 let name: String = k.extract()?;
-                if self.params.iter().any(|p| p.name.bind(py).to_cow().map(|s| s == name).unwrap_or(false)) {
+                if self
+                    .params
+                    .iter()
+                    .any(|p| p.name.bind(py).to_cow().map(|s| s == name).unwrap_or(false))
+                {
                     continue;
                 }
                 match name.as_str() {
                     "num_warps" | "num_stages" => {
-                        let Ok(x) = v.extract::<i64>() else { return Ok(None) };
+                        let Ok(x) = v.extract::<i64>() else {
+                            return Ok(None);
+                        };
                         key.push(if name == "num_warps" { 100 } else { 101 });
                         key.push(x as u64);
                     }
@@ -199,7 +224,9 @@ impl Dispatcher {
             key.push(11);
             key.push(v.extract::<bool>()? as u64);
         } else if v.is_instance_of::<PyInt>() {
-            let Ok(x) = v.extract::<i64>() else { return Ok(false) };
+            let Ok(x) = v.extract::<i64>() else {
+                return Ok(false);
+            };
             key.push(12);
             key.push(x as u64);
         } else if v.is_instance_of::<PyFloat>() {
@@ -216,7 +243,13 @@ impl Dispatcher {
         Ok(true)
     }
 
-    fn grid(&self, py: Python<'_>, grid: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Option<[u32; 3]>> {
+    fn grid(
+        &self,
+        py: Python<'_>,
+        grid: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Option<[u32; 3]>> {
         let g = if grid.is_callable() {
             let meta = PyDict::new(py);
             for (i, p) in self.params.iter().enumerate() {
@@ -242,7 +275,9 @@ impl Dispatcher {
                 return Ok(None);
             }
             for (i, x) in t.iter().enumerate() {
-                let Ok(x) = x.extract::<i64>() else { return Ok(None) };
+                let Ok(x) = x.extract::<i64>() else {
+                    return Ok(None);
+                };
                 if x < 0 || x > u32::MAX as i64 {
                     return Ok(None);
                 }
@@ -266,18 +301,41 @@ impl Dispatcher {
         }
     }
 
-    fn try_launch(&self, py: Python<'_>, grid: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Option<Py<PyAny>>> {
-        let Some(launch) = self.launch else { return Ok(None) };
+    fn try_launch(
+        &self,
+        py: Python<'_>,
+        grid: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let Some(launch) = self.launch else {
+            return Ok(None);
+        };
         if Self::interpreter_on() {
             return Ok(None);
         }
-        let Some(bound) = self.bind(py, args, kwargs)? else { return Ok(None) };
-        let (function, threads, shared, slots, compiled) = {
-            let entries = self.entries.lock().map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?;
-            let Some(e) = entries.get(&bound.key) else { return Ok(None) };
-            (e.function, e.threads, e.shared, e.slots.clone(), e.compiled.clone_ref(py))
+        let Some(bound) = self.bind(py, args, kwargs)? else {
+            return Ok(None);
         };
-        let Some(g) = self.grid(py, grid, args, kwargs)? else { return Ok(None) };
+        let (function, threads, shared, slots, compiled) = {
+            let entries = self
+                .entries
+                .lock()
+                .map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?;
+            let Some(e) = entries.get(&bound.key) else {
+                return Ok(None);
+            };
+            (
+                e.function,
+                e.threads,
+                e.shared,
+                e.slots.clone(),
+                e.compiled.clone_ref(py),
+            )
+        };
+        let Some(g) = self.grid(py, grid, args, kwargs)? else {
+            return Ok(None);
+        };
         if g.contains(&0) {
             return Ok(Some(compiled));
         }
@@ -296,7 +354,10 @@ impl Dispatcher {
                 _ => return Ok(None),
             };
         }
-        let mut ptrs: Vec<*mut c_void> = storage.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        let mut ptrs: Vec<*mut c_void> = storage
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect();
         // SAFETY: `launch` is the driver's cuLaunchKernel (from cuGetProcAddress); `function` is a
         // CUfunction of a module that `compiled` keeps loaded; `ptrs` holds one pointer per kernel
         // parameter, each to 8 bytes whose low bytes hold the little-endian value, alive for the call.
@@ -316,7 +377,9 @@ impl Dispatcher {
             )
         };
         if err != 0 {
-            return Err(crate::errors::BackendError::new_err(format!("cuLaunchKernel failed with CUresult {err}")));
+            return Err(crate::errors::BackendError::new_err(format!(
+                "cuLaunchKernel failed with CUresult {err}"
+            )));
         }
         Ok(Some(compiled))
     }
@@ -327,17 +390,29 @@ impl Dispatcher {
     /// `params`: (name, is_constexpr, has_default, default, specialize) per parameter;
     /// `fallback(grid, args, kwargs)`: the Python launcher.
     #[new]
-    fn new(py: Python<'_>, params: Vec<(String, bool, bool, Py<PyAny>, bool)>, fallback: Py<PyAny>) -> Self {
+    fn new(
+        py: Python<'_>,
+        params: Vec<(String, bool, bool, Py<PyAny>, bool)>,
+        fallback: Py<PyAny>,
+    ) -> Self {
         let params = params
             .into_iter()
-            .map(|(name, constexpr, has_default, default, specialize)| ParamDecl {
-                name: PyString::new(py, &name).unbind(),
-                constexpr,
-                default: has_default.then_some(default),
-                specialize,
-            })
+            .map(
+                |(name, constexpr, has_default, default, specialize)| ParamDecl {
+                    name: PyString::new(py, &name).unbind(),
+                    constexpr,
+                    default: has_default.then_some(default),
+                    specialize,
+                },
+            )
             .collect();
-        Dispatcher { params, entries: Mutex::new(HashMap::new()), launch: None, stream_fn: None, fallback }
+        Dispatcher {
+            params,
+            entries: Mutex::new(HashMap::new()),
+            launch: None,
+            stream_fn: None,
+            fallback,
+        }
     }
 
     /// Gives the dispatcher the driver's `cuLaunchKernel` address and the function that returns
@@ -366,7 +441,9 @@ impl Dispatcher {
         slots: Vec<(usize, String)>,
         compiled: Py<PyAny>,
     ) -> PyResult<bool> {
-        let Some(bound) = self.bind(py, args, kwargs)? else { return Ok(false) };
+        let Some(bound) = self.bind(py, args, kwargs)? else {
+            return Ok(false);
+        };
         let mut s = Vec::with_capacity(slots.len());
         for (i, kind) in slots {
             let slot = match kind.as_str() {
@@ -380,19 +457,37 @@ impl Dispatcher {
             };
             s.push((i, slot));
         }
-        let mut entries = self.entries.lock().map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?;
-        entries.insert(bound.key, Entry { function, threads, shared, slots: s, compiled });
+        let mut entries = self
+            .entries
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?;
+        entries.insert(
+            bound.key,
+            Entry {
+                function,
+                threads,
+                shared,
+                slots: s,
+                compiled,
+            },
+        );
         Ok(true)
     }
 
     /// Drops every learned specialisation.
     fn clear(&self) -> PyResult<()> {
-        self.entries.lock().map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?.clear();
+        self.entries
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?
+            .clear();
         Ok(())
     }
 
     fn __getitem__(slf: Bound<'_, Self>, grid: Py<PyAny>) -> BoundLauncher {
-        BoundLauncher { dispatcher: slf.unbind(), grid }
+        BoundLauncher {
+            dispatcher: slf.unbind(),
+            grid,
+        }
     }
 }
 
@@ -406,7 +501,12 @@ pub struct BoundLauncher {
 #[pymethods]
 impl BoundLauncher {
     #[pyo3(signature = (*args, **kwargs))]
-    fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Py<PyAny>> {
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
         let d = self.dispatcher.bind(py).borrow();
         let grid = self.grid.bind(py);
         if let Some(r) = d.try_launch(py, grid, args, kwargs)? {

@@ -253,14 +253,20 @@ impl IrBuilder {
         let b = self.b()?;
         let body = b.func.region_block(op, 0);
         let args = b.func.blocks[body].args.clone();
-        let h = tile_ir::ForHandle { op, iv: args[0], iter_args: args[1..].to_vec() };
+        let h = tile_ir::ForHandle {
+            op,
+            iv: args[0],
+            iter_args: args[1..].to_vec(),
+        };
         b.discard_for(&h).map_err(BoundaryError::from)?;
         Ok(())
     }
 
     fn enter_region(&mut self, handle: u32, index: usize) -> PyResult<()> {
         let op = self.op(handle)?;
-        self.b()?.enter_region(op, index).map_err(BoundaryError::from)?;
+        self.b()?
+            .enter_region(op, index)
+            .map_err(BoundaryError::from)?;
         Ok(())
     }
 
