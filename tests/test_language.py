@@ -129,9 +129,6 @@ UNARY = {
 @pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "float64"])
 @pytest.mark.parametrize("fn", sorted(UNARY))
 def test_math(dev, rng, fn, name):
-    if name == "float64" and fn in ("exp", "exp2", "log", "log2", "sin", "cos", "erf", "sigmoid") \
-            and dev.mode == "gpu":
-        pytest.skip("fp64 transcendental functions are not lowered yet")
     ref_fn, lo, hi = UNARY[fn]
     n = 1000
     x = random(rng, n, name, lo, hi)

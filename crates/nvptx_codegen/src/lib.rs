@@ -21,6 +21,7 @@
 
 mod lower;
 mod math;
+mod math_f64;
 mod memory;
 
 use inkwell::context::Context;

@@ -286,7 +286,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             _ => {}
         }
         if d == DType::F64 {
-            return self.unsupported(format!("fp64 {}", op.name()));
+            return Ok(self.math_f64(op, x)?.into());
         }
         // fp16 and bf16 are computed in fp32, then rounded back.
         let f32t = self.cx.f32_type();
