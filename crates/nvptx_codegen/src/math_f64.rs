@@ -98,8 +98,8 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     pub(crate) fn math_f64(&mut self, op: UnaryOp, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
-        const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
-        const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+        const LN2_HI: f64 = 0.6931471803691238;
+        const LN2_LO: f64 = 1.9082149292705877e-10;
         const PIO2_HI: f64 = std::f64::consts::FRAC_PI_2;
         const PIO2_LO: f64 = 6.123_233_995_736_766e-17;
         match op {
