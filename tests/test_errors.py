@@ -205,3 +205,20 @@ class TestGpuLaunchErrors:
             copy_kernel[(8,)](wrap(x), wrap(out), 1000, BLOCK=128)
             torch.cuda.synchronize()
             assert torch.equal(out, x)
+
+
+@pytest.mark.gpu
+def test_gpu_tensor_given_to_the_interpreter_is_named(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    x = torch.zeros(4, device="cuda")
+    with pytest.raises(tiles.LaunchError, match="'x_ptr' is a CUDA tensor"):
+        copy_kernel[(1,)](x, x, 4, BLOCK=4)
+
+
+def test_interpreter_errors_name_the_kernel_line(monkeypatch):
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    x = np.zeros(4, np.float32)
+    with pytest.raises(tiles.InterpreterError, match=r"shape_mismatch at .*test_errors.py:\d+ \(program id"):
+        shape_mismatch[(1,)](x, BLOCK=4)

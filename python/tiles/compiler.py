@@ -20,13 +20,15 @@ class CompiledKernel:
     """
 
     def __init__(self, name: str, out: Dict[str, Any], target: str, num_warps: int, num_stages: int,
-                 signature: Dict[str, str], constexprs: Dict[str, Any]):
+                 signature: Dict[str, str], constexprs: Dict[str, Any], file: str = "<unknown>"):
         self.name = out["name"]
         self.function_name = name
         self.asm: Dict[str, Any] = {"tir": out["tir"], "tir_opt": out["tir_opt"], "llir": out["llir"],
                                     "ptx": out["ptx"]}
         self.metadata = SimpleNamespace(name=self.name, target=target, num_warps=num_warps, num_stages=num_stages,
-                                        shared=out["shared"], num_threads=out["num_threads"])
+                                        shared=out["shared"], num_threads=out["num_threads"],
+                                        asserts=dict(out.get("asserts", [])))
+        self.file = file
         self.signature = signature
         self.constexprs = constexprs
         self.params = [n for n, t in signature.items() if n not in constexprs and t != "constexpr"]
@@ -45,6 +47,15 @@ class CompiledKernel:
             self.asm["cubin"] = cubin
             self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared)
         return self._loaded
+
+    def check_asserts(self) -> None:
+        """After a launch with debugging on: raises AssertionError if a device_assert failed."""
+        if not self.metadata.asserts or self._loaded is None:
+            return
+        line = self._loaded.read_assert_flag()
+        if line:
+            msg = self.metadata.asserts.get(line, "")
+            raise AssertionError(f"device_assert failed in {self.function_name} at {self.file}:{line}: {msg}")
 
     @property
     def n_regs(self) -> int:
@@ -89,7 +100,7 @@ def _dump(name: str, out: Dict[str, Any]) -> None:
 
 def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] = None, target: str = "sm_90a",
             num_warps: int = 4, num_stages: int = 3, specialization: Optional[Dict[str, int]] = None,
-            equal_to_1: Sequence[str] = ()) -> CompiledKernel:
+            equal_to_1: Sequence[str] = (), debug: bool = False) -> CompiledKernel:
     """Compiles `fn` (a @tiles.jit function) for `signature` without a GPU.
 
     Signature types are spelled as Triton spells them: `*fp16`, `i32`, `fp32`, and
@@ -121,10 +132,10 @@ def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] 
     unknown = set(sig) - set(fn.param_names)
     if unknown:
         raise TypeError(f"{fn.__name__} has no parameter(s) {sorted(unknown)}")
-    kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1)
+    kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug)
     try:
         out = kernel.compile(target, bool(os.environ.get("TILES_DUMP_IR")))
     except _tiles.BackendError as e:
         raise _backend_error(fn, e) from None
     _dump(out["name"], out)
-    return CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs)
+    return CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file)

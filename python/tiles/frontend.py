@@ -22,8 +22,10 @@ from .errors import CompilationError
 class IRBackend:
     """Language ops -> `_tiles.IrBuilder` calls."""
 
-    def __init__(self, builder: "_tiles.IrBuilder"):
+    def __init__(self, builder: "_tiles.IrBuilder", debug: bool = False):
         self.b = builder
+        self.debug = debug
+        self.asserts: Dict[int, str] = {}
 
     def constant(self, value, dt, shape):
         return self.b.constant(value, dt.ir, list(shape))
@@ -76,6 +78,13 @@ class IRBackend:
 
     def store(self, ptr, value, mask):
         self.b.store(ptr.handle, value.handle, None if mask is None else mask.handle)
+
+    def device_print(self, prefix, tensors, hex):
+        self.b.print(prefix, [t.handle for t in tensors], hex)
+
+    def device_assert(self, cond, msg):
+        if self.debug:
+            self.b.assert_(cond.handle, msg)
 
     def to_python_bool(self, t):
         raise TypeError("a tensor's value is not known at compile time; use it in `if`/`while` directly, "
@@ -306,9 +315,12 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_Assert(self, node: ast.Assert) -> None:
         cond = self.visit(node.test)
-        if not _is_tensor(cond) and not _unwrap(cond):
-            msg = "" if node.msg is None else _unwrap(self.visit(node.msg))
-            raise self.src.error(node, f"assertion failed at compile time: {msg}")
+        msg = "" if node.msg is None else str(_unwrap(self.visit(node.msg)))
+        if not _is_tensor(cond):
+            if not _unwrap(cond):
+                raise self.src.error(node, f"assertion failed at compile time: {msg}")
+            return
+        semantic.device_assert(cond, msg or ast.unparse(node.test))
 
     def visit_If(self, node: ast.If) -> None:
         cond = self.visit(node.test)
@@ -602,9 +614,12 @@ class CodeGenerator(ast.NodeVisitor):
         if fn is builtins.abs and args and _is_tensor(args[0]):
             return semantic.abs_(args[0])
         if fn is builtins.print:
-            if any(_is_tensor(a) for a in args):
-                raise TypeError("print() of tensors needs tl.device_print")
-            return print(*[_unwrap(a) for a in args])
+            if not any(_is_tensor(a) for a in args):
+                return print(*[_unwrap(a) for a in args])
+            prefix = " ".join(str(_unwrap(a)) for a in args if not _is_tensor(a))
+            return semantic.device_print(prefix + (" " if prefix else ""), [a for a in args if _is_tensor(a)])
+        if fn is builtins.breakpoint or getattr(fn, "__module__", None) in ("pdb", "bdb"):
+            return None  # breakpoints work in the interpreter; compiled kernels ignore them
         if fn in (builtins.range, language.range, language.static_range):
             raise TypeError(f"{getattr(fn, '__name__', fn)} can only be used as the iterable of a for loop")
         if isinstance(fn, type) and issubclass(fn, core.dtype):
@@ -643,11 +658,12 @@ def inline_call(jitfn, builder, args: List[Any], kwargs: Dict[str, Any]) -> Any:
 
 
 def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], num_warps: int,
-                specialization: Dict[str, int], equal_to_1: Sequence[str] = ()) -> "_tiles.Kernel":
-    """Builds the IR of a kernel for one signature and specialisation."""
+                specialization: Dict[str, int], equal_to_1: Sequence[str] = (), debug: bool = False):
+    """Builds the IR of a kernel for one signature and specialisation; returns the kernel and
+    its assert messages by source line."""
     src = jitfn.source()
     builder = _tiles.IrBuilder(jitfn.__name__, num_warps, src.file)
-    backend = IRBackend(builder)
+    backend = IRBackend(builder, debug)
     scope: Dict[str, Any] = {}
     with core.use_backend(backend):
         for p in jitfn.params:

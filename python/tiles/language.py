@@ -276,6 +276,19 @@ def static_assert(cond, msg="", _semantic=None):
         raise AssertionError(f"static_assert failed: {_v(msg)}")
 
 
+@builtin
+def device_print(prefix, *args, hex=False, _semantic=None):
+    """Prints each element of `args` with its program id and index (from the GPU: vprintf)."""
+    semantic.device_print(_v(prefix), args, hex)
+
+
+@builtin
+def device_assert(cond, msg="", mask=None, _semantic=None):
+    """Checks `cond` where `mask` holds: always in the interpreter; compiled, when debugging
+    (`TILES_DEBUG=1` or `@jit(debug=True)`), a failure raises after the launch."""
+    semantic.device_assert(cond, _v(msg), mask)
+
+
 class static_range:
     """A loop unrolled at compile time: `for i in tl.static_range(4)`."""
 

@@ -539,3 +539,19 @@ def store(ptr: Any, value: Any, mask: Any = None) -> None:
     ptr = broadcast_to(ptr, shape)
     value = broadcast_to(cast(value, elem), shape)
     _be().store(ptr, value, mask)
+
+
+# -- debugging ------------------------------------------------------------------------------------
+
+def device_print(prefix: str, args: Sequence[Any], hex: bool = False) -> None:
+    tensors = [to_tensor(a) for a in args]
+    _be().device_print(str(_unwrap(prefix)), tensors, bool(_unwrap(hex)))
+
+
+def device_assert(cond: Any, msg: str = "", mask: Any = None) -> None:
+    cond = cast(to_tensor(cond), core.int1)
+    if mask is not None:
+        mask = cast(to_tensor(mask), core.int1)
+        cond, mask = broadcast_pair(cond, mask)
+        cond = or_(cond, not_(mask))
+    _be().device_assert(cond, str(_unwrap(msg)))

@@ -19,6 +19,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod debug;
 mod lower;
 mod math;
 mod math_f64;
@@ -32,6 +33,8 @@ use inkwell::targets::{
 use inkwell::OptimizationLevel;
 use std::sync::Once;
 use tile_ir::Function;
+
+pub use debug::ASSERT_GLOBAL;
 
 /// A GPU architecture to generate code for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

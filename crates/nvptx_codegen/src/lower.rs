@@ -289,6 +289,24 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(g)
     }
 
+    /// A stack slot, allocated once in the prologue (so loops do not grow the stack).
+    pub fn entry_alloca(
+        &mut self,
+        ty: BasicTypeEnum<'ctx>,
+    ) -> R<inkwell::values::PointerValue<'ctx>> {
+        let here = self.b.get_insert_block();
+        let term = self
+            .prologue
+            .get_terminator()
+            .expect("the prologue ends in a branch");
+        self.b.position_before(&term);
+        let p = self.b.build_alloca(ty, "buf")?;
+        if let Some(bb) = here {
+            self.b.position_at_end(bb);
+        }
+        Ok(p)
+    }
+
     fn thread_term(&self, m: &tile_ir::DimThreadMap) -> R<IntValue<'ctx>> {
         let part = |id: IntValue<'ctx>, shift: u32, mask: u32, mul: u32| -> R<IntValue<'ctx>> {
             if mask == 0 {
@@ -414,6 +432,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             OpKind::Return => {
                 self.b.build_return(None)?;
             }
+            OpKind::Print { prefix, hex } => self.lower_print(&data, prefix, hex)?,
+            OpKind::Assert { .. } => self.lower_assert(&data)?,
             OpKind::Yield => return self.internal("yield outside a region"),
             _ if data.kind.is_elementwise() || matches!(data.kind, OpKind::Fma) => {
                 let ty = rty.expect("elementwise ops have a result");

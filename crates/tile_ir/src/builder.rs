@@ -482,6 +482,28 @@ impl Builder {
         Ok(self.push(OpKind::Store(attrs), operands, &[]))
     }
 
+    /// Prints the values (tiles or scalars) of `values`, each element on a line.
+    pub fn print(&mut self, prefix: &str, values: &[Value], hex: bool) -> R<Op> {
+        for &v in values {
+            self.check(v)?;
+        }
+        let prefix = self.func.intern_string(prefix);
+        Ok(self.push(OpKind::Print { prefix, hex }, values.to_vec(), &[]))
+    }
+
+    /// Records a failure where `cond` (an `i1` tile or scalar) is false.
+    pub fn assert(&mut self, cond: Value, msg: &str) -> R<Op> {
+        let t = self.check(cond)?;
+        if t.elem != Elem::Num(DType::I1) {
+            return Err(BuildError::OperandType {
+                op: "assert",
+                message: format!("condition must be i1, got {}", t.elem),
+            });
+        }
+        let msg = self.func.intern_string(msg);
+        Ok(self.push(OpKind::Assert { msg }, vec![cond], &[]))
+    }
+
     /// Opens a `for` loop over `[lb, ub)` by `step` carrying `inits`; the insertion point moves
     /// into its body. Close it with [`Builder::end_for`].
     pub fn begin_for(

@@ -97,6 +97,8 @@ pub struct Function {
     pub num_warps: u32,
     /// The file the kernel came from, for diagnostics.
     pub file: String,
+    /// Strings referenced by ops (print prefixes, assert messages).
+    pub strings: Vec<String>,
 }
 
 impl Function {
@@ -116,7 +118,17 @@ impl Function {
             layout_index: HashMap::new(),
             num_warps,
             file: String::new(),
+            strings: Vec::new(),
         }
+    }
+
+    /// Adds a string to the table; returns its index.
+    pub fn intern_string(&mut self, s: &str) -> u32 {
+        if let Some(i) = self.strings.iter().position(|x| x == s) {
+            return i as u32;
+        }
+        self.strings.push(s.to_string());
+        (self.strings.len() - 1) as u32
     }
 
     /// The type of a value.

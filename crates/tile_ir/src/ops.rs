@@ -295,6 +295,19 @@ pub enum OpKind {
     Yield,
     /// The same tile in another layout.
     ConvertLayout,
+    /// Prints every element of its operands with the program id and element index;
+    /// `prefix` indexes the function's string table.
+    Print {
+        /// String-table index of the text printed before each value.
+        prefix: u32,
+        /// Print integers in hexadecimal.
+        hex: bool,
+    },
+    /// Records a failure (this op's source line) where its `i1` operand is false.
+    Assert {
+        /// String-table index of the message.
+        msg: u32,
+    },
     /// Ends the kernel.
     Return,
 }
@@ -324,6 +337,8 @@ impl OpKind {
             OpKind::If => "if",
             OpKind::Yield => "yield",
             OpKind::ConvertLayout => "convert_layout",
+            OpKind::Print { .. } => "print",
+            OpKind::Assert { .. } => "assert",
             OpKind::Return => "return",
         }
     }
@@ -332,7 +347,13 @@ impl OpKind {
     pub fn has_side_effects(&self) -> bool {
         matches!(
             self,
-            OpKind::Store(_) | OpKind::Yield | OpKind::Return | OpKind::For | OpKind::If
+            OpKind::Store(_)
+                | OpKind::Yield
+                | OpKind::Return
+                | OpKind::For
+                | OpKind::If
+                | OpKind::Print { .. }
+                | OpKind::Assert { .. }
         ) || matches!(self, OpKind::Load(m) if m.volatile)
     }
 

@@ -27,8 +27,23 @@ pub fn write_type(f: &mut dyn Write, ty: &Type) -> fmt::Result {
     f.write_str(">")
 }
 
-fn attrs(kind: &OpKind) -> String {
+fn attrs(func: &Function, kind: &OpKind) -> String {
+    let text = |i: u32| {
+        format!(
+            "{:?}",
+            func.strings
+                .get(i as usize)
+                .map(String::as_str)
+                .unwrap_or("")
+        )
+    };
     match kind {
+        OpKind::Print { prefix, hex } => format!(
+            " {{prefix = {}{}}}",
+            text(*prefix),
+            if *hex { ", hex" } else { "" }
+        ),
+        OpKind::Assert { msg } => format!(" {{msg = {}}}", text(*msg)),
         OpKind::Constant(c) => format!(" {{value = {c}}}"),
         OpKind::ProgramId(a) | OpKind::NumPrograms(a) | OpKind::ExpandDims(a) => {
             format!(" {{axis = {a}}}")
@@ -82,7 +97,7 @@ pub fn write_op(func: &Function, f: &mut dyn Write, op: Op, indent: usize) -> fm
     if !data.results.is_empty() {
         write!(f, "{} = ", join_values(func, &data.results))?;
     }
-    write!(f, "{}{}", data.kind.name(), attrs(&data.kind))?;
+    write!(f, "{}{}", data.kind.name(), attrs(func, &data.kind))?;
     if !data.operands.is_empty() {
         write!(f, " {}", join_values(func, &data.operands))?;
     }

@@ -151,6 +151,8 @@ impl Verifier<'_> {
             OpKind::If => expect(1),
             OpKind::Yield => true,
             OpKind::Return => expect(0),
+            OpKind::Print { prefix, .. } => (prefix as usize) < f.strings.len(),
+            OpKind::Assert { msg } => expect(1) && (msg as usize) < f.strings.len(),
         };
         if !count_ok {
             self.err(

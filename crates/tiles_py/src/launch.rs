@@ -294,11 +294,13 @@ impl Dispatcher {
         Ok(Some(out))
     }
 
+    /// The interpreter or debug mode (asserts checked after each launch) take the Python path.
     fn interpreter_on() -> bool {
-        match std::env::var_os("TILES_INTERPRET") {
+        let on = |name: &str| match std::env::var_os(name) {
             Some(v) => !(v.is_empty() || v == "0"),
             None => false,
-        }
+        };
+        on("TILES_INTERPRET") || on("TILES_DEBUG")
     }
 
     fn try_launch(

@@ -216,6 +216,21 @@ impl IrBuilder {
         Ok(())
     }
 
+    #[pyo3(signature = (prefix, values, hex=false))]
+    fn print(&mut self, prefix: &str, values: Vec<u32>, hex: bool) -> PyResult<()> {
+        let vs = self.vs(&values)?;
+        self.b()?
+            .print(prefix, &vs, hex)
+            .map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
+    fn assert_(&mut self, cond: u32, msg: &str) -> PyResult<()> {
+        let c = self.v(cond)?;
+        self.b()?.assert(c, msg).map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
     /// Opens a loop; returns (loop handle, induction variable, iteration arguments).
     fn begin_for(
         &mut self,
@@ -337,6 +352,12 @@ impl Kernel {
         all_stages: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut func = self.func.clone();
+        let mut asserts: Vec<(u32, String)> = Vec::new();
+        func.walk(|op| {
+            if let tile_ir::OpKind::Assert { msg } = func.ops[op].kind {
+                asserts.push((func.ops[op].loc.line, func.strings[msg as usize].clone()));
+            }
+        });
         let target = nvptx_codegen::Target::parse(target).map_err(BoundaryError::from)?;
         let (result, input, stages) = py.detach(|| {
             let input = func.to_string();
@@ -358,6 +379,7 @@ impl Kernel {
         d.set_item("tir_opt", after)?;
         d.set_item("shared", out.shared_bytes)?;
         d.set_item("num_threads", out.num_threads)?;
+        d.set_item("asserts", asserts)?;
         if all_stages {
             d.set_item("passes", stages)?;
         }
@@ -375,5 +397,6 @@ fn _tiles(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("IrError", m.py().get_type::<IrError>())?;
     m.add("BackendError", m.py().get_type::<BackendError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("ASSERT_GLOBAL", nvptx_codegen::ASSERT_GLOBAL)?;
     Ok(())
 }

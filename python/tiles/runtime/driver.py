@@ -126,6 +126,27 @@ class LoadedKernel:
                   "cuFuncSetAttribute")
         self.handle = int(self.function)
         self._launch = cu.cuLaunchKernel
+        self._assert_ptr = None
+
+    def read_assert_flag(self) -> int:
+        """Synchronises, returns the line of a failed device_assert (0 if none) and clears it."""
+        cu = _state["cu"]
+        if self._assert_ptr is None:
+            from .. import _tiles
+
+            res = cu.cuModuleGetGlobal(self.module, _tiles.ASSERT_GLOBAL.encode())
+            if int(res[0]) != 0:
+                self._assert_ptr = 0
+                return 0
+            self._assert_ptr = res[1]
+        if not self._assert_ptr:
+            return 0
+        check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+        buf = ctypes.c_uint32(0)
+        check(cu.cuMemcpyDtoH(ctypes.addressof(buf), self._assert_ptr, 4), "cuMemcpyDtoH")
+        if buf.value:
+            check(cu.cuMemsetD32(self._assert_ptr, 0, 1), "cuMemsetD32")
+        return int(buf.value)
 
     def launch(self, grid: Tuple[int, int, int], threads: int, stream: int, params_addr: int) -> None:
         err = self._launch(self.function, grid[0], grid[1], grid[2], threads, 1, 1, self.shared, stream,

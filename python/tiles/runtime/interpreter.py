@@ -8,6 +8,8 @@ stray access raises `OutOfBoundsError` before anything is written.
 
 from __future__ import annotations
 
+import ast
+import copy
 import ctypes
 import math
 import os
@@ -73,6 +75,10 @@ def _user_frame() -> Tuple[str, int]:
             return f.f_code.co_filename, f.f_lineno
         f = f.f_back
     return "<unknown>", 0
+
+
+def hex_(v: int) -> str:
+    return hex(v)
 
 
 def _arr(x: Any) -> np.ndarray:
@@ -256,6 +262,26 @@ class NumpyBackend:
             offs = (a[sel] - buf.lo)[:, None] + np.arange(eb)
             buf.bytes[offs] = raw[sel]
 
+    def device_print(self, prefix, tensors, hex):
+        pid = ", ".join(str(p) for p in self.pid)
+        many = len(tensors) > 1
+        for k, t in enumerate(tensors):
+            a = _arr(t.handle)
+            suffix = f" (operand {k})" if many else ""
+            fmt = (lambda v: hex_(int(v))) if hex and t.dtype.is_int() else (lambda v: str(v))
+            if a.ndim == 0:
+                print(f"pid ({pid}) {prefix}{fmt(a.item())}{suffix}")
+                continue
+            for idx in np.ndindex(a.shape):
+                print(f"pid ({pid}) idx ({', '.join(map(str, idx))}) {prefix}{fmt(a[idx].item())}{suffix}")
+
+    def device_assert(self, cond, msg):
+        c = _arr(cond.handle)
+        if not c.all():
+            bad = np.argwhere(~np.broadcast_to(c, c.shape)) if c.ndim else None
+            at = f", first failing index {tuple(int(i) for i in bad[0])}" if bad is not None and len(bad) else ""
+            raise AssertionError(f"device_assert failed {self.where()}{at}: {msg}")
+
     def to_python_bool(self, t):
         h = _arr(t.handle)
         if h.size != 1:
@@ -267,6 +293,66 @@ class NumpyBackend:
 
     def to_python_value(self, t):
         return _arr(t.handle).reshape(()).item()
+
+
+def _interp_assert(cond: Any, msg: str = "") -> None:
+    from ..core import tensor
+
+    if isinstance(cond, tensor):
+        from .. import semantic
+
+        semantic.device_assert(cond, msg)
+    elif not cond:
+        raise AssertionError(msg)
+
+
+def _interp_print(*args: Any, **kwargs: Any) -> None:
+    from ..core import tensor
+
+    if not any(isinstance(a, tensor) for a in args):
+        print(*args, **kwargs)
+        return
+    from .. import semantic
+
+    prefix = " ".join(str(a) for a in args if not isinstance(a, tensor))
+    semantic.device_print(prefix + (" " if prefix else ""), [a for a in args if isinstance(a, tensor)])
+
+
+class _Rewrite(ast.NodeTransformer):
+    """`assert c, m` -> `__tiles_assert__(c, m)`; `print(...)` -> `__tiles_print__(...)`."""
+
+    def visit_Assert(self, node: ast.Assert):
+        args = [node.test] + ([node.msg] if node.msg is not None else [ast.Constant(ast.unparse(node.test))])
+        call = ast.Call(func=ast.Name("__tiles_assert__", ast.Load()), args=args, keywords=[])
+        return ast.copy_location(ast.Expr(call), node)
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "print":
+            node.func = ast.copy_location(ast.Name("__tiles_print__", ast.Load()), node.func)
+        return node
+
+
+def interpreted_function(jitfn):
+    """The kernel's function as the interpreter runs it (rewritten once, same file and lines)."""
+    fn = getattr(jitfn, "_interp_fn", None)
+    if fn is not None:
+        return fn
+    try:
+        src = jitfn.source()
+        node = copy.deepcopy(src.node)
+        node.decorator_list = []
+        tree = ast.fix_missing_locations(_Rewrite().visit(ast.Module(body=[node], type_ignores=[])))
+        ast.increment_lineno(tree, src.first_line - 1)
+        code = compile(tree, src.file, "exec")
+        ns = src.globals()
+        ns.update(__tiles_assert__=_interp_assert, __tiles_print__=_interp_print)
+        exec(code, ns)
+        fn = ns[node.name]
+    except Exception:
+        fn = jitfn.fn
+    jitfn._interp_fn = fn
+    return fn
 
 
 def _host_array(v: Any, name: str):
@@ -333,13 +419,14 @@ def run(jitfn, vals: Sequence[Any], grid) -> None:
     g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
     g = g + (1,) * (3 - len(g))
     be = NumpyBackend(jitfn.__name__, g, mem)
+    kernel = interpreted_function(jitfn)
     with use_backend(be):
         for z in range(g[2]):
             for y in range(g[1]):
                 for x in range(g[0]):
                     be.pid = (x, y, z)
                     try:
-                        jitfn.fn(*args)
+                        kernel(*args)
                     except (OutOfBoundsError, AssertionError, LaunchError, InterpreterError):
                         raise
                     except Exception as e:

@@ -134,6 +134,7 @@ class JITFunction:
         self._lock = threading.Lock()
         self._dispatcher = None
         self._driver_set = False
+        self._interp_fn = None
 
     def source(self):
         if self._src is None:
@@ -144,7 +145,9 @@ class JITFunction:
 
     def __call__(self, *args, **kwargs):
         if core._state.__dict__.get("backend") is not None and getattr(core._state.backend, "interpreter", False):
-            return self.fn(*args, **kwargs)
+            from .interpreter import interpreted_function
+
+            return interpreted_function(self)(*args, **kwargs)
         raise RuntimeError(f"{self.__name__} is a @tiles.jit function: launch it with {self.__name__}[grid](...) "
                            "or call it from another kernel")
 
@@ -216,7 +219,12 @@ class JITFunction:
         return tuple(key), info
 
     # -- compile and launch -------------------------------------------------------------------------
-    def _compile(self, info, num_warps: int, num_stages: int) -> _Specialization:
+    def debugging(self) -> bool:
+        if self.debug is not None:
+            return bool(self.debug)
+        return os.environ.get("TILES_DEBUG", "") not in ("", "0")
+
+    def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False) -> _Specialization:
         from .. import compiler
         from . import driver
 
@@ -240,7 +248,7 @@ class JITFunction:
                 slots.append((p.index, _SLOT_KINDS.get(ty, "?")))
         compiled = compiler.compile(self, signature, constexprs, target=driver.default_target(),
                                     num_warps=num_warps, num_stages=num_stages, specialization=spec,
-                                    equal_to_1=ones)
+                                    equal_to_1=ones, debug=debug)
         return _Specialization(compiled, packers, slots)
 
     def run(self, *args, grid, _learn: bool = False, **kwargs):
@@ -254,13 +262,14 @@ class JITFunction:
 
             return interpreter.run(self, vals, grid)
         key, info = self._specialize(vals)
-        full_key = (key, num_warps, num_stages)
+        debug = self.debugging()
+        full_key = (key, num_warps, num_stages, debug)
         spec = self.cache.get(full_key)
         if spec is None:
             with self._lock:
                 spec = self.cache.get(full_key)
                 if spec is None:
-                    spec = self._compile(info, num_warps, num_stages)
+                    spec = self._compile(info, num_warps, num_stages, debug)
                     self.cache[full_key] = spec
         g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
         g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
@@ -276,7 +285,9 @@ class JITFunction:
         stream = opts.get("stream")
         stream = driver.current_stream() if stream is None else int(stream)
         spec.loaded.launch(g, spec.threads, stream, ctypes.addressof(ptrs))
-        if _learn and self._dispatcher is not None and "stream" not in opts:
+        if debug:
+            spec.compiled.check_asserts()
+        elif _learn and self._dispatcher is not None and "stream" not in opts:
             self._teach(args, orig_kwargs, spec)
         return spec.compiled
 
@@ -301,9 +312,10 @@ class JITFunction:
         vals = self.bind(args, kwargs)
         key, info = self._specialize(vals)
         num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
-        full_key = (key, num_warps, num_stages)
+        debug = self.debugging()
+        full_key = (key, num_warps, num_stages, debug)
         if full_key not in self.cache:
-            self.cache[full_key] = self._compile(info, num_warps, num_stages)
+            self.cache[full_key] = self._compile(info, num_warps, num_stages, debug)
         return self.cache[full_key].compiled
 
 
