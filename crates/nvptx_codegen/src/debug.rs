@@ -9,6 +9,10 @@ use inkwell::values::{BasicValueEnum, GlobalValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, AtomicOrdering, AtomicRMWBinOp, IntPredicate};
 use tile_ir::{Elem, OpData};
 
+/// Widens one register to what vprintf reads for its format.
+type Widen<'ctx, 'f> =
+    fn(&Lowering<'ctx, 'f>, BasicValueEnum<'ctx>, Elem) -> R<BasicValueEnum<'ctx>>;
+
 /// Name of the device global holding the line of the first failed assert (0: none).
 pub const ASSERT_GLOBAL: &str = "tiles_assert_line";
 
@@ -86,10 +90,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         for (k, &v) in data.operands.iter().enumerate() {
             let ty = *self.func.ty(v);
             let regs = self.get(v)?.clone();
-            let (value_fmt, widen): (
-                &str,
-                fn(&Self, BasicValueEnum<'ctx>, Elem) -> R<BasicValueEnum<'ctx>>,
-            ) = match ty.elem {
+            let (value_fmt, widen): (&str, Widen<'ctx, '_>) = match ty.elem {
                 Elem::Num(d) if d.is_float() => ("%f", |lw, x, _| {
                     Ok(lw
                         .b
