@@ -222,3 +222,16 @@ def test_interpreter_errors_name_the_kernel_line(monkeypatch):
     x = np.zeros(4, np.float32)
     with pytest.raises(tiles.InterpreterError, match=r"shape_mismatch at .*test_errors.py:\d+ \(program id"):
         shape_mismatch[(1,)](x, BLOCK=4)
+
+
+def test_misusing_the_native_builder_raises_instead_of_panicking():
+    from tiles import _tiles
+
+    b = _tiles.IrBuilder("k", 4, "f.py")
+    c = b.constant(1, "i1")
+    h = b.begin_if(c)
+    for call in (lambda: b.end_for(h, []), lambda: b.discard_for(h), lambda: b.end_for(99, []),
+                 lambda: b.binary("add", 12345, c), lambda: b.binary("frobnicate", c, c),
+                 lambda: b.enter_region(h, 5), lambda: b.arange(0, 3), lambda: b.cast(c, "fp99")):
+        with pytest.raises(_tiles.IrError):
+            call()

@@ -57,6 +57,20 @@ impl IrBuilder {
             .copied()
             .ok_or(BoundaryError::BadHandle(h))
     }
+    fn for_handle(&mut self, h: u32) -> R<tile_ir::ForHandle> {
+        let op = self.op(h)?;
+        let b = self.b()?;
+        if b.func.ops[op].kind != tile_ir::OpKind::For {
+            return Err(BoundaryError::BadHandle(h));
+        }
+        let body = b.func.region_block(op, 0);
+        let args = b.func.blocks[body].args.clone();
+        Ok(tile_ir::ForHandle {
+            op,
+            iv: args[0],
+            iter_args: args[1..].to_vec(),
+        })
+    }
     fn keep_op(&mut self, op: Op) -> u32 {
         self.ops.push(op);
         (self.ops.len() - 1) as u32
@@ -250,30 +264,17 @@ impl IrBuilder {
     }
 
     fn end_for(&mut self, handle: u32, yields: Vec<u32>) -> PyResult<Vec<u32>> {
-        let op = self.op(handle)?;
+        let h = self.for_handle(handle)?;
         let yields = self.vs(&yields)?;
-        let b = self.b()?;
-        let body = b.func.region_block(op, 0);
-        let args = b.func.blocks[body].args.clone();
-        let h = tile_ir::ForHandle {
-            op,
-            iv: args[0],
-            iter_args: args[1..].to_vec(),
-        };
-        Ok(ids(&b.end_for(&h, &yields).map_err(BoundaryError::from)?))
+        Ok(ids(&self
+            .b()?
+            .end_for(&h, &yields)
+            .map_err(BoundaryError::from)?))
     }
 
     fn discard_for(&mut self, handle: u32) -> PyResult<()> {
-        let op = self.op(handle)?;
-        let b = self.b()?;
-        let body = b.func.region_block(op, 0);
-        let args = b.func.blocks[body].args.clone();
-        let h = tile_ir::ForHandle {
-            op,
-            iv: args[0],
-            iter_args: args[1..].to_vec(),
-        };
-        b.discard_for(&h).map_err(BoundaryError::from)?;
+        let h = self.for_handle(handle)?;
+        self.b()?.discard_for(&h).map_err(BoundaryError::from)?;
         Ok(())
     }
 
