@@ -79,6 +79,30 @@ class IRBackend:
     def store(self, ptr, value, mask):
         self.b.store(ptr.handle, value.handle, None if mask is None else mask.handle)
 
+    def call_function(self, fn, args):
+        from .runtime.jit import JITFunction
+
+        if isinstance(fn, JITFunction):
+            return inline_call(fn, self.b, list(args), {})
+        return fn(*args)
+
+    def reduce(self, inputs, axis, combine):
+        handle, lhs, rhs = self.b.begin_reduce([t.handle for t in inputs], axis)
+        a = [tensor(h, t.dtype, ()) for h, t in zip(lhs, inputs)]
+        b = [tensor(h, t.dtype, ()) for h, t in zip(rhs, inputs)]
+        res = semantic.combine_results(combine(*a, *b), inputs)
+        for r in res:
+            if r.shape:
+                raise TypeError("a combine function must return scalars")
+        return self.b.end_reduce(handle, [r.handle for r in res])
+
+    def atomic(self, op, ptr, val, cmp, mask, sem, scope):
+        return self.b.atomic(op, ptr.handle, val.handle, None if cmp is None else cmp.handle,
+                             None if mask is None else mask.handle, sem, scope)
+
+    def barrier(self):
+        self.b.barrier()
+
     def device_print(self, prefix, tensors, hex):
         self.b.print(prefix, [t.handle for t in tensors], hex)
 
@@ -476,7 +500,62 @@ class CodeGenerator(ast.NodeVisitor):
         return [tensor(h, t.dtype, t.shape) for h, t in zip(results, init_tensors)]
 
     def visit_While(self, node: ast.While) -> None:
-        raise self.src.error(node, "while loops are not supported yet (issue 4)")
+        if node.orelse:
+            raise self.src.error(node, "while ... else is not supported")
+        if _RETURN in _assigned_names(node.body):
+            raise self.src.error(node, "return inside a loop is not supported")
+        carried = [n for n in _assigned_names(node.body) if n in self.scope]
+        carried = [n for n in carried
+                   if _is_tensor(self.scope[n]) or isinstance(_unwrap(self.scope[n]), (bool, int, float))]
+        inits = [v if _is_tensor(v) else semantic.to_tensor(_unwrap(v)) for v in (self.scope[n] for n in carried)]
+        outs = self._while(node, carried, inits, keep=False)
+        if outs is None:
+            return
+        fixed = []
+        for n, t, o in zip(carried, inits, outs):
+            if not _is_tensor(self.scope[n]) and (o.dtype != t.dtype or o.shape != t.shape):
+                t = semantic.broadcast_to(semantic.to_tensor(_unwrap(self.scope[n]), o.dtype), o.shape)
+            fixed.append(t)
+        results = self._while(node, carried, fixed, keep=True)
+        for n, r in zip(carried, results):
+            self.scope[n] = r
+
+    def _while(self, node: ast.While, carried, inits, keep: bool):
+        """Builds the loop (or, with keep=False, a discarded dry run that returns the body's types)."""
+        handle, before = self.builder.begin_while([t.handle for t in inits])
+        saved = dict(self.scope)
+        try:
+            for n, t, h in zip(carried, inits, before):
+                self.scope[n] = tensor(h, t.dtype, t.shape)
+            cond = self.visit(node.test)
+            if not _is_tensor(cond):
+                self.builder.discard_while(handle)
+                if _unwrap(cond):
+                    raise self.src.error(node.test, "a while loop whose condition is always true never ends")
+                return None
+            if cond.shape:
+                raise self.src.error(node.test, "a while condition must be a scalar")
+            cond = semantic.cast(cond, core.int1)
+            after = self.builder.begin_while_body(handle, cond.handle)
+            for n, t, h in zip(carried, inits, after):
+                self.scope[n] = tensor(h, t.dtype, t.shape)
+            self.visit_stmts(node.body)
+            outs = []
+            for n, t in zip(carried, inits):
+                v = self.scope[n]
+                if not _is_tensor(v):
+                    v = self._like(v, t)
+                if keep and (v.dtype != t.dtype or v.shape != t.shape):
+                    raise self.src.error(node, f"loop-carried `{n}` changes from {t.dtype}{list(t.shape)} "
+                                               f"to {v.dtype}{list(v.shape)} in the loop body")
+                outs.append(v)
+        finally:
+            self.scope = saved
+        if not keep:
+            self.builder.discard_while(handle)
+            return outs
+        results = self.builder.end_while(handle, [o.handle for o in outs])
+        return [tensor(h, t.dtype, t.shape) for h, t in zip(results, inits)]
 
     def visit_Break(self, node: ast.Break) -> None:
         raise self.src.error(node, "break is not supported in kernels")

@@ -300,7 +300,9 @@ class static_range:
         self.step = 1 if step is None else _v(step)
 
     def __iter__(self):
-        return iter(range(int(self.start), int(self.end), int(self.step)))
+        import builtins
+
+        return iter(builtins.range(int(self.start), int(self.end), int(self.step)))
 
 
 class range:  # noqa: A001  (Triton's name)
@@ -325,6 +327,150 @@ math = SimpleNamespace(
     exp=exp, exp2=exp2, log=log, log2=log2, sqrt=sqrt, sqrt_rn=sqrt_rn, rsqrt=rsqrt, sin=sin, cos=cos,
     floor=floor, ceil=ceil, erf=erf, abs=abs, fma=fma, div_rn=div_rn, fdiv=fdiv,
 )
+
+
+
+# -- reductions -----------------------------------------------------------------------------------
+
+def _sum_combine(a, b):
+    return semantic.add(a, b)
+
+
+def _max_combine(a, b):
+    return semantic.maximum(a, b)
+
+
+def _min_combine(a, b):
+    return semantic.minimum(a, b)
+
+
+def _xor_combine(a, b):
+    return semantic.xor_(a, b)
+
+
+def _arg_combine(is_max: bool, tie_break_left: bool):
+    def combine(v1, i1, v2, i2):
+        better = semantic.greater(v1, v2) if is_max else semantic.less(v1, v2)
+        if tie_break_left:
+            tie = semantic.logical_and(semantic.equal(v1, v2), semantic.less(i1, i2))
+            better = semantic.logical_or(better, tie)
+        return semantic.where(better, v1, v2), semantic.where(better, i1, i2)
+
+    return combine
+
+
+def _call(fn):
+    """A combine function as the active backend calls it (JIT functions are inlined)."""
+    from .core import current_backend
+
+    return lambda *args: current_backend().call_function(fn, args)
+
+
+@builtin
+def reduce(input, axis, combine_fn, keep_dims=False, _semantic=None):
+    """Reduces `input` (a tile or a tuple of tiles) along `axis` with `combine_fn`."""
+    single = not isinstance(input, (tuple, list))
+    out = semantic.reduce([input] if single else list(input), axis, _call(combine_fn), _v(keep_dims))
+    return out[0] if single else tuple(out)
+
+
+def _with_indices(input, axis, combine, keep_dims):
+    input = semantic.to_tensor(input)
+    a = semantic._norm_axis(axis, len(input.shape))
+    v, i = semantic.reduce([input, semantic.index_tile(input, a)], a, combine, keep_dims)
+    return v, i
+
+
+@_method
+def sum(input, axis=None, keep_dims=False, dtype=None, _semantic=None):
+    """Sum along `axis` (all axes when None); integers narrower than 32 bits sum in 32 bits."""
+    input = semantic.to_tensor(input)
+    dt = _v(dtype)
+    if dt is None:
+        d = input.dtype
+        dt = int32 if d.is_int_signed() and d.int_bitwidth < 32 else uint32 if (
+            d.is_int_unsigned() and d.int_bitwidth < 32) else d
+    return semantic.reduce([semantic.cast(input, dt)], _v(axis), _sum_combine, _v(keep_dims))[0]
+
+
+def _maxmin(is_max, input, axis, return_indices, tie_break_left, keep_dims):
+    input = semantic.to_tensor(input)
+    if _v(return_indices):
+        return _with_indices(input, _v(axis), _arg_combine(is_max, _v(tie_break_left)), _v(keep_dims))
+    if input.dtype.primitive_bitwidth < 32:
+        input = semantic.cast(input, float32 if input.dtype.is_floating() else int32)
+    combine = _max_combine if is_max else _min_combine
+    return semantic.reduce([input], _v(axis), combine, _v(keep_dims))[0]
+
+
+@_method
+def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False,
+        _semantic=None):
+    """Maximum along `axis`; with `return_indices`, also where it is."""
+    return _maxmin(True, input, axis, return_indices, return_indices_tie_break_left, keep_dims)
+
+
+@_method
+def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False,
+        _semantic=None):
+    """Minimum along `axis`; with `return_indices`, also where it is."""
+    return _maxmin(False, input, axis, return_indices, return_indices_tie_break_left, keep_dims)
+
+
+@_method
+def argmax(input, axis, tie_break_left=True, keep_dims=False, _semantic=None):
+    """Index of the maximum along `axis` (the first one when `tie_break_left`)."""
+    return _maxmin(True, input, axis, True, tie_break_left, keep_dims)[1]
+
+
+@_method
+def argmin(input, axis, tie_break_left=True, keep_dims=False, _semantic=None):
+    """Index of the minimum along `axis` (the first one when `tie_break_left`)."""
+    return _maxmin(False, input, axis, True, tie_break_left, keep_dims)[1]
+
+
+@_method
+def xor_sum(input, axis=None, keep_dims=False, _semantic=None):
+    """Xor of the elements along `axis` (integers)."""
+    input = semantic.to_tensor(input)
+    if not input.dtype.is_int():
+        raise TypeError("xor_sum only supports integers")
+    return semantic.reduce([input], _v(axis), _xor_combine, _v(keep_dims))[0]
+
+
+# -- atomics and barriers -------------------------------------------------------------------------
+
+def _atomic(op):
+    def f(pointer, val, mask=None, sem=None, scope=None, _semantic=None):
+        return semantic.atomic(op, pointer, val, _v(mask), sem, scope)
+
+    f.__name__ = f"atomic_{op}"
+    f.__doc__ = f"Atomically applies `{op}` at each pointer where `mask` holds; returns the old values."
+    return _method(f)
+
+
+atomic_add = _atomic("add")
+atomic_max = _atomic("max")
+atomic_min = _atomic("min")
+atomic_and = _atomic("and")
+atomic_or = _atomic("or")
+atomic_xor = _atomic("xor")
+atomic_xchg = _atomic("xchg")
+
+
+@_method
+def atomic_cas(pointer, cmp, val, sem=None, scope=None, _semantic=None):
+    """Atomically stores `val` where the memory equals `cmp`; returns the old values."""
+    return semantic.atomic("cas", pointer, val, None, sem, scope, cmp=cmp)
+
+
+@builtin
+def debug_barrier(_semantic=None):
+    """Every thread of the program waits here."""
+    from .core import current_backend
+
+    current_backend().barrier()
+
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "Any", "SimpleNamespace")]
 _ = _pymath

@@ -11,7 +11,7 @@ import builtins
 from typing import Any, Optional, Sequence
 
 from . import core
-from .core import constexpr, dtype, tensor
+from .core import constexpr, dtype, pointer_type, tensor
 
 
 class TilesTypeError(TypeError):
@@ -268,7 +268,7 @@ def bitcast(x: Any, dt: Any) -> tensor:
     dt = _unwrap(dt)
     if x.dtype == dt:
         return x
-    if x.dtype.primitive_bitwidth != dt.primitive_bitwidth:
+    if x.dtype.is_ptr() != dt.is_ptr() or x.dtype.primitive_bitwidth != dt.primitive_bitwidth:
         raise TilesTypeError(f"cannot bitcast {x.dtype} to {dt}: widths differ")
     return make(_be().bitcast(x, dt), dt, x.shape)
 
@@ -555,3 +555,107 @@ def device_assert(cond: Any, msg: str = "", mask: Any = None) -> None:
         cond, mask = broadcast_pair(cond, mask)
         cond = or_(cond, not_(mask))
     _be().device_assert(cond, str(_unwrap(msg)))
+
+
+# -- reductions -----------------------------------------------------------------------------------
+
+def _norm_axis(axis: Any, rank: int) -> int:
+    a = int(_unwrap(axis))
+    if a < 0:
+        a += rank
+    if not 0 <= a < rank:
+        raise ValueError(f"axis {_unwrap(axis)} is out of range for a tile of rank {rank}")
+    return a
+
+
+def reduce(inputs: Sequence[Any], axis: Any, combine, keep_dims: bool = False) -> list:
+    """Reduces same-shaped tiles along `axis` with `combine(acc..., new...) -> new acc...`."""
+    ts = [to_tensor(x) for x in inputs]
+    shape = ts[0].shape
+    for t in ts:
+        if t.shape != shape:
+            raise ValueError(f"reduce operands differ in shape: {list(shape)} and {list(t.shape)}")
+    axis = _unwrap(axis)
+    if axis is None:
+        out = ts
+        for a in reversed(range(len(shape))):
+            out = reduce(out, a, combine)
+        if keep_dims:
+            for _ in range(len(shape)):
+                out = [expand_dims(o, 0) for o in out]
+        return out
+    if not shape:
+        return ts
+    a = _norm_axis(axis, len(shape))
+    handles = _be().reduce(ts, a, combine)
+    out_shape = shape[:a] + shape[a + 1:]
+    out = [make(h, t.dtype, out_shape) for h, t in zip(handles, ts)]
+    if keep_dims:
+        out = [expand_dims(o, a) for o in out]
+    return out
+
+
+def combine_results(res: Any, like: Sequence[tensor]) -> list:
+    """A combine function's return value(s) as scalar tensors of the operands' dtypes."""
+    vals = list(res) if isinstance(res, (tuple, list)) else [res]
+    if len(vals) != len(like):
+        raise TypeError(f"the combine function returned {len(vals)} values for {len(like)} operands")
+    out = []
+    for v, t in zip(vals, like):
+        v = cast(to_tensor(v, t.dtype if _is_literal(v) else None), t.dtype)
+        out.append(v)
+    return out
+
+
+def index_tile(x: tensor, axis: int) -> tensor:
+    """The position along `axis` of every element of `x` (int32)."""
+    n = x.shape[axis]
+    idx = arange(0, n)
+    for _ in range(axis):
+        idx = expand_dims(idx, 0)
+    for _ in range(axis + 1, len(x.shape)):
+        idx = expand_dims(idx, len(idx.shape))
+    return broadcast_to(idx, x.shape)
+
+
+# -- atomics --------------------------------------------------------------------------------------
+
+_SEMS = {None: "acq_rel", "acq_rel": "acq_rel", "acquire": "acquire", "release": "release", "relaxed": "relaxed"}
+_SCOPES = {None: "gpu", "gpu": "gpu", "cta": "cta", "sys": "sys"}
+
+
+def atomic(op: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope: Any = None,
+           cmp: Any = None) -> tensor:
+    if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():
+        raise TypeError(f"atomic_{op} needs a pointer or a tile of pointers, got {ptr!r}")
+    sem, scope = _unwrap(sem), _unwrap(scope)
+    if sem not in _SEMS or scope not in _SCOPES:
+        raise ValueError(f"unknown sem {sem!r} or scope {scope!r}")
+    elem = ptr.dtype.element_ty
+    val = to_tensor(val, elem if _is_literal(val) else None)
+    shape = broadcast_shapes(ptr.shape, val.shape)
+    if cmp is not None:
+        cmp = to_tensor(cmp, elem if _is_literal(cmp) else None)
+        shape = broadcast_shapes(shape, cmp.shape)
+    if mask is not None:
+        mask = cast(to_tensor(mask), core.int1)
+        shape = broadcast_shapes(shape, mask.shape)
+        mask = broadcast_to(mask, shape)
+    ptr = broadcast_to(ptr, shape)
+    val = broadcast_to(cast(val, elem), shape)
+    if cmp is not None:
+        cmp = broadcast_to(cast(cmp, elem), shape)
+    if op in ("max", "min") and elem.is_floating():
+        if elem.name not in ("fp32", "fp64"):
+            raise TilesTypeError(f"atomic_{op} supports fp32 and fp64 among floats, got {elem}")
+        # Non-negative floats order like their bits as signed ints; negative ones reversed, as unsigned.
+        it, ut = (core.int32, core.uint32) if elem.name == "fp32" else (core.int64, core.uint64)
+        pos = greater_equal(val, 0.0)
+        full = pos if mask is None else and_(mask, pos)
+        neg = not_(pos) if mask is None else and_(mask, not_(pos))
+        iptr, uptr = bitcast(ptr, pointer_type(it)), bitcast(ptr, pointer_type(ut))
+        a = atomic(op, iptr, bitcast(val, it), full, sem, scope)
+        b = atomic("min" if op == "max" else "max", uptr, bitcast(val, ut), neg, sem, scope)
+        return where(pos, bitcast(a, elem), bitcast(b, elem))
+    h = _be().atomic(op, ptr, val, cmp, mask, _SEMS[sem], _SCOPES[scope])
+    return make(h, elem, shape)

@@ -24,6 +24,7 @@ mod lower;
 mod math;
 mod math_f64;
 mod memory;
+mod reduce;
 
 use inkwell::context::Context;
 use inkwell::passes::PassBuilderOptions;

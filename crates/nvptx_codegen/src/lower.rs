@@ -219,6 +219,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
     }
 
+    /// The warp index of this thread.
+    pub fn warp(&self) -> IntValue<'ctx> {
+        self.warp
+    }
+
     pub fn i32(&self, v: u64) -> IntValue<'ctx> {
         self.cx.i32_type().const_int(v, false)
     }
@@ -433,6 +438,13 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.b.build_return(None)?;
             }
             OpKind::Print { prefix, hex } => self.lower_print(&data, prefix, hex)?,
+            OpKind::Reduce { axis } => self.lower_reduce(op, axis as usize)?,
+            OpKind::While => self.lower_while(op)?,
+            OpKind::Barrier => self.barrier_sync()?,
+            OpKind::Atomic(a) => {
+                let out = self.lower_atomic(&data, a)?;
+                self.set(op, out);
+            }
             OpKind::Assert { .. } => self.lower_assert(&data)?,
             OpKind::Yield => return self.internal("yield outside a region"),
             _ if data.kind.is_elementwise() || matches!(data.kind, OpKind::Fma) => {
@@ -589,6 +601,65 @@ impl<'ctx> Lowering<'ctx, '_> {
         for (k, &res) in data.results.iter().enumerate() {
             self.vals
                 .insert(res, phis[k].iter().map(|p| p.as_basic_value()).collect());
+        }
+        Ok(())
+    }
+
+    fn lower_while(&mut self, op: Op) -> R<()> {
+        let data = self.func.ops[op].clone();
+        let inits: Vec<Vec<BasicValueEnum>> = data
+            .operands
+            .iter()
+            .map(|&v| self.get(v).cloned())
+            .collect::<R<_>>()?;
+        let pre = self.b.get_insert_block().expect("positioned");
+        let header = self.cx.append_basic_block(self.kernel, "while.cond");
+        let body = self.cx.append_basic_block(self.kernel, "while.body");
+        let exit = self.cx.append_basic_block(self.kernel, "while.exit");
+        self.b.build_unconditional_branch(header)?;
+        self.b.position_at_end(header);
+        let mut phis: Vec<Vec<PhiValue>> = Vec::new();
+        for regs in &inits {
+            let mut ps = Vec::new();
+            for r in regs {
+                let p = self.b.build_phi(r.get_type(), "state")?;
+                p.add_incoming(&[(r, pre)]);
+                ps.push(p);
+            }
+            phis.push(ps);
+        }
+        let before = self.func.region_block(op, 0);
+        let bargs = self.func.blocks[before].args.clone();
+        for (k, ps) in phis.iter().enumerate() {
+            self.vals
+                .insert(bargs[k], ps.iter().map(|p| p.as_basic_value()).collect());
+        }
+        let ys = self.lower_block(before)?;
+        let cond = self.get(ys[0])?[0].into_int_value();
+        let passed: Vec<Vec<BasicValueEnum>> = ys[1..]
+            .iter()
+            .map(|&v| self.get(v).cloned())
+            .collect::<R<_>>()?;
+        self.b.build_conditional_branch(cond, body, exit)?;
+        self.b.position_at_end(body);
+        let after = self.func.region_block(op, 1);
+        let aargs = self.func.blocks[after].args.clone();
+        for (k, regs) in passed.iter().enumerate() {
+            self.vals.insert(aargs[k], regs.clone());
+        }
+        let next = self.lower_block(after)?;
+        let latch = self.b.get_insert_block().expect("positioned");
+        for (k, ps) in phis.iter().enumerate() {
+            let regs = self.get(next[k])?.clone();
+            for (i, p) in ps.iter().enumerate() {
+                let r = if regs.len() == 1 { regs[0] } else { regs[i] };
+                p.add_incoming(&[(&r, latch)]);
+            }
+        }
+        self.b.build_unconditional_branch(header)?;
+        self.b.position_at_end(exit);
+        for (k, &res) in data.results.iter().enumerate() {
+            self.vals.insert(res, passed[k].clone());
         }
         Ok(())
     }

@@ -359,7 +359,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.asm_void(&t, &cons.join(","), &args)
     }
 
-    fn barrier(&self) -> R<()> {
+    pub fn barrier_sync(&self) -> R<()> {
         self.asm_void("bar.sync 0;", "~{memory}", &[])
     }
 
@@ -392,7 +392,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let offset =
             |c: &[u32]| -> u64 { c.iter().zip(&strides).map(|(&x, &s)| (x * s) as u64).sum() };
-        self.barrier()?;
+        self.barrier_sync()?;
         let sb = base(self, &sg.thread)?;
         for (i, c) in sg.regs.iter().enumerate() {
             let idx = self.b.build_int_add(sb, self.i32(offset(c)), "i")?;
@@ -404,7 +404,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             };
             self.b.build_store(p, x)?;
         }
-        self.barrier()?;
+        self.barrier_sync()?;
         let rb = base(self, &rg.thread)?;
         let mut out = Vec::with_capacity(rg.regs.len());
         for c in rg.regs.iter() {
@@ -417,6 +417,188 @@ impl<'ctx> Lowering<'ctx, '_> {
                 None => x,
             });
         }
+        Ok(out)
+    }
+}
+
+impl<'ctx> Lowering<'ctx, '_> {
+    /// Atomics, one element per instruction, executed only by the thread owning each element;
+    /// the old values are then shared with the copies through shared memory.
+    pub fn lower_atomic(
+        &mut self,
+        data: &OpData,
+        a: tile_ir::AtomicAttrs,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        use tile_ir::{AtomicOp, MemScope, MemSem};
+        let pty = *self.func.ty(data.operands[0]);
+        let Elem::Ptr(d) = pty.elem else {
+            return self.internal("atomic through a non-pointer");
+        };
+        let ptrs = self.get(data.operands[0])?.clone();
+        let is_cas = a.op == AtomicOp::Cas;
+        let cmp = if is_cas {
+            Some(self.get(data.operands[1])?.clone())
+        } else {
+            None
+        };
+        let vals = self.get(data.operands[if is_cas { 2 } else { 1 }])?.clone();
+        let mask = if a.masked {
+            Some(self.get(*data.operands.last().expect("mask"))?.clone())
+        } else {
+            None
+        };
+        let owner = self.owner(&pty)?;
+        let bits = d.bits().max(8);
+        let ty = match (a.op, d) {
+            (AtomicOp::Add, DType::F32) => "f32",
+            (AtomicOp::Add, DType::F64) => "f64",
+            (AtomicOp::Add, DType::F16) => "noftz.f16",
+            (AtomicOp::Add, DType::BF16) => "noftz.bf16",
+            (AtomicOp::Add, _) if d.is_int() && bits == 32 => "u32",
+            (AtomicOp::Add, _) if d.is_int() && bits == 64 => "u64",
+            (AtomicOp::Max | AtomicOp::Min, DType::I32) => "s32",
+            (AtomicOp::Max | AtomicOp::Min, DType::U32) => "u32",
+            (AtomicOp::Max | AtomicOp::Min, DType::I64) => "s64",
+            (AtomicOp::Max | AtomicOp::Min, DType::U64) => "u64",
+            (AtomicOp::And | AtomicOp::Or | AtomicOp::Xor | AtomicOp::Xchg | AtomicOp::Cas, _)
+                if matches!(bits, 32 | 64) || (is_cas && bits == 16) =>
+            {
+                if bits == 64 {
+                    "b64"
+                } else if bits == 32 {
+                    "b32"
+                } else {
+                    "b16"
+                }
+            }
+            _ => return self.unsupported(format!("atomic_{} on {d}", a.op.name())),
+        };
+        let opname = match a.op {
+            AtomicOp::Xchg => "exch",
+            other => other.name(),
+        };
+        let sem = match a.sem {
+            MemSem::Relaxed => "relaxed",
+            MemSem::Acquire => "acquire",
+            MemSem::Release => "release",
+            MemSem::AcqRel => "acq_rel",
+        };
+        let scope = match a.scope {
+            MemScope::Cta => "cta",
+            MemScope::Gpu => "gpu",
+            MemScope::Sys => "sys",
+        };
+        let (c, wbits) = match bits {
+            64 => ("l", 64),
+            16 => ("h", 16),
+            _ => ("r", 32),
+        };
+        let wt = int_type(self.cx, wbits);
+        let template = if is_cas {
+            format!("mov.b{wbits} $0, 0;\n\t@$1 atom.{sem}.{scope}.global.{opname}.{ty} $0, [ $2 + 0 ], $3, $4;")
+        } else {
+            format!("mov.b{wbits} $0, 0;\n\t@$1 atom.{sem}.{scope}.global.{opname}.{ty} $0, [ $2 + 0 ], $3;")
+        };
+        let cons = if is_cas {
+            format!("={c},b,l,{c},{c},~{{memory}}")
+        } else {
+            format!("={c},b,l,{c},~{{memory}}")
+        };
+        let to_word = |lw: &Self, v: BasicValueEnum<'ctx>| -> R<BasicValueEnum<'ctx>> {
+            Ok(if v.is_float_value() {
+                lw.b.build_bit_cast(v, wt, "w")?
+            } else {
+                v
+            })
+        };
+        let et = crate::lower::dtype_type(self.cx, d);
+        let mut out = Vec::with_capacity(ptrs.len());
+        for i in 0..ptrs.len() {
+            let mut pred = mask
+                .as_ref()
+                .map(|m| m[i.min(m.len() - 1)].into_int_value());
+            if let Some(o) = owner {
+                pred = Some(match pred {
+                    Some(p) => self.b.build_and(p, o, "p")?,
+                    None => o,
+                });
+            }
+            let pred = pred.unwrap_or_else(|| self.cx.bool_type().const_all_ones());
+            let mut args: Vec<BasicValueEnum> = vec![pred.into(), ptrs[i]];
+            if let Some(cm) = &cmp {
+                args.push(to_word(self, cm[i.min(cm.len() - 1)])?);
+            }
+            args.push(to_word(self, vals[i.min(vals.len() - 1)])?);
+            let Some(old) = self.asm(wt.into(), &template, &cons, &args, true)? else {
+                return self.internal("atomic asm");
+            };
+            out.push(if et.is_float_type() {
+                self.b.build_bit_cast(old, et, "old")?
+            } else {
+                old
+            });
+        }
+        let used = !data.results.is_empty();
+        if used && owner.is_some() {
+            out = self.broadcast_from_owners(&pty, d, out)?;
+        }
+        Ok(out)
+    }
+
+    /// Copies values computed by the owning thread of each element to every copy.
+    fn broadcast_from_owners(
+        &mut self,
+        pty: &Type,
+        d: DType,
+        vals: Vec<BasicValueEnum<'ctx>>,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let et = memory_type(self.cx, d);
+        let numel = pty.shape.numel().max(1) as u32;
+        let smem = self.shared_buffer(numel * d.bytes()).as_pointer_value();
+        let owner = self.owner(pty)?.expect("called with replication");
+        let idx: Vec<inkwell::values::IntValue<'ctx>> = if pty.is_scalar() {
+            vec![self.i32(0)]
+        } else {
+            let g = self.geometry(pty)?;
+            let shape = pty.shape.dims().to_vec();
+            let mut strides = vec![1u32; shape.len()];
+            for k in (0..shape.len().saturating_sub(1)).rev() {
+                strides[k] = strides[k + 1] * shape[k + 1];
+            }
+            let mut v = Vec::with_capacity(g.regs.len());
+            for c in g.regs.iter() {
+                let mut acc = self.i32(0);
+                for (k, &t) in g.thread.iter().enumerate() {
+                    let x = self.b.build_int_add(t, self.i32(c[k] as u64), "c")?;
+                    let x = self.b.build_int_mul(x, self.i32(strides[k] as u64), "c")?;
+                    acc = self.b.build_int_add(acc, x, "c")?;
+                }
+                v.push(acc);
+            }
+            v
+        };
+        self.barrier_sync()?;
+        for (i, &x) in vals.iter().enumerate() {
+            // SAFETY of the GEP: the index is an element of this tile.
+            let p = unsafe { self.b.build_gep(et, smem, &[idx[i]], "bp")? };
+            let x = self.register_to_memory(d, x)?;
+            let then_bb = self.cx.append_basic_block(self.kernel, "bcast.w");
+            let cont = self.cx.append_basic_block(self.kernel, "bcast.c");
+            self.b.build_conditional_branch(owner, then_bb, cont)?;
+            self.b.position_at_end(then_bb);
+            self.b.build_store(p, x)?;
+            self.b.build_unconditional_branch(cont)?;
+            self.b.position_at_end(cont);
+        }
+        self.barrier_sync()?;
+        let mut out = Vec::with_capacity(vals.len());
+        for &ix in &idx {
+            // SAFETY of the GEP: as above.
+            let p = unsafe { self.b.build_gep(et, smem, &[ix], "bp")? };
+            let x = self.b.build_load(et, p, "bl")?;
+            out.push(self.memory_to_register(d, x)?);
+        }
+        self.barrier_sync()?;
         Ok(out)
     }
 }

@@ -118,16 +118,26 @@ impl Assigner<'_> {
     fn find_anchors(&mut self, axis: &AxisInfoMap) {
         for op in self.func.ops_in_order() {
             let data = &self.func.ops[op];
-            let (ptr, mask) = match data.kind {
-                OpKind::Load(m) => (data.operands[0], m.masked.then(|| data.operands[1])),
-                OpKind::Store(m) => (data.operands[0], m.masked.then(|| data.operands[2])),
+            let (ptr, mask, atomic) = match data.kind {
+                OpKind::Load(m) => (data.operands[0], m.masked.then(|| data.operands[1]), false),
+                OpKind::Store(m) => (data.operands[0], m.masked.then(|| data.operands[2]), false),
+                OpKind::Atomic(a) => (
+                    data.operands[0],
+                    a.masked.then(|| *data.operands.last().expect("mask")),
+                    true,
+                ),
                 _ => continue,
             };
             if self.func.ty(ptr).is_scalar() {
                 continue;
             }
             let shape = self.func.ty(ptr).shape;
-            let (layout, vec) = coalesced(self.func, axis, ptr, mask, self.num_warps);
+            let (mut layout, mut vec) = coalesced(self.func, axis, ptr, mask, self.num_warps);
+            if atomic {
+                // Atomics move one element per instruction.
+                layout = BlockedLayout::default_for(shape.dims(), self.num_warps, &layout.order, 1);
+                vec = 1;
+            }
             let id = self.func.intern_layout(Layout::Blocked(layout));
             self.anchors.insert(op, (id, vec));
             self.shape_default.entry(shape).or_insert(id);
@@ -197,7 +207,9 @@ impl Assigner<'_> {
     fn visit_op(&mut self, op: Op) {
         let kind = self.func.ops[op].kind;
         match kind {
-            OpKind::Store(_) | OpKind::Load(_) if self.anchors.contains_key(&op) => {
+            OpKind::Store(_) | OpKind::Load(_) | OpKind::Atomic(_)
+                if self.anchors.contains_key(&op) =>
+            {
                 let (l, vec) = self.anchors[&op];
                 if let Some(&r) = self.func.ops[op].results.first() {
                     self.decided.set(r, Some(l));
@@ -208,6 +220,8 @@ impl Assigner<'_> {
                 self.demand_operands(op, l);
             }
             OpKind::For | OpKind::If => self.visit_region_op(op, kind),
+            OpKind::While => self.visit_while(op),
+            OpKind::Reduce { axis } => self.visit_reduce(op, axis),
             OpKind::Yield | OpKind::Return => {}
             _ => {
                 let Some(&r) = self.func.ops[op].results.first() else {
@@ -301,6 +315,78 @@ impl Assigner<'_> {
             for (k, &v) in ys.iter().enumerate() {
                 if let Some(l) = layouts[k] {
                     self.demand(v, l, y, k);
+                }
+            }
+            self.visit_block(b);
+        }
+    }
+
+    /// A reduction's results live in a slice of its operands' layout.
+    fn visit_reduce(&mut self, op: Op, axis: u8) {
+        let results = self.func.ops[op].results.clone();
+        let operands = self.func.ops[op].operands.clone();
+        let in_shape = self.func.ty(operands[0]).shape;
+        let wanted = results
+            .iter()
+            .find_map(|r| self.demands.get(r).and_then(|d| d.first()).map(|d| d.0));
+        let l_in = match wanted.map(|l| self.func.layouts[l].clone()) {
+            Some(Layout::Slice { dim, parent })
+                if dim == axis as u32 && parent.rank() == in_shape.rank() =>
+            {
+                self.func.intern_layout(*parent)
+            }
+            _ => self.default_layout(in_shape),
+        };
+        let parent = self.func.layouts[l_in].clone();
+        let l_out = self.func.intern_layout(Layout::Slice {
+            dim: axis as u32,
+            parent: Box::new(parent),
+        });
+        for &r in &results {
+            if !self.func.ty(r).is_scalar() {
+                self.decided.set(r, Some(l_out));
+            }
+        }
+        for (i, &v) in operands.iter().enumerate() {
+            self.demand(v, l_in, op, i);
+        }
+        let body = self.func.region_block(op, 0);
+        self.visit_block(body);
+    }
+
+    /// `while`: the loop state keeps one layout through both regions.
+    fn visit_while(&mut self, op: Op) {
+        let results = self.func.ops[op].results.clone();
+        let mut layouts = Vec::new();
+        for &r in &results {
+            let l = if self.func.ty(r).is_scalar() {
+                None
+            } else {
+                Some(self.first_demand_or_default(r))
+            };
+            self.decided.set(r, l);
+            layouts.push(l);
+        }
+        for (k, &l) in layouts.iter().enumerate() {
+            if let Some(l) = l {
+                let init = self.func.ops[op].operands[k];
+                self.demand(init, l, op, k);
+            }
+        }
+        for (i, skip) in [(1usize, 0usize), (0, 1)] {
+            let b = self.func.region_block(op, i);
+            let args = self.func.blocks[b].args.clone();
+            for (k, &l) in layouts.iter().enumerate() {
+                self.decided.set(args[k], l);
+            }
+            let y = *self.func.blocks[b]
+                .ops
+                .last()
+                .expect("regions end in yield");
+            let ys = self.func.ops[y].operands.clone();
+            for (k, &l) in layouts.iter().enumerate() {
+                if let Some(l) = l {
+                    self.demand(ys[k + skip], l, y, k + skip);
                 }
             }
             self.visit_block(b);

@@ -2,7 +2,7 @@
 
 use crate::entities::{Block, Op, Value};
 use crate::function::{Function, Loc};
-use crate::ops::{BinaryOp, CmpPred, Const, MemAttrs, OpKind, UnaryOp};
+use crate::ops::{AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, MemAttrs, OpKind, UnaryOp};
 use crate::types::{DType, Elem, Shape, Type};
 
 /// Why an op could not be built. Each names the op and what was wrong.
@@ -673,5 +673,239 @@ impl Builder {
             self.func.ops[op].results.push(v);
         }
         Ok(self.func.ops[op].results.clone())
+    }
+}
+
+/// A `reduce` under construction.
+#[derive(Debug, Clone)]
+pub struct ReduceHandle {
+    /// The `reduce` op.
+    pub op: Op,
+    /// Accumulator arguments of the combine region, one per operand.
+    pub lhs: Vec<Value>,
+    /// New-element arguments of the combine region, one per operand.
+    pub rhs: Vec<Value>,
+}
+
+/// A `while` under construction.
+#[derive(Debug, Clone)]
+pub struct WhileHandle {
+    /// The `while` op.
+    pub op: Op,
+    /// The loop state as the condition region sees it.
+    pub before_args: Vec<Value>,
+}
+
+impl Builder {
+    /// Opens a reduction of `operands` (same shape) along `axis`; the insertion point moves into
+    /// the combine region.
+    pub fn begin_reduce(&mut self, operands: &[Value], axis: u8) -> R<ReduceHandle> {
+        let Some(&first) = operands.first() else {
+            return Err(BuildError::Misuse("reduce of nothing"));
+        };
+        let t0 = self.check(first)?;
+        if (axis as usize) >= t0.shape.rank() {
+            return Err(BuildError::BadShape {
+                op: "reduce",
+                message: format!("axis {axis} of a tile of shape [{}]", t0.shape),
+            });
+        }
+        let mut types = Vec::new();
+        for &v in operands {
+            let t = self.check(v)?;
+            if t.shape != t0.shape {
+                return Err(BuildError::ShapeMismatch {
+                    op: "reduce",
+                    lhs: t0.shape,
+                    rhs: t.shape,
+                });
+            }
+            types.push(t);
+        }
+        let out_shape = t0.shape.remove(axis as usize);
+        let results: Vec<Type> = types.iter().map(|t| t.with_shape(out_shape)).collect();
+        let op = self.push(OpKind::Reduce { axis }, operands.to_vec(), &results);
+        let body = self.func.add_region(op);
+        let lhs = types
+            .iter()
+            .map(|t| self.func.add_block_arg(body, Type::scalar(t.elem)))
+            .collect();
+        let rhs = types
+            .iter()
+            .map(|t| self.func.add_block_arg(body, Type::scalar(t.elem)))
+            .collect();
+        self.stack.push(body);
+        Ok(ReduceHandle { op, lhs, rhs })
+    }
+
+    /// Closes the combine region with its combined values; returns the reduction's results.
+    pub fn end_reduce(&mut self, h: &ReduceHandle, yields: &[Value]) -> R<Vec<Value>> {
+        if self.stack.len() < 2 || self.block() != self.func.region_block(h.op, 0) {
+            return Err(BuildError::Misuse(
+                "end_reduce without a matching begin_reduce",
+            ));
+        }
+        if yields.len() != h.lhs.len() {
+            return Err(BuildError::Misuse(
+                "the combine function must return one value per operand",
+            ));
+        }
+        for (&y, &a) in yields.iter().zip(&h.lhs) {
+            let (ty, ta) = (self.check(y)?, self.check(a)?);
+            if ty != ta {
+                return Err(BuildError::OperandType {
+                    op: "reduce",
+                    message: format!(
+                        "the combine function returns {} [{}] for {} scalars",
+                        ty.elem, ty.shape, ta.elem
+                    ),
+                });
+            }
+        }
+        self.push(OpKind::Yield, yields.to_vec(), &[]);
+        self.stack.pop();
+        Ok(self.func.ops[h.op].results.clone())
+    }
+
+    /// Opens `while` over the loop state `inits`; the insertion point moves into the condition
+    /// region. Continue with [`Builder::begin_while_body`].
+    pub fn begin_while(&mut self, inits: &[Value]) -> R<WhileHandle> {
+        let mut types = Vec::new();
+        for &v in inits {
+            types.push(self.check(v)?);
+        }
+        let op = self.push(OpKind::While, inits.to_vec(), &types);
+        let before = self.func.add_region(op);
+        let after = self.func.add_region(op);
+        let before_args = types
+            .iter()
+            .map(|&t| self.func.add_block_arg(before, t))
+            .collect();
+        for &t in &types {
+            self.func.add_block_arg(after, t);
+        }
+        self.stack.push(before);
+        Ok(WhileHandle { op, before_args })
+    }
+
+    /// Ends the condition region with `cond` (a scalar `i1`); returns the loop state as the
+    /// body region sees it, and moves the insertion point into the body.
+    pub fn begin_while_body(&mut self, h: &WhileHandle, cond: Value) -> R<Vec<Value>> {
+        if self.block() != self.func.region_block(h.op, 0) {
+            return Err(BuildError::Misuse(
+                "begin_while_body outside the condition region",
+            ));
+        }
+        let tc = self.check(cond)?;
+        if tc.elem != Elem::Num(DType::I1) || !tc.is_scalar() {
+            return Err(BuildError::OperandType {
+                op: "while",
+                message: "the condition must be a scalar i1".into(),
+            });
+        }
+        let mut ys = vec![cond];
+        ys.extend_from_slice(&h.before_args);
+        self.push(OpKind::Yield, ys, &[]);
+        self.stack.pop();
+        let after = self.func.region_block(h.op, 1);
+        self.stack.push(after);
+        Ok(self.func.blocks[after].args.clone())
+    }
+
+    /// Ends the body with the next loop state; returns the loop's results.
+    pub fn end_while(&mut self, h: &WhileHandle, yields: &[Value]) -> R<Vec<Value>> {
+        if self.block() != self.func.region_block(h.op, 1) {
+            return Err(BuildError::Misuse("end_while outside the loop body"));
+        }
+        if yields.len() != h.before_args.len() {
+            return Err(BuildError::Misuse(
+                "the loop body yields a different number of values",
+            ));
+        }
+        for (&y, &a) in yields.iter().zip(&h.before_args) {
+            let (ty, ta) = (self.check(y)?, self.check(a)?);
+            if !ty.same_but_layout(&ta) {
+                return Err(BuildError::OperandType {
+                    op: "while",
+                    message: format!(
+                        "loop-carried value changes type from {} [{}] to {} [{}]",
+                        ta.elem, ta.shape, ty.elem, ty.shape
+                    ),
+                });
+            }
+        }
+        self.push(OpKind::Yield, yields.to_vec(), &[]);
+        self.stack.pop();
+        Ok(self.func.ops[h.op].results.clone())
+    }
+
+    /// Abandons an open `while` (a dry run), wherever its insertion point is.
+    pub fn discard_while(&mut self, h: &WhileHandle) -> R<()> {
+        let regions = [
+            self.func.region_block(h.op, 0),
+            self.func.region_block(h.op, 1),
+        ];
+        if self.stack.len() < 2 || !regions.contains(&self.block()) {
+            return Err(BuildError::Misuse(
+                "discard_while without a matching begin_while",
+            ));
+        }
+        self.stack.pop();
+        let b = self.block();
+        self.func.blocks[b].ops.retain(|&o| o != h.op);
+        Ok(())
+    }
+
+    /// An atomic on `ptr` with `val` (and `cmp` first for `cas`); returns the old values.
+    pub fn atomic(
+        &mut self,
+        attrs: AtomicAttrs,
+        ptr: Value,
+        cmp: Option<Value>,
+        val: Value,
+        mask: Option<Value>,
+    ) -> R<Value> {
+        let (tp, tv) = (self.check(ptr)?, self.check(val)?);
+        let Elem::Ptr(d) = tp.elem else {
+            return Err(BuildError::OperandType {
+                op: "atomic",
+                message: format!("needs a pointer, got {}", tp.elem),
+            });
+        };
+        if tv.elem != Elem::Num(d) || tv.shape != tp.shape {
+            return Err(BuildError::OperandType {
+                op: "atomic",
+                message: format!("value must be {d} of shape [{}]", tp.shape),
+            });
+        }
+        let mut operands = vec![ptr];
+        match (attrs.op, cmp) {
+            (AtomicOp::Cas, Some(c)) => {
+                let tc = self.check(c)?;
+                if tc != tv {
+                    return Err(BuildError::OperandType {
+                        op: "atomic_cas",
+                        message: "cmp and val must have one type".into(),
+                    });
+                }
+                operands.push(c);
+            }
+            (AtomicOp::Cas, None) => return Err(BuildError::Misuse("cas needs a cmp operand")),
+            (_, Some(_)) => return Err(BuildError::Misuse("only cas takes a cmp operand")),
+            _ => {}
+        }
+        operands.push(val);
+        let masked = mask.is_some() && attrs.op != AtomicOp::Cas;
+        if let Some(m) = mask.filter(|_| masked) {
+            self.check_mask("atomic", m, tp.shape)?;
+            operands.push(m);
+        }
+        let attrs = AtomicAttrs { masked, ..attrs };
+        Ok(self.push1(OpKind::Atomic(attrs), operands, tv))
+    }
+
+    /// `debug_barrier()`: all threads of the program wait.
+    pub fn barrier(&mut self) -> Op {
+        self.push(OpKind::Barrier, vec![], &[])
     }
 }

@@ -34,11 +34,13 @@ pub mod printer;
 pub mod types;
 pub mod verifier;
 
-pub use builder::{BuildError, Builder, ForHandle};
+pub use builder::{BuildError, Builder, ForHandle, ReduceHandle, WhileHandle};
 pub use entities::{Block, EntityRef, LayoutId, Op, PrimaryMap, Region, SecondaryMap, Value};
 pub use function::{BlockData, Function, Loc, OpData, Param, RegionData, ValueData, ValueDef};
 pub use layout::{BlockedLayout, DimThreadMap, Layout};
-pub use ops::{BinaryOp, CmpPred, Const, MemAttrs, OpKind, UnaryOp};
+pub use ops::{
+    AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, MemAttrs, MemScope, MemSem, OpKind, UnaryOp,
+};
 pub use types::{DType, Elem, Shape, Type, MAX_RANK};
 pub use verifier::{verify, VerifyError, VerifyErrors};
 

@@ -231,6 +231,84 @@ impl fmt::Display for Const {
     }
 }
 
+/// A read-modify-write on global memory.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[allow(missing_docs)]
+pub enum AtomicOp {
+    Add,
+    Max,
+    Min,
+    And,
+    Or,
+    Xor,
+    Xchg,
+    /// Compare-and-swap: operands `ptr cmp val`.
+    Cas,
+}
+
+impl AtomicOp {
+    /// Every atomic op.
+    pub const ALL: [AtomicOp; 8] = [
+        AtomicOp::Add,
+        AtomicOp::Max,
+        AtomicOp::Min,
+        AtomicOp::And,
+        AtomicOp::Or,
+        AtomicOp::Xor,
+        AtomicOp::Xchg,
+        AtomicOp::Cas,
+    ];
+    /// The op's name in the text form.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOp::Add => "add",
+            AtomicOp::Max => "max",
+            AtomicOp::Min => "min",
+            AtomicOp::And => "and",
+            AtomicOp::Or => "or",
+            AtomicOp::Xor => "xor",
+            AtomicOp::Xchg => "xchg",
+            AtomicOp::Cas => "cas",
+        }
+    }
+    /// Parses [`AtomicOp::name`].
+    pub fn from_name(s: &str) -> Option<AtomicOp> {
+        AtomicOp::ALL.into_iter().find(|o| o.name() == s)
+    }
+}
+
+/// Memory ordering of an atomic (PTX `.relaxed`, `.acquire`, `.release`, `.acq_rel`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[allow(missing_docs)]
+pub enum MemSem {
+    Relaxed,
+    Acquire,
+    Release,
+    AcqRel,
+}
+
+/// Which threads an atomic is ordered with (PTX `.cta`, `.gpu`, `.sys`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[allow(missing_docs)]
+pub enum MemScope {
+    Cta,
+    Gpu,
+    Sys,
+}
+
+/// Attributes of an atomic.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct AtomicAttrs {
+    /// What it does.
+    pub op: AtomicOp,
+    /// Whether a mask operand follows (never for `cas`).
+    pub masked: bool,
+    /// Memory ordering.
+    pub sem: MemSem,
+    /// Scope.
+    pub scope: MemScope,
+}
+
 /// Attributes of a load or a store.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct MemAttrs {
@@ -308,6 +386,19 @@ pub enum OpKind {
         /// String-table index of the message.
         msg: u32,
     },
+    /// A reduction along `axis` of N same-shaped tiles; the region takes `2N` scalars
+    /// (accumulators, then new elements) and yields N combined scalars.
+    Reduce {
+        /// The reduced dimension.
+        axis: u8,
+    },
+    /// A loop `while cond`: region 0 (the condition) takes the loop state and yields
+    /// `cond, state...`; region 1 (the body) takes the state and yields the next state.
+    While,
+    /// An atomic read-modify-write; its result is the old value.
+    Atomic(AtomicAttrs),
+    /// Every thread of the program waits here (`bar.sync`).
+    Barrier,
     /// Ends the kernel.
     Return,
 }
@@ -337,6 +428,10 @@ impl OpKind {
             OpKind::If => "if",
             OpKind::Yield => "yield",
             OpKind::ConvertLayout => "convert_layout",
+            OpKind::Reduce { .. } => "reduce",
+            OpKind::While => "while",
+            OpKind::Atomic(_) => "atomic",
+            OpKind::Barrier => "barrier",
             OpKind::Print { .. } => "print",
             OpKind::Assert { .. } => "assert",
             OpKind::Return => "return",
@@ -352,6 +447,9 @@ impl OpKind {
                 | OpKind::Return
                 | OpKind::For
                 | OpKind::If
+                | OpKind::While
+                | OpKind::Atomic(_)
+                | OpKind::Barrier
                 | OpKind::Print { .. }
                 | OpKind::Assert { .. }
         ) || matches!(self, OpKind::Load(m) if m.volatile)

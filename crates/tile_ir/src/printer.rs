@@ -50,6 +50,15 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
         }
         OpKind::Arange { start, end } => format!(" {{start = {start}, end = {end}}}"),
         OpKind::Compare(p) => format!(" {{pred = {}}}", p.name()),
+        OpKind::Reduce { axis } => format!(" {{axis = {axis}}}"),
+        OpKind::Atomic(a) => format!(
+            " {{op = {}{}, sem = {:?}, scope = {:?}}}",
+            a.op.name(),
+            if a.masked { ", masked" } else { "" },
+            a.sem,
+            a.scope
+        )
+        .to_lowercase(),
         OpKind::Load(m) | OpKind::Store(m) => {
             let mut parts = Vec::new();
             if m.masked {

@@ -151,6 +151,14 @@ impl Verifier<'_> {
             OpKind::If => expect(1),
             OpKind::Yield => true,
             OpKind::Return => expect(0),
+            OpKind::Reduce { .. } => n >= 1 && data.results.len() == n,
+            OpKind::While => data.results.len() == n && data.regions.len() == 2,
+            OpKind::Atomic(a) => expect(if a.op == crate::ops::AtomicOp::Cas {
+                3
+            } else {
+                2 + a.masked as usize
+            }),
+            OpKind::Barrier => expect(0),
             OpKind::Print { prefix, .. } => (prefix as usize) < f.strings.len(),
             OpKind::Assert { msg } => expect(1) && (msg as usize) < f.strings.len(),
         };
@@ -205,6 +213,51 @@ impl Verifier<'_> {
                     let b = f.region_block(op, i);
                     self.check_yield(op, b, &results);
                 }
+            }
+            OpKind::Reduce { axis } => {
+                let body = f.region_block(op, 0);
+                let t0 = ty(operands[0]);
+                if f.blocks[body].args.len() != 2 * n {
+                    self.err(
+                        op,
+                        "reduce: the combine region needs two scalars per operand".into(),
+                    );
+                }
+                for (&o, &r) in operands.iter().zip(&results) {
+                    let (to, tr) = (ty(o), ty(r));
+                    if to.shape != t0.shape
+                        || (axis as usize) >= to.shape.rank()
+                        || tr.shape != to.shape.remove(axis as usize)
+                    {
+                        self.err(
+                            op,
+                            "reduce: operand and result shapes do not fit the axis".into(),
+                        );
+                    }
+                }
+                if let Some(&last) = f.blocks[body].ops.last() {
+                    if f.ops[last].operands.len() != n {
+                        self.err(
+                            op,
+                            "reduce: the combine region must yield one value per operand".into(),
+                        );
+                    }
+                }
+            }
+            OpKind::While => {
+                let before = f.region_block(op, 0);
+                if let Some(&last) = f.blocks[before].ops.last() {
+                    let ys = &f.ops[last].operands;
+                    if ys.len() != n + 1 || f.ty(ys[0]).elem != Elem::Num(DType::I1) {
+                        self.err(
+                            op,
+                            "while: the condition region must yield an i1 and the loop state"
+                                .into(),
+                        );
+                    }
+                }
+                let after = f.region_block(op, 1);
+                self.check_yield(op, after, &results);
             }
             _ => {}
         }
@@ -261,6 +314,21 @@ impl Verifier<'_> {
                     if !t.is_scalar() && t.layout != want {
                         self.err(op, format!("{v} has another layout than {first}"));
                     }
+                }
+            }
+        }
+        if let OpKind::Reduce { axis } = kind {
+            for (&o, &r) in operands.iter().zip(results) {
+                if f.ty(r).is_scalar() {
+                    continue;
+                }
+                let (src, dst) = (self.layout(o), self.layout(r));
+                let ok = matches!(dst, Some(Layout::Slice { dim, parent }) if *dim == axis as u32 && Some(parent.as_ref()) == src);
+                if !ok {
+                    self.err(
+                        op,
+                        "reduce: the result's layout must be a slice of the operand's".into(),
+                    );
                 }
             }
         }

@@ -57,6 +57,19 @@ impl IrBuilder {
             .copied()
             .ok_or(BoundaryError::BadHandle(h))
     }
+    fn while_handle(&mut self, handle: u32) -> R<tile_ir::WhileHandle> {
+        let op = self.op(handle)?;
+        let b = self.b()?;
+        if b.func.ops[op].kind != tile_ir::OpKind::While {
+            return Err(BoundaryError::BadHandle(handle));
+        }
+        let before = b.func.region_block(op, 0);
+        Ok(tile_ir::WhileHandle {
+            op,
+            before_args: b.func.blocks[before].args.clone(),
+        })
+    }
+
     fn for_handle(&mut self, h: u32) -> R<tile_ir::ForHandle> {
         let op = self.op(h)?;
         let b = self.b()?;
@@ -227,6 +240,133 @@ impl IrBuilder {
         let (p, v) = (self.v(ptr)?, self.v(value)?);
         let m = mask.map(|m| self.v(m)).transpose()?;
         self.b()?.store(p, v, m).map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
+    /// Opens a reduction; returns (handle, accumulator args, new-element args).
+    fn begin_reduce(
+        &mut self,
+        operands: Vec<u32>,
+        axis: u8,
+    ) -> PyResult<(u32, Vec<u32>, Vec<u32>)> {
+        let vs = self.vs(&operands)?;
+        let h = self
+            .b()?
+            .begin_reduce(&vs, axis)
+            .map_err(BoundaryError::from)?;
+        let id = self.keep_op(h.op);
+        Ok((id, ids(&h.lhs), ids(&h.rhs)))
+    }
+
+    fn end_reduce(&mut self, handle: u32, yields: Vec<u32>) -> PyResult<Vec<u32>> {
+        let op = self.op(handle)?;
+        let ys = self.vs(&yields)?;
+        let b = self.b()?;
+        if !matches!(b.func.ops[op].kind, tile_ir::OpKind::Reduce { .. }) {
+            return Err(BoundaryError::BadHandle(handle).into());
+        }
+        let body = b.func.region_block(op, 0);
+        let args = b.func.blocks[body].args.clone();
+        let n = args.len() / 2;
+        let h = tile_ir::ReduceHandle {
+            op,
+            lhs: args[..n].to_vec(),
+            rhs: args[n..].to_vec(),
+        };
+        Ok(ids(&b.end_reduce(&h, &ys).map_err(BoundaryError::from)?))
+    }
+
+    /// Opens a while loop; returns (handle, loop state in the condition region).
+    fn begin_while(&mut self, inits: Vec<u32>) -> PyResult<(u32, Vec<u32>)> {
+        let vs = self.vs(&inits)?;
+        let h = self.b()?.begin_while(&vs).map_err(BoundaryError::from)?;
+        let id = self.keep_op(h.op);
+        Ok((id, ids(&h.before_args)))
+    }
+
+    fn begin_while_body(&mut self, handle: u32, cond: u32) -> PyResult<Vec<u32>> {
+        let h = self.while_handle(handle)?;
+        let c = self.v(cond)?;
+        Ok(ids(&self
+            .b()?
+            .begin_while_body(&h, c)
+            .map_err(BoundaryError::from)?))
+    }
+
+    fn discard_while(&mut self, handle: u32) -> PyResult<()> {
+        let h = self.while_handle(handle)?;
+        self.b()?.discard_while(&h).map_err(BoundaryError::from)?;
+        Ok(())
+    }
+
+    fn end_while(&mut self, handle: u32, yields: Vec<u32>) -> PyResult<Vec<u32>> {
+        let h = self.while_handle(handle)?;
+        let ys = self.vs(&yields)?;
+        Ok(ids(&self
+            .b()?
+            .end_while(&h, &ys)
+            .map_err(BoundaryError::from)?))
+    }
+
+    #[pyo3(signature = (op, ptr, val, cmp=None, mask=None, sem="acq_rel", scope="gpu"))]
+    #[allow(clippy::too_many_arguments)]
+    fn atomic(
+        &mut self,
+        op: &str,
+        ptr: u32,
+        val: u32,
+        cmp: Option<u32>,
+        mask: Option<u32>,
+        sem: &str,
+        scope: &str,
+    ) -> PyResult<u32> {
+        let aop = tile_ir::AtomicOp::from_name(op).ok_or_else(|| BoundaryError::UnknownName {
+            kind: "atomic op",
+            name: op.into(),
+        })?;
+        let sem = match sem {
+            "relaxed" => tile_ir::MemSem::Relaxed,
+            "acquire" => tile_ir::MemSem::Acquire,
+            "release" => tile_ir::MemSem::Release,
+            "acq_rel" => tile_ir::MemSem::AcqRel,
+            other => {
+                return Err(BoundaryError::UnknownName {
+                    kind: "memory semantic",
+                    name: other.into(),
+                }
+                .into())
+            }
+        };
+        let scope = match scope {
+            "cta" => tile_ir::MemScope::Cta,
+            "gpu" => tile_ir::MemScope::Gpu,
+            "sys" => tile_ir::MemScope::Sys,
+            other => {
+                return Err(BoundaryError::UnknownName {
+                    kind: "memory scope",
+                    name: other.into(),
+                }
+                .into())
+            }
+        };
+        let (p, v) = (self.v(ptr)?, self.v(val)?);
+        let c = cmp.map(|c| self.v(c)).transpose()?;
+        let m = mask.map(|m| self.v(m)).transpose()?;
+        let attrs = tile_ir::AtomicAttrs {
+            op: aop,
+            masked: false,
+            sem,
+            scope,
+        };
+        Ok(self
+            .b()?
+            .atomic(attrs, p, c, v, m)
+            .map_err(BoundaryError::from)?
+            .0)
+    }
+
+    fn barrier(&mut self) -> PyResult<()> {
+        self.b()?.barrier();
         Ok(())
     }
 

@@ -77,6 +77,24 @@ def _user_frame() -> Tuple[str, int]:
     return "<unknown>", 0
 
 
+def _atomic_update(op: str, cur: Any, v: Any, cmp: Any) -> Any:
+    if op == "add":
+        return cur + v
+    if op == "max":
+        return max(cur, v)
+    if op == "min":
+        return min(cur, v)
+    if op == "and":
+        return cur & v
+    if op == "or":
+        return cur | v
+    if op == "xor":
+        return cur ^ v
+    if op == "xchg":
+        return v
+    return v if cur == cmp else cur
+
+
 def hex_(v: int) -> str:
     return hex(v)
 
@@ -262,6 +280,62 @@ class NumpyBackend:
             offs = (a[sel] - buf.lo)[:, None] + np.arange(eb)
             buf.bytes[offs] = raw[sel]
 
+    def call_function(self, fn, args):
+        from .jit import JITFunction
+
+        if isinstance(fn, JITFunction):
+            return interpreted_function(fn)(*args)
+        return fn(*args)
+
+    def reduce(self, inputs, axis, combine):
+        """Pairwise (tree) reduction: log2(n) vectorised calls of the combine function."""
+        from .. import semantic
+        from ..core import tensor
+
+        cur = [np.asarray(t.handle) for t in inputs]
+        n = cur[0].shape[axis]
+        while n > 1:
+            h = n // 2
+            left = [tensor(np.take(a, np.arange(h), axis=axis), t.dtype, np.take(a, np.arange(h), axis=axis).shape)
+                    for a, t in zip(cur, inputs)]
+            right = [tensor(np.take(a, np.arange(h, 2 * h), axis=axis), t.dtype, left[0].shape)
+                     for a, t in zip(cur, inputs)]
+            res = semantic.combine_results(combine(*left, *right), inputs)
+            merged = [np.asarray(np.broadcast_to(np.asarray(r.handle), left[0].shape)).astype(numpy_dtype(t.dtype))
+                      for r, t in zip(res, inputs)]
+            if n % 2:
+                merged = [np.concatenate([m, np.take(a, [n - 1], axis=axis)], axis=axis) for m, a in zip(merged, cur)]
+            cur = merged
+            n = cur[0].shape[axis]
+        return [np.take(a, 0, axis=axis) for a in cur]
+
+    def atomic(self, op, ptr, val, cmp, mask, sem, scope):
+        addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ()).reshape(-1)
+        npdt = numpy_dtype(ptr.dtype.element_ty)
+        vals = np.broadcast_to(_arr(val.handle), ptr.shape or ()).astype(npdt).reshape(-1)
+        cmps = None if cmp is None else np.broadcast_to(_arr(cmp.handle), ptr.shape or ()).astype(npdt).reshape(-1)
+        m = np.ones(addrs.shape, bool)
+        if mask is not None:
+            m = np.broadcast_to(_arr(mask.handle), ptr.shape or ()).reshape(-1)
+        old = np.zeros(addrs.shape, npdt)
+        eb = npdt.itemsize
+        active = np.flatnonzero(m)
+        if active.size:
+            idx = self.memory.locate(addrs[active], eb, f"atomic_{op}", self.where())
+            with np.errstate(all="ignore"):
+                for j, bi in zip(active, idx):
+                    buf = self.memory.buffers[int(bi)]
+                    off = int(addrs[j]) - buf.lo
+                    cell = buf.bytes[off:off + eb]
+                    cur = cell.copy().view(npdt)[0]
+                    new = _atomic_update(op, cur, vals[j], None if cmps is None else cmps[j])
+                    cell[:] = np.array([new], dtype=npdt).view(np.uint8)
+                    old[j] = cur
+        return old.reshape(ptr.shape or ())
+
+    def barrier(self):
+        pass
+
     def device_print(self, prefix, tensors, hex):
         pid = ", ".join(str(p) for p in self.pid)
         many = len(tensors) > 1
@@ -318,8 +392,61 @@ def _interp_print(*args: Any, **kwargs: Any) -> None:
     semantic.device_print(prefix + (" " if prefix else ""), [a for a in args if isinstance(a, tensor)])
 
 
+def _interp_and(first: Any, *rest: Any) -> Any:
+    from .. import semantic
+    from ..core import tensor
+
+    acc = first
+    for f in rest:
+        if not isinstance(acc, tensor):
+            if not acc:
+                return acc
+            acc = f()
+        else:
+            acc = semantic.logical_and(acc, f())
+    return acc
+
+
+def _interp_or(first: Any, *rest: Any) -> Any:
+    from .. import semantic
+    from ..core import tensor
+
+    acc = first
+    for f in rest:
+        if not isinstance(acc, tensor):
+            if acc:
+                return acc
+            acc = f()
+        else:
+            acc = semantic.logical_or(acc, f())
+    return acc
+
+
+def _interp_not(x: Any) -> Any:
+    from .. import semantic
+    from ..core import tensor
+
+    return semantic.not_(x) if isinstance(x, tensor) and x.shape else (not x)
+
+
 class _Rewrite(ast.NodeTransformer):
-    """`assert c, m` -> `__tiles_assert__(c, m)`; `print(...)` -> `__tiles_print__(...)`."""
+    """`assert c, m` -> `__tiles_assert__(c, m)`; `print(...)` -> `__tiles_print__(...)`;
+    `and`/`or`/`not` on tiles -> elementwise logic (short-circuit kept for plain values)."""
+
+    def visit_BoolOp(self, node: ast.BoolOp):
+        self.generic_visit(node)
+        name = "__tiles_and__" if isinstance(node.op, ast.And) else "__tiles_or__"
+        rest = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                           body=v) for v in node.values[1:]]
+        return ast.copy_location(ast.Call(func=ast.Name(name, ast.Load()), args=[node.values[0]] + rest,
+                                          keywords=[]), node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return ast.copy_location(ast.Call(func=ast.Name("__tiles_not__", ast.Load()), args=[node.operand],
+                                              keywords=[]), node)
+        return node
 
     def visit_Assert(self, node: ast.Assert):
         args = [node.test] + ([node.msg] if node.msg is not None else [ast.Constant(ast.unparse(node.test))])
@@ -346,7 +473,8 @@ def interpreted_function(jitfn):
         ast.increment_lineno(tree, src.first_line - 1)
         code = compile(tree, src.file, "exec")
         ns = src.globals()
-        ns.update(__tiles_assert__=_interp_assert, __tiles_print__=_interp_print)
+        ns.update(__tiles_assert__=_interp_assert, __tiles_print__=_interp_print, __tiles_and__=_interp_and,
+                  __tiles_or__=_interp_or, __tiles_not__=_interp_not)
         exec(code, ns)
         fn = ns[node.name]
     except Exception:
