@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 LEAVES = [("x", lambda x, y: x), ("y", lambda x, y: y), ("0.5", lambda x, y: np.float32(0.5)),
-          ("3", lambda x, y: np.float32(3))]
+          ("3.0", lambda x, y: np.float32(3))]
 UNARY = [("(-{a})", np.negative), ("tl.abs({a})", np.abs), ("tl.exp(tl.minimum({a}, 4.0))",
                                                              lambda a: np.exp(np.minimum(a, np.float32(4)))),
          ("tl.sqrt(tl.abs({a}))", lambda a: np.sqrt(np.abs(a))), ("tl.floor({a})", np.floor)]

@@ -268,7 +268,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         for (gi, a) in acc.iter().enumerate() {
             for k in 0..n {
                 let p = slot(self, gi, k, wid)?;
-                let v = self.to_memory_form(elems[k], a[k])?;
+                let v = self.register_to_memory_form(elems[k], a[k])?;
                 self.b.build_store(p, v)?;
             }
         }
@@ -281,7 +281,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 for k in 0..n {
                     let p = slot(self, gi, k, self.i32(w as u64))?;
                     let x = self.b.build_load(types[k].0, p, "pw")?;
-                    vals.push(self.from_memory_form(elems[k], x)?);
+                    vals.push(self.memory_form_to_register(elems[k], x)?);
                 }
                 cur = Some(match cur {
                     Some(c) => self.combine(op, &c, &vals)?,
@@ -294,7 +294,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(out)
     }
 
-    fn to_memory_form(&self, e: Elem, v: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+    fn register_to_memory_form(&self, e: Elem, v: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
         Ok(match e {
             Elem::Num(tile_ir::DType::I1) => self
                 .b
@@ -304,7 +304,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         })
     }
 
-    fn from_memory_form(&self, e: Elem, v: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+    fn memory_form_to_register(&self, e: Elem, v: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
         Ok(match e {
             Elem::Num(tile_ir::DType::I1) => self
                 .b
