@@ -161,6 +161,20 @@ impl<'ctx> Lowering<'ctx, '_> {
                 BinaryOp::Add => b.build_float_add(x, y, "fadd")?.into(),
                 BinaryOp::Sub => b.build_float_sub(x, y, "fsub")?.into(),
                 BinaryOp::Mul => b.build_float_mul(x, y, "fmul")?.into(),
+                // fp32 division is div.full.f32 (within 2 ulp), as Triton lowers `/`; other
+                // widths divide exactly.
+                BinaryOp::Div if x.get_type() == self.cx.f32_type() => {
+                    match self.asm(
+                        self.cx.f32_type().into(),
+                        "div.full.f32 $0, $1, $2;",
+                        "=f,f,f",
+                        &[a, c],
+                        false,
+                    )? {
+                        Some(v) => v,
+                        None => return self.internal("div asm"),
+                    }
+                }
                 BinaryOp::Div => b.build_float_div(x, y, "fdiv")?.into(),
                 BinaryOp::Rem => {
                     // C's fmod: x - trunc(x / y) * y, computed in f32 at least.

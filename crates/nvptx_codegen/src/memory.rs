@@ -364,7 +364,9 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Moves a tile to another layout: every thread writes its elements to shared memory at
-    /// their row-major index, then reads the elements the new layout gives it.
+    /// their row-major index, then reads the elements the new layout gives it. Like every user
+    /// of the shared buffer, it starts with a barrier (the previous user's reads are done) and
+    /// needs none at the end.
     pub fn convert_layout(&mut self, src: Value, rty: &Type) -> R<Vec<BasicValueEnum<'ctx>>> {
         let sty = *self.func.ty(src);
         let regs = self.get(src)?.clone();
@@ -598,7 +600,6 @@ impl<'ctx> Lowering<'ctx, '_> {
             let x = self.b.build_load(et, p, "bl")?;
             out.push(self.memory_to_register(d, x)?);
         }
-        self.barrier_sync()?;
         Ok(out)
     }
 }

@@ -124,6 +124,24 @@ pub fn analyze(func: &Function) -> AxisInfoMap {
 
 fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
     let data = &func.ops[op];
+    if let OpKind::For = data.kind {
+        // The induction variable starts at lb and moves by step (whether or not the loop
+        // carries values).
+        let body = func.region_block(op, 0);
+        let iv = func.blocks[body].args[0];
+        let (lb, step) = (
+            infos.get(data.operands[0]).clone(),
+            infos.get(data.operands[2]).clone(),
+        );
+        let div = gcd(lb.divisibility[0], step.divisibility[0]);
+        infos.set(
+            iv,
+            AxisInfo {
+                divisibility: [div; MAX_RANK],
+                ..AxisInfo::default()
+            },
+        );
+    }
     let Some(&res) = data.results.first() else {
         return;
     };
@@ -236,23 +254,6 @@ fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
         _ => AxisInfo::default(),
     };
     infos.set(res, info);
-    if let OpKind::For = data.kind {
-        // The induction variable starts at lb and moves by step.
-        let body = func.region_block(op, 0);
-        let iv = func.blocks[body].args[0];
-        let (lb, step) = (
-            infos.get(data.operands[0]).clone(),
-            infos.get(data.operands[2]).clone(),
-        );
-        let div = gcd(lb.divisibility[0], step.divisibility[0]);
-        infos.set(
-            iv,
-            AxisInfo {
-                divisibility: [div; MAX_RANK],
-                ..AxisInfo::default()
-            },
-        );
-    }
 }
 
 fn binary(op: BinaryOp, a: &AxisInfo, b: &AxisInfo, rank: usize) -> AxisInfo {
@@ -338,6 +339,22 @@ fn compare(pred: CmpPred, a: &AxisInfo, b: &AxisInfo, rank: usize) -> AxisInfo {
 mod tests {
     use super::*;
     use tile_ir::{Builder, DType, Elem};
+
+    #[test]
+    fn loop_induction_variables_are_known_without_loop_state() {
+        let mut b = Builder::new("k", 4);
+        let n = b.param("n", Elem::Num(DType::I32), 16);
+        let zero = b
+            .constant(Const::Int(0), tile_ir::Type::num(DType::I32))
+            .unwrap();
+        let step = b
+            .constant(Const::Int(256), tile_ir::Type::num(DType::I32))
+            .unwrap();
+        let h = b.begin_for(zero, n, step, &[]).unwrap();
+        b.end_for(&h, &[]).unwrap();
+        let f = b.finish();
+        assert_eq!(analyze(&f).get(h.iv).divisibility[0], 256);
+    }
 
     #[test]
     fn offsets_of_a_block_are_contiguous_and_aligned() {
