@@ -5,7 +5,9 @@
 use crate::lower::{dtype_type, memory_type, Lowering, R};
 use inkwell::intrinsics::Intrinsic;
 use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
-use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FloatValue};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FastMathFlags, FloatValue,
+};
 use inkwell::{FloatPredicate, IntPredicate};
 use tile_ir::{BinaryOp, CmpPred, DType, Elem, OpKind, UnaryOp};
 
@@ -157,10 +159,17 @@ impl<'ctx> Lowering<'ctx, '_> {
         let b = &self.b;
         if d.is_float() {
             let (x, y) = (a.into_float_value(), c.into_float_value());
+            // Multiplies and adds may fuse into fma (Triton's default, enable_fp_fusion=True).
+            let contract = |v: FloatValue<'ctx>| -> BasicValueEnum<'ctx> {
+                if let Some(i) = v.as_instruction_value() {
+                    let _ = i.set_fast_math_flags(FastMathFlags::AllowContract);
+                }
+                v.into()
+            };
             return Ok(match op {
-                BinaryOp::Add => b.build_float_add(x, y, "fadd")?.into(),
-                BinaryOp::Sub => b.build_float_sub(x, y, "fsub")?.into(),
-                BinaryOp::Mul => b.build_float_mul(x, y, "fmul")?.into(),
+                BinaryOp::Add => contract(b.build_float_add(x, y, "fadd")?),
+                BinaryOp::Sub => contract(b.build_float_sub(x, y, "fsub")?),
+                BinaryOp::Mul => contract(b.build_float_mul(x, y, "fmul")?),
                 // fp32 division is div.full.f32 (within 2 ulp), as Triton lowers `/`; other
                 // widths divide exactly.
                 BinaryOp::Div if x.get_type() == self.cx.f32_type() => {
