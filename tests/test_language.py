@@ -166,7 +166,7 @@ def test_2d_broadcast_and_masks(dev, rng):
     out = np.full((M, N), np.nan, dtype=np.float32)
     xd, yd, od = dev.put(x), dev.put(y), dev.put(out)
     outer_kernel[(tiles.cdiv(M, 16), tiles.cdiv(N, 32))](xd, yd, od, M, N, N, BLOCK_M=16, BLOCK_N=32)
-    np.testing.assert_allclose(dev.get(od), x[:, None] * 10 + y[None, :], rtol=1e-6)
+    np.testing.assert_allclose(dev.get(od), x[:, None] * 10 + y[None, :], rtol=1e-6, atol=1e-6)
 
 
 def test_loop_carried_tiles(dev, rng):

@@ -80,6 +80,19 @@ impl Target {
     }
 }
 
+/// Choices that change the generated code.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CodegenOptions {
+    /// Let float multiplies and adds fuse into fma (Triton's `enable_fp_fusion`, default on).
+    pub fp_fusion: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions { fp_fusion: true }
+    }
+}
+
 /// What code generation produced.
 #[derive(Clone, Debug)]
 pub struct PtxOutput {
@@ -147,15 +160,35 @@ pub fn compile(
     options: &passes::PipelineOptions,
     mut dump: impl FnMut(&str, &str),
 ) -> Result<PtxOutput, CompileError> {
+    compile_with(func, target, options, &CodegenOptions::default(), &mut dump)
+}
+
+/// [`compile`] with explicit code generation options.
+pub fn compile_with(
+    func: &mut Function,
+    target: &Target,
+    options: &passes::PipelineOptions,
+    codegen: &CodegenOptions,
+    mut dump: impl FnMut(&str, &str),
+) -> Result<PtxOutput, CompileError> {
     passes::run_pipeline(func, options, |pass, f| dump(pass, &f.to_string()))?;
-    Ok(generate_ptx(func, target)?)
+    Ok(generate_ptx_with(func, target, codegen)?)
 }
 
 /// Generates PTX for a kernel whose layouts are assigned.
 pub fn generate_ptx(func: &Function, target: &Target) -> Result<PtxOutput, CodegenError> {
+    generate_ptx_with(func, target, &CodegenOptions::default())
+}
+
+/// [`generate_ptx`] with explicit options.
+pub fn generate_ptx_with(
+    func: &Function,
+    target: &Target,
+    options: &CodegenOptions,
+) -> Result<PtxOutput, CodegenError> {
     init_llvm();
     let cx = Context::create();
-    let lowered = lower::lower_kernel(&cx, func)?;
+    let lowered = lower::lower_kernel(&cx, func, options)?;
     let module = lowered.module;
     let triple = TargetTriple::create("nvptx64-nvidia-cuda");
     let llvm_target =

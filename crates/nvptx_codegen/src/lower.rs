@@ -79,10 +79,15 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub smem: Option<GlobalValue<'ctx>>,
     pub smem_bytes: u32,
     pub cur_line: u32,
+    pub fp_fusion: bool,
 }
 
 /// Lowers `func` into a fresh module of `cx`.
-pub(crate) fn lower_kernel<'ctx>(cx: &'ctx Context, func: &Function) -> R<Lowered<'ctx>> {
+pub(crate) fn lower_kernel<'ctx>(
+    cx: &'ctx Context,
+    func: &Function,
+    options: &crate::CodegenOptions,
+) -> R<Lowered<'ctx>> {
     let name: String = func
         .name
         .chars()
@@ -132,6 +137,7 @@ pub(crate) fn lower_kernel<'ctx>(cx: &'ctx Context, func: &Function) -> R<Lowere
         smem: None,
         smem_bytes: 0,
         cur_line: 0,
+        fp_fusion: options.fp_fusion,
     };
     for (i, &a) in entry_args.iter().enumerate() {
         let p = kernel

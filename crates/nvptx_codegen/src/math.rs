@@ -160,8 +160,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         if d.is_float() {
             let (x, y) = (a.into_float_value(), c.into_float_value());
             // Multiplies and adds may fuse into fma (Triton's default, enable_fp_fusion=True).
+            let fuse = self.fp_fusion;
             let contract = |v: FloatValue<'ctx>| -> BasicValueEnum<'ctx> {
-                if let Some(i) = v.as_instruction_value() {
+                if let Some(i) = v.as_instruction_value().filter(|_| fuse) {
                     let _ = i.set_fast_math_flags(FastMathFlags::AllowContract);
                 }
                 v.into()

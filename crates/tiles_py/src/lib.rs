@@ -485,12 +485,13 @@ impl Kernel {
     /// Runs the passes and codegen for `target` with the GIL released. Returns a dict with
     /// `name`, `ptx`, `llir`, `tir` (input IR), `tir_opt` (after passes), `shared`, `num_threads`,
     /// and, when `all_stages`, `passes`: a list of (pass, IR text).
-    #[pyo3(signature = (target, all_stages=false))]
+    #[pyo3(signature = (target, all_stages=false, fp_fusion=true))]
     fn compile<'py>(
         &self,
         py: Python<'py>,
         target: &str,
         all_stages: bool,
+        fp_fusion: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut func = self.func.clone();
         let mut asserts: Vec<(u32, String)> = Vec::new();
@@ -503,12 +504,18 @@ impl Kernel {
         let (result, input, stages) = py.detach(|| {
             let input = func.to_string();
             let mut stages: Vec<(String, String)> = Vec::new();
-            let r =
-                nvptx_codegen::compile(&mut func, &target, &Default::default(), |pass, text| {
+            let codegen = nvptx_codegen::CodegenOptions { fp_fusion };
+            let r = nvptx_codegen::compile_with(
+                &mut func,
+                &target,
+                &Default::default(),
+                &codegen,
+                |pass, text| {
                     if all_stages {
                         stages.push((pass.to_string(), text.to_string()));
                     }
-                });
+                },
+            );
             (r.map(|o| (o, func.to_string())), input, stages)
         });
         let (out, after) = result.map_err(BoundaryError::from)?;
