@@ -79,6 +79,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub smem: Option<GlobalValue<'ctx>>,
     pub smem_bytes: u32,
     pub cur_line: u32,
+    /// Whether a thread may still be reading the shared buffer (a barrier must precede writes).
+    pub smem_busy: bool,
     pub fp_fusion: bool,
 }
 
@@ -137,6 +139,7 @@ pub(crate) fn lower_kernel<'ctx>(
         smem: None,
         smem_bytes: 0,
         cur_line: 0,
+        smem_busy: false,
         fp_fusion: options.fp_fusion,
     };
     for (i, &a) in entry_args.iter().enumerate() {
@@ -634,6 +637,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             phis.push(ps);
         }
+        self.smem_busy = true;
         let before = self.func.region_block(op, 0);
         let bargs = self.func.blocks[before].args.clone();
         for (k, ps) in phis.iter().enumerate() {
@@ -678,7 +682,10 @@ impl<'ctx> Lowering<'ctx, '_> {
         let merge = self.cx.append_basic_block(self.kernel, "if.end");
         self.b.build_conditional_branch(cond, then_bb, else_bb)?;
         let mut arms = Vec::new();
+        let busy_before = self.smem_busy;
+        let mut busy_after = false;
         for (i, bb) in [then_bb, else_bb].into_iter().enumerate() {
+            self.smem_busy = busy_before;
             self.b.position_at_end(bb);
             let rb = self.func.region_block(op, i);
             let ys = self.lower_block(rb)?;
@@ -687,7 +694,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             let end = self.b.get_insert_block().expect("positioned");
             self.b.build_unconditional_branch(merge)?;
             arms.push((regs, end));
+            busy_after |= self.smem_busy;
         }
+        self.smem_busy = busy_after;
         self.b.position_at_end(merge);
         for (k, &res) in data.results.iter().enumerate() {
             let ty = *self.func.ty(res);

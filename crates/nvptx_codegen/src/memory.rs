@@ -13,6 +13,14 @@ use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
 use inkwell::IntPredicate;
 use tile_ir::{DType, Elem, Layout, MemAttrs, OpData, Type, Value};
 
+/// A load that was issued but whose result is not yet split into registers.
+enum Loaded<'ctx> {
+    /// An LLVM load (scalar or vector of elements).
+    Plain(BasicValueEnum<'ctx>),
+    /// The words an inline-PTX load wrote.
+    Words(Vec<BasicValueEnum<'ctx>>),
+}
+
 impl<'ctx> Lowering<'ctx, '_> {
     /// The vector width usable for a tile access: the op's `vector` if every run of that many
     /// registers is contiguous along the layout's fastest dimension, else 1.
@@ -166,6 +174,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let vec = self.usable_vector(rty, m)?;
         let mut out = Vec::with_capacity(ptrs.len());
+        let mut issued = Vec::with_capacity(ptrs.len().div_ceil(vec));
         for k in 0..ptrs.len().div_ceil(vec) {
             let at = k * vec;
             let addr = ptrs[at].into_pointer_value();
@@ -177,7 +186,12 @@ impl<'ctx> Lowering<'ctx, '_> {
                     .map(|i| o[(at + i).min(o.len() - 1)])
                     .collect::<Vec<_>>()
             });
-            out.extend(self.load_vector(d, vec, addr, pred, others, m.volatile)?);
+            issued.push(self.load_vector(d, vec, addr, pred, others, m.volatile)?);
+        }
+        // Every load of the tile is issued before any result is unpacked, so they are all in
+        // flight together (ptxas keeps independent loads in this order).
+        for i in issued {
+            out.extend(self.unpack_loaded(d, vec, i)?);
         }
         Ok(out)
     }
@@ -190,32 +204,21 @@ impl<'ctx> Lowering<'ctx, '_> {
         pred: Option<IntValue<'ctx>>,
         others: Option<Vec<BasicValueEnum<'ctx>>>,
         volatile: bool,
-    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+    ) -> R<Loaded<'ctx>> {
         let mt = memory_type(self.cx, d);
         let bytes = d.bytes() * vec as u32;
         if pred.is_none() && !volatile {
-            if vec == 1 {
-                let x = self.b.build_load(mt, addr, "ld")?;
-                if let Some(i) = x.as_instruction_value() {
-                    i.set_alignment(bytes)
-                        .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
-                }
-                return Ok(vec![self.memory_to_register(d, x)?]);
-            }
-            let vt = vector_of(mt, vec as u32);
-            let x = self.b.build_load(vt, addr, "ld")?;
+            let ty = if vec == 1 {
+                mt
+            } else {
+                vector_of(mt, vec as u32).into()
+            };
+            let x = self.b.build_load(ty, addr, "ld")?;
             if let Some(i) = x.as_instruction_value() {
                 i.set_alignment(bytes)
                     .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
             }
-            let mut out = Vec::with_capacity(vec);
-            for i in 0..vec {
-                let e =
-                    self.b
-                        .build_extract_element(x.into_vector_value(), self.i32(i as u64), "e")?;
-                out.push(self.memory_to_register(d, e)?);
-            }
-            return Ok(out);
+            return Ok(Loaded::Plain(x));
         }
         let pred = pred.unwrap_or_else(|| self.cx.bool_type().const_all_ones());
         let (wbits, nw, rbits) = Self::words(d, vec);
@@ -271,7 +274,32 @@ impl<'ctx> Lowering<'ctx, '_> {
                 })
                 .collect::<Result<_, _>>()?
         };
-        self.unpack_words(d, vec, &words)
+        Ok(Loaded::Words(words))
+    }
+
+    /// Turns an issued load into register values.
+    fn unpack_loaded(
+        &mut self,
+        d: DType,
+        vec: usize,
+        l: Loaded<'ctx>,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        match l {
+            Loaded::Words(words) => self.unpack_words(d, vec, &words),
+            Loaded::Plain(x) if vec == 1 => Ok(vec![self.memory_to_register(d, x)?]),
+            Loaded::Plain(x) => {
+                let mut out = Vec::with_capacity(vec);
+                for i in 0..vec {
+                    let e = self.b.build_extract_element(
+                        x.into_vector_value(),
+                        self.i32(i as u64),
+                        "e",
+                    )?;
+                    out.push(self.memory_to_register(d, e)?);
+                }
+                Ok(out)
+            }
+        }
     }
 
     pub fn store(&mut self, data: &OpData, m: MemAttrs) -> R<()> {
@@ -359,8 +387,18 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.asm_void(&t, &cons.join(","), &args)
     }
 
-    pub fn barrier_sync(&self) -> R<()> {
+    pub fn barrier_sync(&mut self) -> R<()> {
+        self.smem_busy = false;
         self.asm_void("bar.sync 0;", "~{memory}", &[])
+    }
+
+    /// Before writing the shared buffer: a barrier, unless no thread can still be reading it
+    /// (nothing read it since the last barrier on every path here).
+    pub fn fence_before_shared_write(&mut self) -> R<()> {
+        if self.smem_busy {
+            self.barrier_sync()?;
+        }
+        Ok(())
     }
 
     /// Moves a tile to another layout: every thread writes its elements to shared memory at
@@ -394,7 +432,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let offset =
             |c: &[u32]| -> u64 { c.iter().zip(&strides).map(|(&x, &s)| (x * s) as u64).sum() };
-        self.barrier_sync()?;
+        self.fence_before_shared_write()?;
         let sb = base(self, &sg.thread)?;
         for (i, c) in sg.regs.iter().enumerate() {
             let idx = self.b.build_int_add(sb, self.i32(offset(c)), "i")?;
@@ -419,6 +457,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 None => x,
             });
         }
+        self.smem_busy = true;
         Ok(out)
     }
 }
@@ -579,7 +618,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             v
         };
-        self.barrier_sync()?;
+        self.fence_before_shared_write()?;
         for (i, &x) in vals.iter().enumerate() {
             // SAFETY of the GEP: the index is an element of this tile.
             let p = unsafe { self.b.build_gep(et, smem, &[idx[i]], "bp")? };
@@ -600,6 +639,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             let x = self.b.build_load(et, p, "bl")?;
             out.push(self.memory_to_register(d, x)?);
         }
+        self.smem_busy = true;
         Ok(out)
     }
 }

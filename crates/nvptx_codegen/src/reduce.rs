@@ -264,7 +264,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             // SAFETY of the GEP: the index stays inside the buffer sized above.
             Ok(unsafe { lw.b.build_gep(i8t, smem, &[bytes], "sp")? })
         };
-        self.barrier_sync()?;
+        self.fence_before_shared_write()?;
         for (gi, a) in acc.iter().enumerate() {
             for k in 0..n {
                 let p = slot(self, gi, k, wid)?;
@@ -290,7 +290,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             out.push(cur.expect("warps > 1"));
         }
-        // No trailing barrier: every user of the shared buffer starts with one before writing.
+        // No trailing barrier: the next writer of the shared buffer fences first.
+        self.smem_busy = true;
         Ok(out)
     }
 
