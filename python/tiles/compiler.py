@@ -100,7 +100,7 @@ def _dump(name: str, out: Dict[str, Any]) -> None:
 
 def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] = None, target: str = "sm_90a",
             num_warps: int = 4, num_stages: int = 3, specialization: Optional[Dict[str, int]] = None,
-            equal_to_1: Sequence[str] = (), debug: bool = False, enable_fp_fusion: bool = True) -> CompiledKernel:
+            equal_to_1: Sequence[str] = (), debug: bool = False, enable_fp_fusion: bool = False) -> CompiledKernel:
     """Compiles `fn` (a @tiles.jit function) for `signature` without a GPU.
 
     Signature types are spelled as Triton spells them: `*fp16`, `i32`, `fp32`, and

@@ -485,7 +485,7 @@ impl Kernel {
     /// Runs the passes and codegen for `target` with the GIL released. Returns a dict with
     /// `name`, `ptx`, `llir`, `tir` (input IR), `tir_opt` (after passes), `shared`, `num_threads`,
     /// and, when `all_stages`, `passes`: a list of (pass, IR text).
-    #[pyo3(signature = (target, all_stages=false, fp_fusion=true))]
+    #[pyo3(signature = (target, all_stages=false, fp_fusion=false))]
     fn compile<'py>(
         &self,
         py: Python<'py>,

@@ -12,6 +12,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .. import core
 from ..errors import LaunchError
 
+# Float multiply-adds are not contracted to fma unless asked (Triton 3.10's announced default;
+# measured faster here: ptxas schedules the loads of fused code worse, see benchmarks/results).
+DEFAULT_FP_FUSION = os.environ.get("TILES_DEFAULT_FP_FUSION", "0") not in ("", "0")
+
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
                    "launch_cooperative_grid", "stream")
 
@@ -225,7 +229,7 @@ class JITFunction:
         return os.environ.get("TILES_DEBUG", "") not in ("", "0")
 
     def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False,
-                 fp_fusion: bool = True) -> _Specialization:
+                 fp_fusion: bool = False) -> _Specialization:
         from .. import compiler
         from . import driver
 
@@ -264,7 +268,7 @@ class JITFunction:
             return interpreter.run(self, vals, grid)
         key, info = self._specialize(vals)
         debug = self.debugging()
-        fusion = bool(opts.get("enable_fp_fusion", True))
+        fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
         full_key = (key, num_warps, num_stages, debug, fusion)
         spec = self.cache.get(full_key)
         if spec is None:
@@ -289,7 +293,7 @@ class JITFunction:
         spec.loaded.launch(g, spec.threads, stream, ctypes.addressof(ptrs))
         if debug:
             spec.compiled.check_asserts()
-        elif _learn and self._dispatcher is not None and "stream" not in opts and fusion:
+        elif _learn and self._dispatcher is not None and "stream" not in opts and "enable_fp_fusion" not in opts:
             self._teach(args, orig_kwargs, spec)
         return spec.compiled
 
@@ -315,7 +319,7 @@ class JITFunction:
         key, info = self._specialize(vals)
         num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
         debug = self.debugging()
-        fusion = bool(opts.get("enable_fp_fusion", True))
+        fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
         full_key = (key, num_warps, num_stages, debug, fusion)
         if full_key not in self.cache:
             self.cache[full_key] = self._compile(info, num_warps, num_stages, debug, fusion)
