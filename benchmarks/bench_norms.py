@@ -88,7 +88,8 @@ def main():
     ref_sm = torch.softmax(x.float(), dim=1)
     ref_ln = torch.nn.functional.layer_norm(x.float(), (N,), w.float(), b.float(), 1e-5)
     variants = [("tiles", "tiles", {}), ("triton", "triton", {}),
-                ("tiles_fusion", "tiles", {"enable_fp_fusion": True})]
+                ("tiles_fusion", "tiles", {"enable_fp_fusion": True}),
+                ("tiles_maxnreg32", "tiles", {"maxnreg": 32})]
     for name, mod, opts in variants:
         m = load(mod)
         y = torch.empty_like(x)
@@ -114,8 +115,9 @@ def main():
     for k in ("softmax", "layernorm"):
         t, r, p = res[f"tiles_{k}_gbps"], res[f"triton_{k}_gbps"], res[f"torch_{k}_gbps"]
         nf = res[f"tiles_fusion_{k}_gbps"]
+        m32 = res[f"tiles_maxnreg32_{k}_gbps"]
         print(f"{k} fp16 {M}x{N}: tiles {t:.0f} GB/s, triton {r:.0f} GB/s ({t / r:.3f}x), torch {p:.0f} GB/s; "
-              f"tiles with fp fusion {nf:.0f} GB/s ({nf / r:.3f}x)")
+              f"tiles with fp fusion {nf:.0f} GB/s ({nf / r:.3f}x), maxnreg=32 {m32:.0f} GB/s ({m32 / r:.3f}x)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

@@ -100,7 +100,8 @@ def _dump(name: str, out: Dict[str, Any]) -> None:
 
 def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] = None, target: str = "sm_90a",
             num_warps: int = 4, num_stages: int = 3, specialization: Optional[Dict[str, int]] = None,
-            equal_to_1: Sequence[str] = (), debug: bool = False, enable_fp_fusion: bool = False) -> CompiledKernel:
+            equal_to_1: Sequence[str] = (), debug: bool = False, enable_fp_fusion: bool = False,
+            maxnreg: Optional[int] = None) -> CompiledKernel:
     """Compiles `fn` (a @tiles.jit function) for `signature` without a GPU.
 
     Signature types are spelled as Triton spells them: `*fp16`, `i32`, `fp32`, and
@@ -134,7 +135,7 @@ def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] 
         raise TypeError(f"{fn.__name__} has no parameter(s) {sorted(unknown)}")
     kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug)
     try:
-        out = kernel.compile(target, bool(os.environ.get("TILES_DUMP_IR")), bool(enable_fp_fusion))
+        out = kernel.compile(target, bool(os.environ.get("TILES_DUMP_IR")), bool(enable_fp_fusion), maxnreg)
     except _tiles.BackendError as e:
         raise _backend_error(fn, e) from None
     _dump(out["name"], out)

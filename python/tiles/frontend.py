@@ -96,6 +96,25 @@ class IRBackend:
                 raise TypeError("a combine function must return scalars")
         return self.b.end_reduce(handle, [r.handle for r in res])
 
+    def scan(self, inputs, axis, combine, reverse):
+        handle, lhs, rhs = self.b.begin_scan([t.handle for t in inputs], axis, reverse)
+        a = [tensor(h, t.dtype, ()) for h, t in zip(lhs, inputs)]
+        b = [tensor(h, t.dtype, ()) for h, t in zip(rhs, inputs)]
+        res = semantic.combine_results(combine(*a, *b), inputs)
+        return self.b.end_scan(handle, [r.handle for r in res])
+
+    def permute(self, x, dims):
+        return self.b.permute(x.handle, list(dims))
+
+    def reshape(self, x, shape):
+        return self.b.reshape(x.handle, list(shape))
+
+    def join(self, a, b):
+        return self.b.join(a.handle, b.handle)
+
+    def split(self, x):
+        return self.b.split(x.handle)
+
     def atomic(self, op, ptr, val, cmp, mask, sem, scope):
         return self.b.atomic(op, ptr.handle, val.handle, None if cmp is None else cmp.handle,
                              None if mask is None else mask.handle, sem, scope)

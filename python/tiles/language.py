@@ -474,3 +474,92 @@ def debug_barrier(_semantic=None):
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "Any", "SimpleNamespace")]
 _ = _pymath
+
+
+# -- scans and shape ops ----------------------------------------------------------------------------
+
+def _prod_combine(a, b):
+    return semantic.mul(a, b)
+
+
+@builtin
+def associative_scan(input, axis, combine_fn, reverse=False, _semantic=None):
+    """Inclusive scan of `input` (a tile or a tuple of tiles) along `axis` with `combine_fn`."""
+    single = not isinstance(input, (tuple, list))
+    out = semantic.scan([input] if single else list(input), _v(axis), _call(combine_fn), _v(reverse))
+    return out[0] if single else tuple(out)
+
+
+@_method
+def cumsum(input, axis=0, reverse=False, dtype=None, _semantic=None):
+    """Inclusive running sum along `axis` (integers narrower than 32 bits in 32 bits)."""
+    input = semantic.to_tensor(input)
+    dt = _v(dtype)
+    if dt is None:
+        d = input.dtype
+        dt = int32 if d.is_int_signed() and d.int_bitwidth < 32 else uint32 if (
+            d.is_int_unsigned() and d.int_bitwidth < 32) else d
+    return semantic.scan([semantic.cast(input, dt)], _v(axis), _sum_combine, _v(reverse))[0]
+
+
+@_method
+def cumprod(input, axis=0, reverse=False, _semantic=None):
+    """Inclusive running product along `axis`."""
+    return semantic.scan([semantic.to_tensor(input)], _v(axis), _prod_combine, _v(reverse))[0]
+
+
+@_method
+def permute(input, *dims, _semantic=None):
+    """The tile with its dimensions permuted."""
+    if len(dims) == 1 and isinstance(_v(dims[0]), (tuple, list)):
+        dims = tuple(_v(dims[0]))
+    return semantic.permute(input, dims)
+
+
+@_method
+def trans(input, *dims, _semantic=None):
+    """Transpose (a 2-D tile) or permute (with `dims`)."""
+    return semantic.trans(input, *dims)
+
+
+@_method
+def reshape(input, *shape, can_reorder=False, _semantic=None):
+    """The same elements, row-major, in another shape."""
+    if len(shape) == 1 and isinstance(_v(shape[0]), (tuple, list)):
+        shape = tuple(_v(shape[0]))
+    return semantic.reshape(input, shape)
+
+
+@_method
+def view(input, *shape, _semantic=None):
+    """Like `reshape`."""
+    return reshape(input, *shape)
+
+
+@_method
+def ravel(input, can_reorder=False, _semantic=None):
+    """The tile flattened to one dimension."""
+    input = semantic.to_tensor(input)
+    return semantic.reshape(input, (semantic._numel(input.shape),))
+
+
+@builtin
+def join(a, b, _semantic=None):
+    """Stacks two tiles along a new last dimension of size 2."""
+    return semantic.join(a, b)
+
+
+@_method
+def split(a, _semantic=None):
+    """Splits a tile whose last dimension is 2 into its two halves."""
+    return semantic.split(a)
+
+
+@builtin
+def interleave(a, b, _semantic=None):
+    """Interleaves the last dimension of two tiles."""
+    j = semantic.join(a, b)
+    return semantic.reshape(j, j.shape[:-2] + (j.shape[-2] * 2,))
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "Any", "SimpleNamespace")]

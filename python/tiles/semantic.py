@@ -245,8 +245,76 @@ def subscript(x: tensor, slices: Any) -> tensor:
     return out
 
 
-def trans(x: tensor, *dims) -> tensor:
-    raise NotImplementedError("tl.trans / .T arrive with 2-D layout conversions (issue 4)")
+def permute(x: Any, dims: Sequence[Any]) -> tensor:
+    x = to_tensor(x)
+    dims = tuple(int(_unwrap(d)) for d in dims)
+    if sorted(dims) != list(range(len(x.shape))):
+        raise ValueError(f"permute: {list(dims)} is not a permutation of the {len(x.shape)} dimensions")
+    if dims == tuple(range(len(x.shape))):
+        return x
+    return make(_be().permute(x, dims), x.dtype, tuple(x.shape[d] for d in dims))
+
+
+def trans(x: Any, *dims: Any) -> tensor:
+    x = to_tensor(x)
+    if len(dims) == 1 and isinstance(_unwrap(dims[0]), (tuple, list)):
+        dims = tuple(_unwrap(dims[0]))
+    if not dims:
+        if len(x.shape) != 2:
+            raise ValueError(f"trans without dims needs a 2-D tile, got shape {list(x.shape)}")
+        dims = (1, 0)
+    return permute(x, dims)
+
+
+def reshape(x: Any, shape: Sequence[Any]) -> tensor:
+    x = to_tensor(x)
+    shape = tuple(int(_unwrap(s)) for s in shape)
+    n = 1
+    for d in shape:
+        n *= d
+    if n != _numel(x.shape):
+        raise ValueError(f"cannot reshape a tile of shape {list(x.shape)} into {list(shape)}")
+    if shape == x.shape:
+        return x
+    if not shape or not x.shape:
+        raise ValueError("reshape to or from a scalar is not supported")
+    return make(_be().reshape(x, shape), x.dtype, shape)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def join(a: Any, b: Any) -> tensor:
+    a, b = binary_operands(a, b, True, True)
+    if not a.shape:
+        a, b = expand_dims(a, 0), expand_dims(b, 0)
+    return make(_be().join(a, b), a.dtype, a.shape + (2,))
+
+
+def split(x: Any):
+    x = to_tensor(x)
+    if not x.shape or x.shape[-1] != 2:
+        raise ValueError(f"split needs a tile whose last dimension is 2, got shape {list(x.shape)}")
+    ha, hb = _be().split(x)
+    shape = x.shape[:-1]
+    return make(ha, x.dtype, shape), make(hb, x.dtype, shape)
+
+
+def scan(inputs: Sequence[Any], axis: Any, combine, reverse: bool = False) -> list:
+    ts = [to_tensor(x) for x in inputs]
+    shape = ts[0].shape
+    for t in ts:
+        if t.shape != shape:
+            raise ValueError(f"scan operands differ in shape: {list(shape)} and {list(t.shape)}")
+    if not shape:
+        return ts
+    a = _norm_axis(axis, len(shape))
+    handles = _be().scan(ts, a, combine, bool(_unwrap(reverse)))
+    return [make(h, t.dtype, shape) for h, t in zip(handles, ts)]
 
 
 # -- casts ----------------------------------------------------------------------------------

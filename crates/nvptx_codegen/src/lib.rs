@@ -25,6 +25,7 @@ mod math;
 mod math_f64;
 mod memory;
 mod reduce;
+mod shuffle;
 
 use inkwell::context::Context;
 use inkwell::passes::PassBuilderOptions;
@@ -81,17 +82,13 @@ impl Target {
 }
 
 /// Choices that change the generated code.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct CodegenOptions {
     /// Let float multiplies and adds fuse into fma (Triton's `enable_fp_fusion`). Off by
     /// default: Triton 3.10's announced default, and faster in our measurements.
     pub fp_fusion: bool,
-}
-
-impl Default for CodegenOptions {
-    fn default() -> Self {
-        CodegenOptions { fp_fusion: false }
-    }
+    /// Cap on registers per thread (`.maxnreg`, Triton's `maxnreg`).
+    pub maxnreg: Option<u32>,
 }
 
 /// What code generation produced.

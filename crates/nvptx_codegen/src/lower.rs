@@ -116,6 +116,12 @@ pub(crate) fn lower_kernel<'ctx>(
         AttributeLoc::Function,
         cx.create_string_attribute("nvvm.maxntid", &threads.to_string()),
     );
+    if let Some(n) = options.maxnreg {
+        kernel.add_attribute(
+            AttributeLoc::Function,
+            cx.create_string_attribute("nvvm.maxnreg", &n.to_string()),
+        );
+    }
     let prologue = cx.append_basic_block(kernel, "prologue");
     let body = cx.append_basic_block(kernel, "entry");
     b.position_at_end(prologue);
@@ -448,6 +454,10 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             OpKind::Print { prefix, hex } => self.lower_print(&data, prefix, hex)?,
             OpKind::Reduce { axis } => self.lower_reduce(op, axis as usize)?,
+            OpKind::Scan { axis, reverse } => self.lower_scan(op, axis as usize, reverse)?,
+            OpKind::Permute { .. } | OpKind::Reshape | OpKind::Join | OpKind::Split => {
+                self.lower_shape_op(op)?
+            }
             OpKind::While => self.lower_while(op)?,
             OpKind::Barrier => self.barrier_sync()?,
             OpKind::Atomic(a) => {

@@ -222,6 +222,23 @@ impl Assigner<'_> {
             OpKind::For | OpKind::If => self.visit_region_op(op, kind),
             OpKind::While => self.visit_while(op),
             OpKind::Reduce { axis } => self.visit_reduce(op, axis),
+            OpKind::Scan { .. } => {
+                let r = self.func.ops[op].results[0];
+                let l = self.first_demand_or_default(r);
+                for r in self.func.ops[op].results.clone() {
+                    self.decided.set(r, Some(l));
+                }
+                self.demand_operands(op, l);
+                let body = self.func.region_block(op, 0);
+                self.visit_block(body);
+            }
+            // Data movement through shared memory: any operand layout will do.
+            OpKind::Permute { .. } | OpKind::Reshape | OpKind::Join | OpKind::Split => {
+                for r in self.func.ops[op].results.clone() {
+                    let l = self.first_demand_or_default(r);
+                    self.decided.set(r, Some(l));
+                }
+            }
             OpKind::Yield | OpKind::Return => {}
             _ => {
                 let Some(&r) = self.func.ops[op].results.first() else {

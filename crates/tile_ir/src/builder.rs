@@ -909,3 +909,114 @@ impl Builder {
         self.push(OpKind::Barrier, vec![], &[])
     }
 }
+
+impl Builder {
+    /// Opens a scan of `operands` along `axis` (like [`Builder::begin_reduce`]).
+    pub fn begin_scan(&mut self, operands: &[Value], axis: u8, reverse: bool) -> R<ReduceHandle> {
+        let Some(&first) = operands.first() else {
+            return Err(BuildError::Misuse("scan of nothing"));
+        };
+        let t0 = self.check(first)?;
+        if (axis as usize) >= t0.shape.rank() {
+            return Err(BuildError::BadShape {
+                op: "scan",
+                message: format!("axis {axis} of a tile of shape [{}]", t0.shape),
+            });
+        }
+        let mut types = Vec::new();
+        for &v in operands {
+            let t = self.check(v)?;
+            if t.shape != t0.shape {
+                return Err(BuildError::ShapeMismatch {
+                    op: "scan",
+                    lhs: t0.shape,
+                    rhs: t.shape,
+                });
+            }
+            types.push(t.with_shape(t.shape));
+        }
+        let op = self.push(OpKind::Scan { axis, reverse }, operands.to_vec(), &types);
+        let body = self.func.add_region(op);
+        let lhs = types
+            .iter()
+            .map(|t| self.func.add_block_arg(body, Type::scalar(t.elem)))
+            .collect();
+        let rhs = types
+            .iter()
+            .map(|t| self.func.add_block_arg(body, Type::scalar(t.elem)))
+            .collect();
+        self.stack.push(body);
+        Ok(ReduceHandle { op, lhs, rhs })
+    }
+
+    /// Closes a scan's combine region; returns the scanned tiles.
+    pub fn end_scan(&mut self, h: &ReduceHandle, yields: &[Value]) -> R<Vec<Value>> {
+        self.end_reduce(h, yields)
+    }
+
+    /// Permutes dimensions: result dimension `i` is operand dimension `perm[i]`.
+    pub fn permute(&mut self, v: Value, perm: &[u8]) -> R<Value> {
+        let t = self.check(v)?;
+        let rank = t.shape.rank();
+        let mut seen = vec![false; rank];
+        if perm.len() != rank
+            || perm
+                .iter()
+                .any(|&p| (p as usize) >= rank || std::mem::replace(&mut seen[p as usize], true))
+        {
+            return Err(BuildError::BadShape {
+                op: "permute",
+                message: format!("{perm:?} is not a permutation of {rank} dimensions"),
+            });
+        }
+        let dims: Vec<u32> = perm.iter().map(|&p| t.shape.dims()[p as usize]).collect();
+        let mut arr = [0u8; crate::types::MAX_RANK];
+        arr[..rank].copy_from_slice(perm);
+        let shape = Shape::new(&dims).expect("same rank");
+        Ok(self.push1(OpKind::Permute { perm: arr }, vec![v], t.with_shape(shape)))
+    }
+
+    /// The same elements in another shape (row-major order kept).
+    pub fn reshape(&mut self, v: Value, shape: Shape) -> R<Value> {
+        let t = self.check(v)?;
+        if t.shape.numel() != shape.numel() || shape.dims().iter().any(|&d| !is_pow2(d)) {
+            return Err(BuildError::BadShape {
+                op: "reshape",
+                message: format!("[{}] cannot become [{shape}]", t.shape),
+            });
+        }
+        if t.shape == shape {
+            return Ok(v);
+        }
+        Ok(self.push1(OpKind::Reshape, vec![v], t.with_shape(shape)))
+    }
+
+    /// Stacks two tiles of one type along a new last dimension of size 2.
+    pub fn join(&mut self, a: Value, b: Value) -> R<Value> {
+        let t = self.same_type("join", a, b)?;
+        let shape = t
+            .shape
+            .insert(t.shape.rank(), 2)
+            .ok_or_else(|| BuildError::BadShape {
+                op: "join",
+                message: "rank too high".into(),
+            })?;
+        Ok(self.push1(OpKind::Join, vec![a, b], t.with_shape(shape)))
+    }
+
+    /// Splits a tile whose last dimension is 2 into its two halves.
+    pub fn split(&mut self, v: Value) -> R<(Value, Value)> {
+        let t = self.check(v)?;
+        let rank = t.shape.rank();
+        if rank == 0 || t.shape.dims()[rank - 1] != 2 {
+            return Err(BuildError::BadShape {
+                op: "split",
+                message: format!("the last dimension of [{}] must be 2", t.shape),
+            });
+        }
+        let shape = t.shape.remove(rank - 1);
+        let ty = t.with_shape(shape);
+        let op = self.push(OpKind::Split, vec![v], &[ty, ty]);
+        Ok((self.func.result(op, 0), self.func.result(op, 1)))
+    }
+}

@@ -392,6 +392,25 @@ pub enum OpKind {
         /// The reduced dimension.
         axis: u8,
     },
+    /// An inclusive scan along `axis` of N same-shaped tiles with the combine region (as for
+    /// `Reduce`); `reverse` scans from the end (flip, scan, flip).
+    Scan {
+        /// The scanned dimension.
+        axis: u8,
+        /// Scan from the last element backwards.
+        reverse: bool,
+    },
+    /// The operand's dimensions permuted: result dimension `i` is operand dimension `perm[i]`.
+    Permute {
+        /// The permutation (first `rank` entries used).
+        perm: [u8; crate::types::MAX_RANK],
+    },
+    /// The same elements, row-major, in the result's shape.
+    Reshape,
+    /// Two same-typed tiles stacked along a new last dimension of size 2.
+    Join,
+    /// A tile whose last dimension has size 2, split into its two halves (two results).
+    Split,
     /// A loop `while cond`: region 0 (the condition) takes the loop state and yields
     /// `cond, state...`; region 1 (the body) takes the state and yields the next state.
     While,
@@ -430,6 +449,11 @@ impl OpKind {
             OpKind::ConvertLayout => "convert_layout",
             OpKind::Reduce { .. } => "reduce",
             OpKind::While => "while",
+            OpKind::Scan { .. } => "scan",
+            OpKind::Permute { .. } => "permute",
+            OpKind::Reshape => "reshape",
+            OpKind::Join => "join",
+            OpKind::Split => "split",
             OpKind::Atomic(_) => "atomic",
             OpKind::Barrier => "barrier",
             OpKind::Print { .. } => "print",

@@ -51,6 +51,11 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
         OpKind::Arange { start, end } => format!(" {{start = {start}, end = {end}}}"),
         OpKind::Compare(p) => format!(" {{pred = {}}}", p.name()),
         OpKind::Reduce { axis } => format!(" {{axis = {axis}}}"),
+        OpKind::Scan { axis, reverse } => format!(
+            " {{axis = {axis}{}}}",
+            if *reverse { ", reverse" } else { "" }
+        ),
+        OpKind::Permute { perm } => format!(" {{perm = {:?}}}", perm),
         OpKind::Atomic(a) => format!(
             " {{op = {}{}, sem = {:?}, scope = {:?}}}",
             a.op.name(),

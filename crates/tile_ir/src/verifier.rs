@@ -151,7 +151,10 @@ impl Verifier<'_> {
             OpKind::If => expect(1),
             OpKind::Yield => true,
             OpKind::Return => expect(0),
-            OpKind::Reduce { .. } => n >= 1 && data.results.len() == n,
+            OpKind::Reduce { .. } | OpKind::Scan { .. } => n >= 1 && data.results.len() == n,
+            OpKind::Permute { .. } | OpKind::Reshape => expect(1),
+            OpKind::Join => expect(2),
+            OpKind::Split => expect(1) && data.results.len() == 2,
             OpKind::While => data.results.len() == n && data.regions.len() == 2,
             OpKind::Atomic(a) => expect(if a.op == crate::ops::AtomicOp::Cas {
                 3
@@ -244,6 +247,13 @@ impl Verifier<'_> {
                     }
                 }
             }
+            OpKind::Scan { .. } => {
+                for (&o, &r) in operands.iter().zip(&results) {
+                    if !ty(o).same_but_layout(&ty(r)) {
+                        self.err(op, "scan: results must have the operands' types".into());
+                    }
+                }
+            }
             OpKind::While => {
                 let before = f.region_block(op, 0);
                 if let Some(&last) = f.blocks[before].ops.last() {
@@ -304,7 +314,14 @@ impl Verifier<'_> {
             }
         }
         if kind.is_elementwise()
-            || matches!(kind, OpKind::Load(_) | OpKind::Store(_) | OpKind::Broadcast)
+            || matches!(
+                kind,
+                OpKind::Load(_)
+                    | OpKind::Store(_)
+                    | OpKind::Broadcast
+                    | OpKind::Atomic(_)
+                    | OpKind::Scan { .. }
+            )
         {
             let first = results.first().or(operands.first()).copied();
             if let Some(first) = first {

@@ -276,6 +276,61 @@ impl IrBuilder {
         Ok(ids(&b.end_reduce(&h, &ys).map_err(BoundaryError::from)?))
     }
 
+    /// Opens a scan; returns (handle, accumulator args, new-element args).
+    fn begin_scan(
+        &mut self,
+        operands: Vec<u32>,
+        axis: u8,
+        reverse: bool,
+    ) -> PyResult<(u32, Vec<u32>, Vec<u32>)> {
+        let vs = self.vs(&operands)?;
+        let h = self
+            .b()?
+            .begin_scan(&vs, axis, reverse)
+            .map_err(BoundaryError::from)?;
+        let id = self.keep_op(h.op);
+        Ok((id, ids(&h.lhs), ids(&h.rhs)))
+    }
+
+    fn end_scan(&mut self, handle: u32, yields: Vec<u32>) -> PyResult<Vec<u32>> {
+        let op = self.op(handle)?;
+        let ys = self.vs(&yields)?;
+        let b = self.b()?;
+        if !matches!(b.func.ops[op].kind, tile_ir::OpKind::Scan { .. }) {
+            return Err(BoundaryError::BadHandle(handle).into());
+        }
+        let body = b.func.region_block(op, 0);
+        let args = b.func.blocks[body].args.clone();
+        let n = args.len() / 2;
+        let h = tile_ir::ReduceHandle {
+            op,
+            lhs: args[..n].to_vec(),
+            rhs: args[n..].to_vec(),
+        };
+        Ok(ids(&b.end_scan(&h, &ys).map_err(BoundaryError::from)?))
+    }
+
+    fn permute(&mut self, v: u32, perm: Vec<u8>) -> PyResult<u32> {
+        let v = self.v(v)?;
+        Ok(self.b()?.permute(v, &perm).map_err(BoundaryError::from)?.0)
+    }
+
+    fn reshape(&mut self, v: u32, dims: Vec<u32>) -> PyResult<u32> {
+        let (v, s) = (self.v(v)?, shape(&dims)?);
+        Ok(self.b()?.reshape(v, s).map_err(BoundaryError::from)?.0)
+    }
+
+    fn join(&mut self, a: u32, b: u32) -> PyResult<u32> {
+        let (a, b) = (self.v(a)?, self.v(b)?);
+        Ok(self.b()?.join(a, b).map_err(BoundaryError::from)?.0)
+    }
+
+    fn split(&mut self, v: u32) -> PyResult<(u32, u32)> {
+        let v = self.v(v)?;
+        let (a, b) = self.b()?.split(v).map_err(BoundaryError::from)?;
+        Ok((a.0, b.0))
+    }
+
     /// Opens a while loop; returns (handle, loop state in the condition region).
     fn begin_while(&mut self, inits: Vec<u32>) -> PyResult<(u32, Vec<u32>)> {
         let vs = self.vs(&inits)?;
@@ -485,13 +540,14 @@ impl Kernel {
     /// Runs the passes and codegen for `target` with the GIL released. Returns a dict with
     /// `name`, `ptx`, `llir`, `tir` (input IR), `tir_opt` (after passes), `shared`, `num_threads`,
     /// and, when `all_stages`, `passes`: a list of (pass, IR text).
-    #[pyo3(signature = (target, all_stages=false, fp_fusion=false))]
+    #[pyo3(signature = (target, all_stages=false, fp_fusion=false, maxnreg=None))]
     fn compile<'py>(
         &self,
         py: Python<'py>,
         target: &str,
         all_stages: bool,
         fp_fusion: bool,
+        maxnreg: Option<u32>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut func = self.func.clone();
         let mut asserts: Vec<(u32, String)> = Vec::new();
@@ -504,7 +560,7 @@ impl Kernel {
         let (result, input, stages) = py.detach(|| {
             let input = func.to_string();
             let mut stages: Vec<(String, String)> = Vec::new();
-            let codegen = nvptx_codegen::CodegenOptions { fp_fusion };
+            let codegen = nvptx_codegen::CodegenOptions { fp_fusion, maxnreg };
             let r = nvptx_codegen::compile_with(
                 &mut func,
                 &target,

@@ -309,6 +309,42 @@ class NumpyBackend:
             n = cur[0].shape[axis]
         return [np.take(a, 0, axis=axis) for a in cur]
 
+    def scan(self, inputs, axis, combine, reverse):
+        """Sequential along the axis, vectorised over the other dimensions."""
+        from .. import semantic
+        from ..core import tensor
+
+        arrs = [np.asarray(t.handle) for t in inputs]
+        if reverse:
+            arrs = [np.flip(a, axis=axis) for a in arrs]
+        n = arrs[0].shape[axis]
+        outs = [np.empty_like(a) for a in arrs]
+        acc = None
+        for j in range(n):
+            cur = [tensor(np.take(a, j, axis=axis), t.dtype, np.take(a, j, axis=axis).shape)
+                   for a, t in zip(arrs, inputs)]
+            acc = cur if acc is None else semantic.combine_results(combine(*acc, *cur), inputs)
+            for o, v in zip(outs, acc):
+                idx = [slice(None)] * o.ndim
+                idx[axis] = j
+                o[tuple(idx)] = np.broadcast_to(np.asarray(v.handle), o[tuple(idx)].shape)
+        if reverse:
+            outs = [np.flip(o, axis=axis) for o in outs]
+        return [np.ascontiguousarray(o) for o in outs]
+
+    def permute(self, x, dims):
+        return np.ascontiguousarray(np.transpose(_arr(x.handle), dims))
+
+    def reshape(self, x, shape):
+        return np.ascontiguousarray(_arr(x.handle)).reshape(shape)
+
+    def join(self, a, b):
+        return np.stack([_arr(a.handle), _arr(b.handle)], axis=-1)
+
+    def split(self, x):
+        a = _arr(x.handle)
+        return np.ascontiguousarray(a[..., 0]), np.ascontiguousarray(a[..., 1])
+
     def atomic(self, op, ptr, val, cmp, mask, sem, scope):
         addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ()).reshape(-1)
         npdt = numpy_dtype(ptr.dtype.element_ty)

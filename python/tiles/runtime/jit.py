@@ -229,7 +229,7 @@ class JITFunction:
         return os.environ.get("TILES_DEBUG", "") not in ("", "0")
 
     def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False,
-                 fp_fusion: bool = False) -> _Specialization:
+                 fp_fusion: bool = False, maxnreg: Optional[int] = None) -> _Specialization:
         from .. import compiler
         from . import driver
 
@@ -253,7 +253,7 @@ class JITFunction:
                 slots.append((p.index, _SLOT_KINDS.get(ty, "?")))
         compiled = compiler.compile(self, signature, constexprs, target=driver.default_target(),
                                     num_warps=num_warps, num_stages=num_stages, specialization=spec,
-                                    equal_to_1=ones, debug=debug, enable_fp_fusion=fp_fusion)
+                                    equal_to_1=ones, debug=debug, enable_fp_fusion=fp_fusion, maxnreg=maxnreg)
         return _Specialization(compiled, packers, slots)
 
     def run(self, *args, grid, _learn: bool = False, **kwargs):
@@ -269,13 +269,14 @@ class JITFunction:
         key, info = self._specialize(vals)
         debug = self.debugging()
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
-        full_key = (key, num_warps, num_stages, debug, fusion)
+        maxnreg = opts.get("maxnreg")
+        full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
         spec = self.cache.get(full_key)
         if spec is None:
             with self._lock:
                 spec = self.cache.get(full_key)
                 if spec is None:
-                    spec = self._compile(info, num_warps, num_stages, debug, fusion)
+                    spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
                     self.cache[full_key] = spec
         g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
         g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
@@ -293,7 +294,7 @@ class JITFunction:
         spec.loaded.launch(g, spec.threads, stream, ctypes.addressof(ptrs))
         if debug:
             spec.compiled.check_asserts()
-        elif _learn and self._dispatcher is not None and "stream" not in opts and "enable_fp_fusion" not in opts:
+        elif _learn and self._dispatcher is not None and not {"stream", "enable_fp_fusion", "maxnreg"} & set(opts):
             self._teach(args, orig_kwargs, spec)
         return spec.compiled
 
@@ -320,9 +321,10 @@ class JITFunction:
         num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
         debug = self.debugging()
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
-        full_key = (key, num_warps, num_stages, debug, fusion)
+        maxnreg = opts.get("maxnreg")
+        full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
         if full_key not in self.cache:
-            self.cache[full_key] = self._compile(info, num_warps, num_stages, debug, fusion)
+            self.cache[full_key] = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
         return self.cache[full_key].compiled
 
 

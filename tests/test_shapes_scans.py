@@ -1,0 +1,154 @@
+"""Scans (cumsum, cumprod, associative_scan, reverse) and shape ops (trans, permute, reshape,
+view, ravel, join, split, interleave) in both modes, and compiled by ptxas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_compile import assemble
+
+import tiles
+import tiles.language as tl
+
+
+@tiles.jit
+def scan_kernel(x_ptr, out_ptr, OP: tl.constexpr, AXIS: tl.constexpr, REVERSE: tl.constexpr, M: tl.constexpr,
+                N: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    offs = rm[:, None] * N + rn[None, :]
+    x = tl.load(x_ptr + offs)
+    if OP == "cumsum":
+        y = tl.cumsum(x, axis=AXIS, reverse=REVERSE)
+    elif OP == "cumprod":
+        y = tl.cumprod(x, axis=AXIS, reverse=REVERSE)
+    else:
+        y = tl.associative_scan(x, AXIS, _last_nonzero, reverse=REVERSE)
+    tl.store(out_ptr + offs, y)
+
+
+@tiles.jit
+def _last_nonzero(a, b):
+    return tl.where(b != 0, b, a)
+
+
+@tiles.jit
+def scan1d_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    tl.store(out_ptr + offs, tl.cumsum(x, 0), mask=offs < n)
+
+
+@tiles.jit
+def shapes_kernel(x_ptr, t_ptr, r_ptr, j_ptr, s_ptr, i_ptr, M: tl.constexpr, N: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    x = tl.load(x_ptr + rm[:, None] * N + rn[None, :])
+    xt = tl.trans(x)
+    tl.store(t_ptr + rn[:, None] * M + rm[None, :], xt)
+    flat = tl.reshape(x, [M * N])
+    tl.store(r_ptr + tl.arange(0, M * N), flat * 2)
+    j = tl.join(x, x + 1000)
+    jr = tl.ravel(j)
+    tl.store(j_ptr + tl.arange(0, 2 * M * N), jr)
+    a, b = tl.split(tl.reshape(x, [M, N // 2, 2]))
+    rh = tl.arange(0, N // 2)
+    tl.store(s_ptr + rm[:, None] * (N // 2) + rh[None, :], a - b)
+    il = tl.interleave(rm, rm + 100)
+    tl.store(i_ptr + tl.arange(0, 2 * M), il)
+
+
+@tiles.jit
+def permute3d_kernel(x_ptr, out_ptr, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr):
+    ra = tl.arange(0, A)[:, None, None]
+    rb = tl.arange(0, B)[None, :, None]
+    rc = tl.arange(0, C)[None, None, :]
+    x = tl.load(x_ptr + ra * B * C + rb * C + rc)
+    y = tl.permute(x, (2, 0, 1))
+    oc = tl.arange(0, C)[:, None, None]
+    oa = tl.arange(0, A)[None, :, None]
+    ob = tl.arange(0, B)[None, None, :]
+    tl.store(out_ptr + oc * A * B + oa * B + ob, y)
+
+
+def ref_scan(op, x, axis, reverse):
+    y = np.flip(x, axis) if reverse else x
+    if op == "cumsum":
+        r = np.cumsum(y, axis=axis, dtype=np.float64 if x.dtype.kind == "f" else None).astype(x.dtype)
+    elif op == "cumprod":
+        r = np.cumprod(y, axis=axis).astype(x.dtype)
+    else:
+        r = np.copy(y)
+        moved = np.moveaxis(r, axis, 0)
+        for j in range(1, moved.shape[0]):
+            moved[j] = np.where(moved[j] != 0, moved[j], moved[j - 1])
+    return np.flip(r, axis) if reverse else r
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod", "last_nonzero"])
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("shape", [(8, 256), (64, 32), (128, 16)])
+def test_scans(dev, rng, op, axis, reverse, shape):
+    M, N = shape
+    if op == "cumprod":
+        x = rng.choice(np.array([1, 1, 1, -1, 2], np.int32), size=shape)
+    elif op == "last_nonzero":
+        x = rng.integers(-3, 3, size=shape).astype(np.int32) * (rng.random(shape) < 0.3)
+        x = x.astype(np.int32)
+    else:
+        x = rng.standard_normal(shape).astype(np.float32)
+    out = np.zeros_like(x)
+    xd, od = dev.put(x), dev.put(out)
+    scan_kernel[(1,)](xd, od, OP=op, AXIS=axis, REVERSE=reverse, M=M, N=N)
+    np.testing.assert_allclose(dev.get(od), ref_scan(op, x, axis, reverse), rtol=1e-5, atol=1e-4)
+
+
+def test_long_1d_cumsum_with_mask(dev, rng):
+    n = 3000
+    x = rng.integers(-100, 100, n).astype(np.int16)
+    out = np.zeros(n, np.int32)
+    xd, od = dev.put(x), dev.put(out)
+    scan1d_kernel[(1,)](xd, od, n, BLOCK=4096)
+    np.testing.assert_array_equal(dev.get(od), np.cumsum(x.astype(np.int32)))
+
+
+def test_shape_ops(dev, rng):
+    M, N = 16, 32
+    x = rng.integers(-500, 500, (M, N)).astype(np.int32)
+    t, r, j = np.zeros((N, M), np.int32), np.zeros(M * N, np.int32), np.zeros(2 * M * N, np.int32)
+    s, il = np.zeros((M, N // 2), np.int32), np.zeros(2 * M, np.int32)
+    d = [dev.put(a) for a in (x, t, r, j, s, il)]
+    shapes_kernel[(1,)](*d, M=M, N=N)
+    np.testing.assert_array_equal(dev.get(d[1]), x.T)
+    np.testing.assert_array_equal(dev.get(d[2]), x.reshape(-1) * 2)
+    np.testing.assert_array_equal(dev.get(d[3]), np.stack([x, x + 1000], -1).reshape(-1))
+    pairs = x.reshape(M, N // 2, 2)
+    np.testing.assert_array_equal(dev.get(d[4]), pairs[..., 0] - pairs[..., 1])
+    np.testing.assert_array_equal(dev.get(d[5]), np.stack([np.arange(M), np.arange(M) + 100], -1).reshape(-1))
+
+
+def test_permute_3d(dev, rng):
+    A, B, C = 4, 8, 16
+    x = rng.standard_normal((A, B, C)).astype(np.float32)
+    out = np.zeros((C, A, B), np.float32)
+    xd, od = dev.put(x), dev.put(out)
+    permute3d_kernel[(1,)](xd, od, A=A, B=B, C=C)
+    np.testing.assert_array_equal(dev.get(od), np.transpose(x, (2, 0, 1)))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_scan_and_shape_kernels_assemble(ptxas, target):
+    cases = [
+        (scan_kernel, {"x_ptr": "*fp32", "out_ptr": "*fp32"},
+         {"OP": "cumsum", "AXIS": 1, "REVERSE": True, "M": 8, "N": 256}),
+        (scan_kernel, {"x_ptr": "*i32", "out_ptr": "*i32"},
+         {"OP": "last_nonzero", "AXIS": 0, "REVERSE": False, "M": 128, "N": 16}),
+        (scan1d_kernel, {"x_ptr": "*i16", "out_ptr": "*i32", "n": "i32"}, {"BLOCK": 4096}),
+        (shapes_kernel, {k: "*i32" for k in ("x_ptr", "t_ptr", "r_ptr", "j_ptr", "s_ptr", "i_ptr")},
+         {"M": 16, "N": 32}),
+        (permute3d_kernel, {"x_ptr": "*fp32", "out_ptr": "*fp32"}, {"A": 4, "B": 8, "C": 16}),
+    ]
+    for fn, sig, cx in cases:
+        k = tiles.compile(fn, signature=sig, constexprs=cx, target=target)
+        assemble(ptxas, k.asm["ptx"], target)
