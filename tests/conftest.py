@@ -30,6 +30,9 @@ def _gpu_available() -> bool:
 
 GPU = _gpu_available()
 
+# Tests compile into a cache of their own, fresh for each session.
+os.environ.setdefault("TILES_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="tiles-test-cache-"))
+
 
 def pytest_collection_modifyitems(config, items):
     if GPU:

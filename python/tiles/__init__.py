@@ -5,10 +5,14 @@
 
 from __future__ import annotations
 
-from . import language  # noqa: F401
-from .compiler import CompiledKernel, compile  # noqa: F401
+from . import (
+    language,  # noqa: F401
+    testing,  # noqa: F401,E402
+)
+from .compiler import CompiledKernel, compile, compile_many  # noqa: F401
 from .core import constexpr  # noqa: F401
 from .errors import CompilationError, InterpreterError, LaunchError, OutOfBoundsError  # noqa: F401
+from .runtime.autotuner import Config, autotune, heuristics  # noqa: F401
 from .runtime.jit import JITFunction, jit  # noqa: F401
 
 __version__ = "0.1.0"
@@ -25,5 +29,6 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-__all__ = ["jit", "JITFunction", "compile", "CompiledKernel", "CompilationError", "OutOfBoundsError",
-           "InterpreterError", "LaunchError", "constexpr", "cdiv", "next_power_of_2", "language"]
+__all__ = ["autotune", "heuristics", "Config", "testing", "jit", "JITFunction", "compile", "compile_many",
+           "CompiledKernel", "CompilationError", "OutOfBoundsError", "InterpreterError", "LaunchError", "constexpr",
+           "cdiv", "next_power_of_2", "language"]

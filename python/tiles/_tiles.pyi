@@ -4,6 +4,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 __version__: str
 ASSERT_GLOBAL: str
+BUILD_ID: str
 
 class IrError(Exception): ...
 class BackendError(Exception): ...

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import time
 from types import SimpleNamespace
 from typing import Any, Dict, Optional, Sequence
 
@@ -33,6 +35,7 @@ class CompiledKernel:
         self.constexprs = constexprs
         self.params = [n for n, t in signature.items() if n not in constexprs and t != "constexpr"]
         self._loaded = None
+        self.cache_key: Optional[str] = None
 
     @property
     def shared(self) -> int:
@@ -41,11 +44,20 @@ class CompiledKernel:
     def load(self):
         """Assembles the PTX (driver JIT) and loads the module; returns the loaded kernel."""
         if self._loaded is None:
-            from .runtime import driver
+            from .runtime import cache, driver
 
-            cubin = driver.link_ptx(self.asm["ptx"], self.name)
-            self.asm["cubin"] = cubin
+            t0 = time.perf_counter()
+            cubin = self.asm.get("cubin")
+            if cubin is None:
+                cubin = driver.link_ptx(self.asm["ptx"], self.name)
+                self.asm["cubin"] = cubin
+                if self.cache_key is not None:
+                    cache.store_cubin(self.cache_key, cubin)
+            t1 = time.perf_counter()
             self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared)
+            if _timing():
+                print(f"tiles: {self.name}: ptx->cubin {(t1 - t0) * 1e3:.2f} ms, load "
+                      f"{(time.perf_counter() - t1) * 1e3:.2f} ms", file=sys.stderr)
         return self._loaded
 
     def check_asserts(self) -> None:
@@ -67,6 +79,10 @@ class CompiledKernel:
 
     def __repr__(self) -> str:
         return f"<CompiledKernel {self.name} {self.metadata.target} num_warps={self.metadata.num_warps}>"
+
+
+def _timing() -> bool:
+    return os.environ.get("TILES_TIMING", "") not in ("", "0")
 
 
 def _backend_error(jitfn, e: Exception) -> CompilationError:
@@ -133,10 +149,53 @@ def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] 
     unknown = set(sig) - set(fn.param_names)
     if unknown:
         raise TypeError(f"{fn.__name__} has no parameter(s) {sorted(unknown)}")
+    from .runtime import cache
+
+    dump = bool(os.environ.get("TILES_DUMP_IR"))
+    key = cache.kernel_key(fn, signature=sig, spec=spec, ones=sorted(equal_to_1), constexprs=constexprs,
+                           target=target, num_warps=num_warps, num_stages=num_stages, debug=bool(debug),
+                           fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg)
+    hit = None if dump else cache.load(key)
+    if hit is not None:
+        out = dict(hit["stages"], name=hit["name"], shared=hit["shared"], num_threads=hit["num_threads"],
+                   asserts=[tuple(a) for a in hit["asserts"]])
+        ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file)
+        if "cubin" in hit:
+            ck.asm["cubin"] = hit["cubin"]
+        ck.cache_key = key
+        if _timing():
+            print(f"tiles: {ck.name}: disk cache hit", file=sys.stderr)
+        return ck
+    t0 = time.perf_counter()
     kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug)
+    t1 = time.perf_counter()
     try:
-        out = kernel.compile(target, bool(os.environ.get("TILES_DUMP_IR")), bool(enable_fp_fusion), maxnreg)
+        out = kernel.compile(target, dump, bool(enable_fp_fusion), maxnreg)
     except _tiles.BackendError as e:
         raise _backend_error(fn, e) from None
+    t2 = time.perf_counter()
+    if _timing():
+        stages = ", ".join(f"{n} {t * 1e3:.2f}" for n, t in out["timings"])
+        print(f"tiles: {out['name']}: frontend {(t1 - t0) * 1e3:.2f} ms, {stages} ms "
+              f"(passes + LLVM + PTX {(t2 - t1) * 1e3:.2f} ms)", file=sys.stderr)
     _dump(out["name"], out)
-    return CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file)
+    ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file)
+    if not dump:
+        cache.store(key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
+                          "asserts": out["asserts"], "target": target},
+                    {k: out[k] for k in ("tir", "tir_opt", "llir", "ptx")})
+        ck.cache_key = key
+    return ck
+
+
+def compile_many(jobs, max_workers: Optional[int] = None):
+    """Compiles many kernels on a thread pool (the Rust stages run without the GIL).
+
+    `jobs` is an iterable of dicts of `tiles.compile` keyword arguments (with `fn`).
+    Returns the compiled kernels in order.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = list(jobs)
+    with ThreadPoolExecutor(max_workers=max_workers or os.cpu_count()) as pool:
+        return list(pool.map(lambda kw: compile(**kw), jobs))

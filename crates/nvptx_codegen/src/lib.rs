@@ -13,7 +13,7 @@
 //! ```no_run
 //! # fn demo(mut f: tile_ir::Function) -> Result<(), nvptx_codegen::CompileError> {
 //! let target = nvptx_codegen::Target::parse("sm_90a")?;
-//! let out = nvptx_codegen::compile(&mut f, &target, &Default::default(), |_, _| {})?;
+//! let out = nvptx_codegen::compile(&mut f, &target, &Default::default(), |_pass, _ir| {})?;
 //! println!("{}", out.ptx);
 //! # Ok(()) }
 //! ```
@@ -104,6 +104,8 @@ pub struct PtxOutput {
     pub shared_bytes: u32,
     /// Threads per program.
     pub num_threads: u32,
+    /// Seconds spent in each stage, in order (each pass, `lower`, `llvm_opt`, `ptx`).
+    pub timings: Vec<(String, f64)>,
 }
 
 /// Why code generation failed.
@@ -156,7 +158,7 @@ pub fn compile(
     func: &mut Function,
     target: &Target,
     options: &passes::PipelineOptions,
-    mut dump: impl FnMut(&str, &str),
+    mut dump: impl FnMut(&str, &Function),
 ) -> Result<PtxOutput, CompileError> {
     compile_with(func, target, options, &CodegenOptions::default(), &mut dump)
 }
@@ -167,10 +169,19 @@ pub fn compile_with(
     target: &Target,
     options: &passes::PipelineOptions,
     codegen: &CodegenOptions,
-    mut dump: impl FnMut(&str, &str),
+    mut dump: impl FnMut(&str, &Function),
 ) -> Result<PtxOutput, CompileError> {
-    passes::run_pipeline(func, options, |pass, f| dump(pass, &f.to_string()))?;
-    Ok(generate_ptx_with(func, target, codegen)?)
+    let mut timings = Vec::new();
+    let mut last = std::time::Instant::now();
+    passes::run_pipeline(func, options, |pass, f| {
+        timings.push((pass.to_string(), last.elapsed().as_secs_f64()));
+        dump(pass, f);
+        last = std::time::Instant::now();
+    })?;
+    let mut out = generate_ptx_with(func, target, codegen)?;
+    timings.append(&mut out.timings);
+    out.timings = timings;
+    Ok(out)
 }
 
 /// Generates PTX for a kernel whose layouts are assigned.
@@ -185,8 +196,10 @@ pub fn generate_ptx_with(
     options: &CodegenOptions,
 ) -> Result<PtxOutput, CodegenError> {
     init_llvm();
+    let t0 = std::time::Instant::now();
     let cx = Context::create();
     let lowered = lower::lower_kernel(&cx, func, options)?;
+    let t_lower = t0.elapsed().as_secs_f64();
     let module = lowered.module;
     let triple = TargetTriple::create("nvptx64-nvidia-cuda");
     let llvm_target =
@@ -209,6 +222,7 @@ pub fn generate_ptx_with(
     module
         .run_passes("default<O3>", &tm, PassBuilderOptions::create())
         .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+    let t_opt = t0.elapsed().as_secs_f64() - t_lower;
     let llvm_ir = module.print_to_string().to_string();
     let buf = tm
         .write_to_memory_buffer(&module, FileType::Assembly)
@@ -216,7 +230,13 @@ pub fn generate_ptx_with(
     let ptx = String::from_utf8_lossy(buf.as_slice())
         .trim_end_matches('\0')
         .to_string();
+    let t_ptx = t0.elapsed().as_secs_f64() - t_lower - t_opt;
     Ok(PtxOutput {
+        timings: vec![
+            ("lower".into(), t_lower),
+            ("llvm_opt".into(), t_opt),
+            ("ptx".into(), t_ptx),
+        ],
         kernel_name: lowered.name,
         llvm_ir,
         ptx,

@@ -566,9 +566,9 @@ impl Kernel {
                 &target,
                 &Default::default(),
                 &codegen,
-                |pass, text| {
+                |pass, f| {
                     if all_stages {
-                        stages.push((pass.to_string(), text.to_string()));
+                        stages.push((pass.to_string(), f.to_string()));
                     }
                 },
             );
@@ -584,6 +584,7 @@ impl Kernel {
         d.set_item("shared", out.shared_bytes)?;
         d.set_item("num_threads", out.num_threads)?;
         d.set_item("asserts", asserts)?;
+        d.set_item("timings", out.timings)?;
         if all_stages {
             d.set_item("passes", stages)?;
         }
@@ -602,5 +603,6 @@ fn _tiles(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BackendError", m.py().get_type::<BackendError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("ASSERT_GLOBAL", nvptx_codegen::ASSERT_GLOBAL)?;
+    m.add("BUILD_ID", env!("TILES_BUILD_ID"))?;
     Ok(())
 }

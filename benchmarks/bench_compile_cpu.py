@@ -1,0 +1,152 @@
+"""Compile time without a GPU, side by side with Triton: Python source -> PTX (Triton's cubin
+stage excluded), the same kernels, in one run; K kernels on K threads; `import` time.
+
+Usage: python benchmarks/bench_compile_cpu.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from bench_norms import SRC as NORMS_SRC  # noqa: E402
+from bench_vector_add import KERNEL_SRC as ADD_SRC  # noqa: E402
+
+KERNELS = {
+    "vector_add": ("add_kernel", {"x_ptr": "*fp32", "y_ptr": "*fp32", "output_ptr": "*fp32", "n_elements": "i32"},
+                   {"BLOCK_SIZE": 1024}, 4),
+    "softmax": ("softmax_kernel", {"output_ptr": "*fp16", "input_ptr": "*fp16", "input_row_stride": "i32",
+                                   "output_row_stride": "i32", "n_cols": "i32"}, {"BLOCK_SIZE": 1024}, 4),
+    "layernorm": ("layer_norm_fwd", {"X": "*fp16", "Y": "*fp16", "W": "*fp16", "B": "*fp16", "Mean": "*fp32",
+                                     "Rstd": "*fp32", "stride": "i32", "N": "i32", "eps": "fp32"},
+                  {"BLOCK_SIZE": 1024}, 4),
+}
+
+
+def load(mod: str):
+    src = (f"import {mod} as triton\nimport {mod}.language as tl\n" + ADD_SRC.format(mod="triton")
+           + NORMS_SRC.format(mod=mod).split("\n", 3)[3])
+    path = os.path.join(tempfile.mkdtemp(), f"cc_{mod}.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(f"cc_{mod}", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def time_tiles(m, name, sig, cx, warps, reps=7):
+    import tiles
+
+    fn = getattr(m, name)
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        tiles.compile(fn, signature=sig, constexprs=cx, target="sm_90a", num_warps=warps)
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out[1:]) * 1e3
+
+
+def _triton_to_ptx_only():
+    """Drops Triton's cubin (ptxas) stage, so both sides stop at PTX."""
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    if getattr(CUDABackend, "_tiles_ptx_only", False):
+        return
+    original = CUDABackend.add_stages
+
+    def add_stages(self, stages, options, *rest):
+        original(self, stages, options, *rest)
+        stages["cubin"] = lambda src, metadata: b""  # no ptxas: both sides stop at PTX
+
+    CUDABackend.add_stages = add_stages
+    CUDABackend._tiles_ptx_only = True
+
+
+def time_triton(m, name, sig, cx, warps, reps=3):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    _triton_to_ptx_only()
+
+    fn = getattr(m, name)
+    s = dict(sig, **{k: "constexpr" for k in cx})
+    out = []
+    for _ in range(reps):
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+        src = ASTSource(fn, s, constexprs=cx)
+        t0 = time.perf_counter()
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+        out.append(time.perf_counter() - t0)
+        _ = k
+    return statistics.median(out) * 1e3
+
+
+def import_ms(mod: str, reps=5):
+    out = []
+    for _ in range(reps):
+        r = subprocess.run([sys.executable, "-c", f"import time; t=time.perf_counter(); import {mod}; "
+                                                  "print(time.perf_counter()-t)"], capture_output=True, text=True)
+        out.append(float(r.stdout.strip()) * 1e3)
+    return statistics.median(out)
+
+
+def threads_speedup(k_threads: int):
+    import tiles
+
+    m = load("tiles")
+    name, sig, cx, warps = KERNELS["layernorm"]
+    jobs = [dict(fn=getattr(m, name), signature=sig, constexprs={"BLOCK_SIZE": 64 << i}, num_warps=warps)
+            for i in range(k_threads)]
+    t0 = time.perf_counter()
+    for j in jobs:
+        tiles.compile(**j)
+    seq = time.perf_counter() - t0
+    jobs = [dict(j, num_warps=8) for j in jobs]
+    t0 = time.perf_counter()
+    tiles.compile_many(jobs, max_workers=k_threads)
+    par = time.perf_counter() - t0
+    return seq / par
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    os.environ["TILES_CACHE"] = "0"
+    res = {"cpu_cores": os.cpu_count()}
+    tm, rm = load("tiles"), load("triton")
+    for k, (name, sig, cx, warps) in KERNELS.items():
+        res[f"tiles_{k}_ms"] = time_tiles(tm, name, sig, cx, warps)
+        try:
+            res[f"triton_{k}_ms"] = time_triton(rm, name, sig, cx, warps)
+        except Exception as e:  # Triton may need ptxas for its last stage; report what ran
+            res[f"triton_{k}_error"] = f"{type(e).__name__}: {e}"[:200]
+    res["import_tiles_ms"] = import_ms("tiles")
+    res["import_triton_ms"] = import_ms("triton")
+    res["threads_speedup_2"] = threads_speedup(2)
+    for k in KERNELS:
+        t = res[f"tiles_{k}_ms"]
+        r = res.get(f"triton_{k}_ms")
+        print(f"{k}: tiles {t:.1f} ms" + (f", triton {r:.0f} ms ({t / r:.3f}x)" if r else
+                                          f", triton failed: {res.get(f'triton_{k}_error')}"))
+    print(f"import: tiles {res['import_tiles_ms']:.0f} ms, triton {res['import_triton_ms']:.0f} ms")
+    print(f"2 kernels on 2 threads: {res['threads_speedup_2']:.2f}x speed-up ({res['cpu_cores']} cores)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""`@autotune`, `Config` and `@heuristics`, with Triton's names and semantics.
+
+The autotuner benchmarks every (pruned) config the first time it sees a key, keeps the fastest
+per key in memory and on disk, and skips a config that fails to compile or to launch (with a
+message), never crashing on it. `TILES_PRINT_AUTOTUNING=1` prints progress and the choice.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+
+class Config:
+    """One point of an autotuning space: meta-parameters and launch options."""
+
+    def __init__(self, kwargs: Dict[str, Any], num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
+                 maxnreg: Optional[int] = None, pre_hook: Optional[Callable] = None):
+        self.kwargs = dict(kwargs)
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+        self.num_ctas = num_ctas
+        self.maxnreg = maxnreg
+        self.pre_hook = pre_hook
+
+    def all_kwargs(self) -> Dict[str, Any]:
+        out = dict(self.kwargs, num_warps=self.num_warps, num_stages=self.num_stages)
+        if self.maxnreg is not None:
+            out["maxnreg"] = self.maxnreg
+        return out
+
+    def __str__(self) -> str:
+        parts = [f"{k}: {v}" for k, v in self.kwargs.items()]
+        parts += [f"num_warps: {self.num_warps}", f"num_stages: {self.num_stages}"]
+        if self.maxnreg is not None:
+            parts.append(f"maxnreg: {self.maxnreg}")
+        return ", ".join(parts)
+
+    __repr__ = __str__
+
+
+def _printing() -> bool:
+    return os.environ.get("TILES_PRINT_AUTOTUNING", "") not in ("", "0")
+
+
+def _key_part(v: Any) -> Any:
+    if hasattr(v, "dtype") and (hasattr(v, "data_ptr") or hasattr(v, "__array_interface__")):
+        return str(v.dtype)
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    return repr(v)
+
+
+def _zero(v: Any) -> None:
+    if hasattr(v, "zero_"):
+        v.zero_()
+    else:
+        v[...] = 0
+
+
+def _copy(v: Any) -> Any:
+    return v.clone() if hasattr(v, "clone") else v.copy()
+
+
+def _restore(dst: Any, src: Any) -> None:
+    if hasattr(dst, "copy_"):
+        dst.copy_(src)
+    else:
+        dst[...] = src
+
+
+class KernelInterface:
+    """`kernel[grid](...)` for the wrappers below."""
+
+    def __getitem__(self, grid) -> Callable:
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+
+class Autotuner(KernelInterface):
+    def __init__(self, fn, arg_names: Sequence[str], configs: Sequence[Config], key: Sequence[str],
+                 reset_to_zero: Optional[Sequence[str]] = None, restore_value: Optional[Sequence[str]] = None,
+                 pre_hook: Optional[Callable] = None, post_hook: Optional[Callable] = None,
+                 prune_configs_by: Optional[Dict[str, Any]] = None, warmup: Optional[int] = None,
+                 rep: Optional[int] = None, do_bench: Optional[Callable] = None, cache_results: bool = True):
+        self.fn = fn
+        self.arg_names = list(arg_names)
+        self.configs = list(configs) if configs else [Config({})]
+        self.keys = list(key)
+        self.reset_to_zero = list(reset_to_zero or [])
+        self.restore_value = list(restore_value or [])
+        self.user_pre_hook, self.user_post_hook = pre_hook, post_hook
+        prune = prune_configs_by or {}
+        self.perf_model = prune.get("perf_model")
+        self.top_k = prune.get("top_k", 1.0)
+        self.early_config_prune = prune.get("early_config_prune")
+        self.warmup = 25 if warmup is None else warmup
+        self.rep = 100 if rep is None else rep
+        self.user_do_bench = do_bench
+        self.cache_results = cache_results
+        self.cache: Dict[Any, Config] = {}
+        self.best_config: Optional[Config] = None
+        self.configs_timings: Dict[Config, float] = {}
+        self.__name__ = getattr(fn, "__name__", "kernel")
+
+    # -- the disk copy of the choices ----------------------------------------------------------------
+    def _disk_path(self, key) -> Optional[str]:
+        from . import cache
+        from .jit import JITFunction
+
+        base = self.fn
+        while not isinstance(base, JITFunction) and hasattr(base, "fn"):
+            base = base.fn
+        if not isinstance(base, JITFunction) or not cache.enabled():
+            return None
+        h = hashlib.sha256(f"{cache.VERSION}{cache.function_fingerprint(base)}{key!r}{self.configs!r}".encode())
+        return os.path.join(cache.cache_dir(), "autotune", h.hexdigest() + ".json")
+
+    def _load_choice(self, key) -> Optional[Config]:
+        path = self._disk_path(key) if self.cache_results else None
+        if not path:
+            return None
+        try:
+            with open(path) as f:
+                i = json.load(f)["index"]
+            return self.configs[i]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return None
+
+    def _save_choice(self, key, cfg: Config) -> None:
+        from .cache import _atomic_write
+
+        path = self._disk_path(key) if self.cache_results else None
+        if not path:
+            return
+        try:
+            _atomic_write(path, json.dumps({"index": self.configs.index(cfg), "config": str(cfg)}).encode())
+        except OSError:
+            pass
+
+    # -- tuning ---------------------------------------------------------------------------------------
+    def prune_configs(self, kwargs: Dict[str, Any]) -> List[Config]:
+        configs = self.configs
+        if self.early_config_prune:
+            configs = list(self.early_config_prune(self.configs, kwargs))
+        if self.perf_model and len(configs) > 1:
+            top_k = self.top_k
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = max(1, int(len(configs) * top_k))
+            est = {c: self.perf_model(**kwargs, **c.all_kwargs()) for c in configs}
+            configs = sorted(configs, key=lambda c: est[c])[:top_k]
+        return configs
+
+    def _bench(self, cfg: Config, args, kwargs, grid, nargs) -> float:
+        from ..testing import do_bench
+
+        conflicts = set(cfg.kwargs) & set(kwargs)
+        if conflicts:
+            raise ValueError(f"conflicting meta-parameters {sorted(conflicts)}: given both at launch and in a Config")
+        full = {**nargs, **kwargs, **cfg.all_kwargs()}
+
+        def call():
+            for name in self.reset_to_zero:
+                _zero(full[name])
+            if cfg.pre_hook:
+                cfg.pre_hook(full)
+            if self.user_pre_hook:
+                self.user_pre_hook(full)
+            self.fn.run(*args, grid=grid, **kwargs, **cfg.all_kwargs())
+            if self.user_post_hook:
+                self.user_post_hook(full, None)
+
+        try:
+            bench = self.user_do_bench or (lambda f: do_bench(f, warmup=self.warmup, rep=self.rep, quantiles=(0.5,)))
+            t = bench(call)
+            return float(t[0] if isinstance(t, (list, tuple)) else t)
+        except Exception as e:  # a config that does not compile or launch is skipped, not fatal
+            if self.user_post_hook:
+                self.user_post_hook(full, e)
+            msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
+            print(msg.splitlines()[0] if not _printing() else msg, file=sys.stderr)
+            return float("inf")
+
+    def run(self, *args, grid, **kwargs):
+        nargs = dict(zip(self.arg_names, args))
+        all_args = {**nargs, **kwargs}
+        key = tuple(_key_part(all_args[k]) for k in self.keys if k in all_args)
+        cfg = self.cache.get(key)
+        if cfg is None:
+            cfg = self._load_choice(key)
+            if cfg is not None and _printing():
+                print(f"tiles autotune: {self.__name__} key {key}: cached choice [{cfg}]", file=sys.stderr)
+        if cfg is None:
+            configs = self.prune_configs(kwargs)
+            saved = {n: _copy(all_args[n]) for n in self.restore_value if n in all_args}
+            t0 = time.perf_counter()
+            timings = {}
+            for c in configs:
+                timings[c] = self._bench(c, args, kwargs, grid, nargs)
+                if _printing():
+                    print(f"tiles autotune: {self.__name__} [{c}]: {timings[c]:.4f} ms", file=sys.stderr)
+            for n, v in saved.items():
+                _restore(all_args[n], v)
+            for name in self.reset_to_zero:  # the benchmarks' effects do not leak into the real run
+                if name in all_args:
+                    _zero(all_args[name])
+            ok = {c: t for c, t in timings.items() if t != float("inf")}
+            if not ok:
+                raise RuntimeError(f"tiles autotune: every config of {self.__name__} failed")
+            cfg = builtins.min(ok, key=ok.get)
+            self.configs_timings = timings
+            self._save_choice(key, cfg)
+            if _printing():
+                print(f"tiles autotune: {self.__name__} key {key}: chose [{cfg}] after "
+                      f"{time.perf_counter() - t0:.2f} s", file=sys.stderr)
+        self.cache[key] = cfg
+        self.best_config = cfg
+        if cfg.pre_hook:
+            cfg.pre_hook({**all_args, **cfg.all_kwargs()})
+        return self.fn.run(*args, grid=grid, **kwargs, **cfg.all_kwargs())
+
+    def warmup_configs(self, *args, **kwargs):
+        return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in self.configs]
+
+
+def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
+             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=True):
+    """Benchmarks `configs` for each new value of the `key` arguments and launches the fastest."""
+
+    def decorator(fn):
+        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value, pre_hook, post_hook,
+                         prune_configs_by, warmup, rep, do_bench, cache_results)
+
+    return decorator
+
+
+class Heuristics(KernelInterface):
+    def __init__(self, fn, arg_names: Sequence[str], values: Dict[str, Callable]):
+        self.fn = fn
+        self.arg_names = list(arg_names)
+        self.values = values
+        self.__name__ = getattr(fn, "__name__", "kernel")
+
+    def run(self, *args, **kwargs):
+        all_args = {**dict(zip(self.arg_names, args)), **kwargs}
+        for name, f in self.values.items():
+            kwargs[name] = f(all_args)
+            all_args[name] = kwargs[name]
+        return self.fn.run(*args, **kwargs)
+
+    def warmup(self, *args, **kwargs):
+        all_args = {**dict(zip(self.arg_names, args)), **kwargs}
+        for name, f in self.values.items():
+            kwargs[name] = f(all_args)
+        return self.fn.warmup(*args, **kwargs)
+
+
+def heuristics(values: Dict[str, Callable]):
+    """Computes meta-parameters from the other arguments: `@heuristics({"EVEN": lambda a: a["n"] % 64 == 0})`."""
+
+    def decorator(fn):
+        return Heuristics(fn, fn.arg_names, values)
+
+    return decorator

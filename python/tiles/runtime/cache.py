@@ -1,0 +1,234 @@
+"""The on-disk kernel cache (`TILES_CACHE_DIR`, default `~/.cache/tiles`).
+
+Key: the kernel's source and, transitively, every @jit function it calls and every global
+value it reads; the signature, specialisation, constexprs, options, target and compiler
+version. Entry: `<dir>/<key[:2]>/<key>/` holding the stages' text, the cubin once loaded, and
+`meta.json` with a checksum of each file. Files are written to a temporary name and renamed
+into place, so concurrent writers never expose a partial file; an entry whose checksums do not
+match is removed and rebuilt. An unwritable directory only costs the cache (one warning).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import warnings
+from typing import Any, Dict, Optional
+
+from .. import _tiles
+
+
+def _compiler_version() -> str:
+    """The native build and the Python frontend's sources: a new compiler never reads old entries."""
+    h = hashlib.sha256(f"tiles-{_tiles.__version__}-{_tiles.BUILD_ID}".encode())
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name in ("core.py", "semantic.py", "language.py", "frontend.py", "compiler.py"):
+        try:
+            with open(os.path.join(pkg, name), "rb") as f:
+                h.update(f.read())
+        except OSError:
+            pass
+    return h.hexdigest()
+
+
+VERSION = _compiler_version()
+_warned = set()
+_lock = threading.Lock()
+
+
+def cache_dir() -> str:
+    d = os.environ.get("TILES_CACHE_DIR")
+    if d:
+        return d
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tiles")
+
+
+def enabled() -> bool:
+    return os.environ.get("TILES_CACHE", "1") not in ("0", "")
+
+
+def _value_fingerprint(v: Any) -> Optional[str]:
+    from ..core import constexpr, dtype
+
+    if isinstance(v, constexpr):
+        v = v.value
+    if isinstance(v, (bool, int, float, str, type(None))):
+        return repr(v)
+    if isinstance(v, dtype):
+        return f"dtype:{v}"
+    if isinstance(v, (tuple, list)):
+        parts = [_value_fingerprint(x) for x in v]
+        return None if None in parts else f"{type(v).__name__}({','.join(parts)})"
+    code = getattr(v, "__code__", None)
+    if code is not None and not getattr(v, "_tiles_builtin", False):
+        return "code:" + hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:16]
+    return None
+
+
+def function_fingerprint(jitfn) -> str:
+    """A hash of the function's source and of everything it uses (computed once per function)."""
+    fp = getattr(jitfn, "_fingerprint", None)
+    if fp is not None:
+        return fp
+    from .jit import JITFunction
+
+    h = hashlib.sha256()
+    seen = set()
+
+    def visit(fn: "JITFunction") -> None:
+        if id(fn) in seen:
+            return
+        seen.add(id(fn))
+        src = fn.source()
+        h.update(f"{fn.__module__}.{fn.__name__}\n".encode())
+        h.update("".join(src.lines).encode())
+        g = src.globals()
+        names = sorted({n.id for n in ast.walk(src.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
+        for name in names:
+            if name not in g:
+                continue
+            v = g[name]
+            if isinstance(v, JITFunction):
+                visit(v)
+                continue
+            fpv = _value_fingerprint(v)
+            if fpv is not None:
+                h.update(f"{name}={fpv}\n".encode())
+        for node in ast.walk(src.node):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in g:
+                base = g[node.value.id]
+                v = getattr(base, node.attr, None)
+                if isinstance(v, JITFunction):
+                    visit(v)
+                elif type(base).__name__ == "module" and not node.value.id.startswith(("tl", "triton", "tiles")):
+                    fpv = _value_fingerprint(v)
+                    if fpv is not None:
+                        h.update(f"{node.value.id}.{node.attr}={fpv}\n".encode())
+
+    visit(jitfn)
+    fp = h.hexdigest()
+    jitfn._fingerprint = fp
+    return fp
+
+
+def kernel_key(jitfn, **parts: Any) -> str:
+    h = hashlib.sha256()
+    h.update(VERSION.encode())
+    h.update(function_fingerprint(jitfn).encode())
+    for k in sorted(parts):
+        h.update(f"\n{k}={_stable(parts[k])}".encode())
+    return h.hexdigest()
+
+
+def _stable(v: Any) -> str:
+    from .jit import JITFunction
+
+    if isinstance(v, JITFunction):
+        return "jit:" + function_fingerprint(v)
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{_stable(v[k])}" for k in sorted(v)) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_stable(x) for x in v) + "]"
+    fp = _value_fingerprint(v)
+    return fp if fp is not None else repr(v)
+
+
+def _entry(key: str) -> str:
+    return os.path.join(cache_dir(), key[:2], key)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _warned:
+        _warned.add(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _remove(entry: str) -> None:
+    for name in ("meta.json", "stages.json", "kernel.cubin"):
+        try:
+            os.unlink(os.path.join(entry, name))
+        except OSError:
+            pass
+
+
+def load(key: str) -> Optional[Dict[str, Any]]:
+    """The entry's metadata and stages (and `cubin` bytes if cached), or None."""
+    if not enabled():
+        return None
+    entry = _entry(key)
+    try:
+        with open(os.path.join(entry, "meta.json"), "rb") as f:
+            meta = json.loads(f.read())
+        with open(os.path.join(entry, "stages.json"), "rb") as f:
+            raw = f.read()
+        if _sha(raw) != meta.get("stages_sha"):
+            raise ValueError("stages checksum mismatch")
+        meta["stages"] = json.loads(raw)
+        if meta.get("cubin_sha"):
+            try:
+                with open(os.path.join(entry, "kernel.cubin"), "rb") as f:
+                    cubin = f.read()
+                if _sha(cubin) == meta["cubin_sha"]:
+                    meta["cubin"] = cubin
+                else:
+                    raise ValueError("cubin checksum mismatch")
+            except (OSError, ValueError):
+                meta.pop("cubin_sha", None)
+        return meta
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError):
+        _remove(entry)
+        return None
+
+
+def store(key: str, meta: Dict[str, Any], stages: Dict[str, str]) -> None:
+    if not enabled():
+        return
+    entry = _entry(key)
+    try:
+        raw = json.dumps(stages).encode()
+        _atomic_write(os.path.join(entry, "stages.json"), raw)
+        m = dict(meta, stages_sha=_sha(raw))
+        _atomic_write(os.path.join(entry, "meta.json"), json.dumps(m).encode())
+    except OSError as e:
+        _warn_once(f"tiles: cannot write the kernel cache at {cache_dir()} ({e}); compiling without it")
+
+
+def store_cubin(key: str, cubin: bytes) -> None:
+    if not enabled():
+        return
+    entry = _entry(key)
+    try:
+        with open(os.path.join(entry, "meta.json"), "rb") as f:
+            meta = json.loads(f.read())
+        _atomic_write(os.path.join(entry, "kernel.cubin"), cubin)
+        meta["cubin_sha"] = _sha(cubin)
+        _atomic_write(os.path.join(entry, "meta.json"), json.dumps(meta).encode())
+    except (OSError, ValueError) as e:
+        _warn_once(f"tiles: cannot write the kernel cache at {cache_dir()} ({e}); compiling without it")

@@ -1,0 +1,152 @@
+"""`tiles.testing`: `do_bench`, `perf_report` and `Benchmark`, with Triton's names."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+
+def _torch():
+    try:
+        import torch
+
+        return torch if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
+def _summarise(times: List[float], quantiles, return_mode: str):
+    if quantiles is not None:
+        s = sorted(times)
+        out = [s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))] for q in quantiles]
+        return out[0] if len(out) == 1 else out
+    if return_mode == "all":
+        return times
+    return {"min": min, "max": max, "mean": statistics.fmean, "median": statistics.median}[return_mode](times)
+
+
+def do_bench(fn: Callable, warmup: int = 25, rep: int = 100, grad_to_none=None, quantiles=None,
+             return_mode: str = "mean"):
+    """Runs `fn` for about `warmup` ms, then times it for about `rep` ms with CUDA events,
+    flushing the L2 cache before each run; returns milliseconds (or the asked quantiles).
+    Without a GPU (the interpreter) it times with the host clock."""
+    from .runtime.jit import DEFAULT_FP_FUSION  # noqa: F401  (imports the runtime)
+
+    torch = _torch()
+    interpret = os.environ.get("TILES_INTERPRET", "") not in ("", "0")
+    if torch is None or interpret:
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        est = max((time.perf_counter() - t0) * 1e3, 1e-3)
+        n = max(1, min(int(rep / est), 100))
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return _summarise(times, quantiles, return_mode)
+    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        cache.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    est = max(start.elapsed_time(end) / 5, 1e-4)
+    n_warmup, n_repeat = max(1, int(warmup / est)), max(1, int(rep / est))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+    for _ in range(n_warmup):
+        fn()
+    for i in range(n_repeat):
+        if grad_to_none is not None:
+            for x in grad_to_none:
+                x.grad = None
+        cache.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return _summarise(times, quantiles, return_mode)
+
+
+class Benchmark:
+    """One benchmark of a `perf_report`: x values × lines."""
+
+    def __init__(self, x_names: Sequence[str], x_vals: Sequence[Any], line_arg: str, line_vals: Sequence[Any],
+                 line_names: Sequence[str], plot_name: str, args: Optional[Dict[str, Any]] = None,
+                 xlabel: str = "", ylabel: str = "", x_log: bool = False, y_log: bool = False,
+                 styles=None, color=None):
+        self.x_names, self.x_vals, self.line_arg = list(x_names), list(x_vals), line_arg
+        self.line_vals, self.line_names, self.plot_name = list(line_vals), list(line_names), plot_name
+        self.args = dict(args or {})
+        self.xlabel, self.ylabel, self.x_log, self.y_log, self.styles = xlabel, ylabel, x_log, y_log, styles
+
+
+class Mark:
+    def __init__(self, fn: Callable, benchmarks):
+        self.fn = fn
+        self.benchmarks = benchmarks
+
+    def _run(self, bench: Benchmark, save_path: str, show_plots: bool, print_data: bool):
+        rows = []
+        for x in bench.x_vals:
+            xs = x if isinstance(x, (list, tuple)) else [x] * len(bench.x_names)
+            row = list(xs)
+            for line in bench.line_vals:
+                kw = dict(zip(bench.x_names, xs), **{bench.line_arg: line}, **bench.args)
+                r = self.fn(**kw)
+                row.append(r[0] if isinstance(r, (list, tuple)) else r)
+            rows.append(row)
+        header = list(bench.x_names) + list(bench.line_names)
+        if print_data:
+            print(bench.plot_name + ":")
+            print("\t".join(header))
+            for r in rows:
+                print("\t".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r))
+        if save_path:
+            os.makedirs(save_path, exist_ok=True)
+            with open(os.path.join(save_path, f"{bench.plot_name}.csv"), "w") as f:
+                f.write(",".join(header) + "\n")
+                for r in rows:
+                    f.write(",".join(str(v) for v in r) + "\n")
+            try:
+                import matplotlib
+
+                matplotlib.use("Agg")
+                import matplotlib.pyplot as plt
+
+                fig, ax = plt.subplots()
+                xs = [r[0] for r in rows]
+                for i, name in enumerate(bench.line_names):
+                    ax.plot(xs, [r[len(bench.x_names) + i] for r in rows], label=name)
+                ax.set_xlabel(bench.xlabel or bench.x_names[0])
+                ax.set_ylabel(bench.ylabel)
+                if bench.x_log:
+                    ax.set_xscale("log")
+                if bench.y_log:
+                    ax.set_yscale("log")
+                ax.legend()
+                ax.set_title(bench.plot_name)
+                fig.savefig(os.path.join(save_path, f"{bench.plot_name}.png"))
+                plt.close(fig)
+            except ImportError:
+                pass
+        return rows
+
+    def run(self, show_plots: bool = False, print_data: bool = False, save_path: str = "", return_df: bool = False):
+        benches = self.benchmarks if isinstance(self.benchmarks, (list, tuple)) else [self.benchmarks]
+        results = [self._run(b, save_path, show_plots, print_data) for b in benches]
+        return results[0] if len(results) == 1 else results
+
+
+def perf_report(benchmarks):
+    """Decorates a function `f(**x, line_arg=..., **args) -> value` into a report with `.run()`."""
+    return lambda fn: Mark(fn, benchmarks)
