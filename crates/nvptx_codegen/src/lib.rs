@@ -26,6 +26,7 @@ mod math_f64;
 mod memory;
 mod reduce;
 mod shuffle;
+pub mod tools;
 
 use inkwell::context::Context;
 use inkwell::passes::PassBuilderOptions;

@@ -210,8 +210,22 @@ impl Assigner<'_> {
             OpKind::Store(_) | OpKind::Load(_) | OpKind::Atomic(_)
                 if self.anchors.contains_key(&op) =>
             {
-                let (l, vec) = self.anchors[&op];
+                let (mut l, mut vec) = self.anchors[&op];
                 if let Some(&r) = self.func.ops[op].results.first() {
+                    // A load whose users all want one other layout loads in that layout directly
+                    // (no conversion), keeping its vector width only along the proven dimension.
+                    if matches!(kind, OpKind::Load(_)) {
+                        if let Some(want) = self.single_demand(r).filter(|&w| w != l) {
+                            let proven = self.func.layouts[l].contiguous_dim().map(|d| d.0);
+                            vec = match self.func.layouts[want].contiguous_dim() {
+                                Some((d, spt)) if Some(d) == proven => {
+                                    vec.min(spt.min(255) as u8).max(1)
+                                }
+                                _ => 1,
+                            };
+                            l = want;
+                        }
+                    }
                     self.decided.set(r, Some(l));
                 }
                 if let OpKind::Load(m) | OpKind::Store(m) = &mut self.func.ops[op].kind {
@@ -259,7 +273,7 @@ impl Assigner<'_> {
 
     /// Recomputes `op` once for every other layout its result is demanded in.
     fn rematerialize(&mut self, op: Op, r: Value, primary: LayoutId) {
-        let Some(demands) = self.demands.get(&r).cloned() else {
+        let Some(mut demands) = self.demands.get(&r).cloned() else {
             return;
         };
         let mut others: Vec<LayoutId> = demands
@@ -294,7 +308,9 @@ impl Assigner<'_> {
                     kept.push((dl, user, idx));
                 }
             }
+            // The users now served by the clone are no longer demands on the original.
             self.demands.insert(r, kept.clone());
+            demands = kept;
             self.demand_operands(clone, l);
         }
     }
@@ -336,6 +352,13 @@ impl Assigner<'_> {
             }
             self.visit_block(b);
         }
+    }
+
+    /// The layout every user of `v` wants, if they agree.
+    fn single_demand(&self, v: Value) -> Option<LayoutId> {
+        let d = self.demands.get(&v)?;
+        let first = d.first()?.0;
+        d.iter().all(|x| x.0 == first).then_some(first)
     }
 
     /// A reduction's results live in a slice of its operands' layout.

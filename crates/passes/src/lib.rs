@@ -16,4 +16,4 @@ pub mod layouts;
 pub mod pipeline;
 pub mod simplify;
 
-pub use pipeline::{run_pipeline, PassError, PipelineOptions};
+pub use pipeline::{run_pass, run_pipeline, PassError, PipelineOptions, RunPassError, PASS_NAMES};

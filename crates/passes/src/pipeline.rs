@@ -71,3 +71,42 @@ pub fn run_pipeline(
     })?;
     check("pipeline", func)
 }
+
+/// The passes that can be run one by one (`tiles-opt --passes=...`), in pipeline order.
+pub const PASS_NAMES: [&str; 4] = ["fold_constants", "cse", "dce", "assign_layouts"];
+
+/// Why a named pass could not run.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RunPassError {
+    /// No pass has this name.
+    #[error("unknown pass `{0}` (known: fold_constants, cse, dce, assign_layouts)")]
+    Unknown(String),
+    /// The IR was invalid after the pass.
+    #[error(transparent)]
+    Invalid(#[from] PassError),
+}
+
+/// Runs one pass by name, then verifies.
+pub fn run_pass(name: &str, func: &mut Function) -> Result<(), RunPassError> {
+    match name {
+        "fold_constants" => {
+            simplify::fold_constants(func);
+        }
+        "cse" => {
+            simplify::eliminate_common_subexpressions(func);
+        }
+        "dce" => {
+            simplify::eliminate_dead_code(func);
+        }
+        "assign_layouts" => {
+            let info = axis_info::analyze(func);
+            layouts::assign_layouts(func, &info);
+        }
+        other => return Err(RunPassError::Unknown(other.to_string())),
+    }
+    verify(func).map_err(|errors| PassError::Invalid {
+        pass: "named pass",
+        errors,
+    })?;
+    Ok(())
+}

@@ -30,6 +30,7 @@ pub mod entities;
 pub mod function;
 pub mod layout;
 pub mod ops;
+pub mod parser;
 pub mod printer;
 pub mod types;
 pub mod verifier;
@@ -41,6 +42,7 @@ pub use layout::{BlockedLayout, DimThreadMap, Layout};
 pub use ops::{
     AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, MemAttrs, MemScope, MemSem, OpKind, UnaryOp,
 };
+pub use parser::{parse, ParseError};
 pub use types::{DType, Elem, Shape, Type, MAX_RANK};
 pub use verifier::{verify, VerifyError, VerifyErrors};
 

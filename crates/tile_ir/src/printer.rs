@@ -9,11 +9,59 @@
 //! #0 = #blocked<{sizePerThread = [4], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>
 //! ```
 
-use crate::entities::{Block, Op};
+use crate::entities::{Block, Op, Value};
 use crate::function::Function;
 use crate::ops::OpKind;
 use crate::types::Type;
+use std::collections::HashMap;
 use std::fmt::{self, Write};
+
+/// Names values `%0, %1, ...` in the order the text defines them, so printing is canonical
+/// (print → parse → print gives the same text whatever the arena's numbering).
+struct Namer {
+    names: HashMap<Value, usize>,
+}
+
+impl Namer {
+    fn new(func: &Function) -> Namer {
+        let mut names = HashMap::new();
+        let mut next = |v: Value, names: &mut HashMap<Value, usize>| {
+            let n = names.len();
+            names.entry(v).or_insert(n);
+        };
+        for &a in &func.blocks[func.entry].args {
+            next(a, &mut names);
+        }
+        fn go(
+            func: &Function,
+            b: Block,
+            names: &mut HashMap<Value, usize>,
+            next: &mut dyn FnMut(Value, &mut HashMap<Value, usize>),
+        ) {
+            for &op in &func.blocks[b].ops {
+                for &r in &func.ops[op].results {
+                    next(r, names);
+                }
+                for &r in &func.ops[op].regions {
+                    let rb = func.regions[r].block;
+                    for &a in &func.blocks[rb].args {
+                        next(a, names);
+                    }
+                    go(func, rb, names, next);
+                }
+            }
+        }
+        go(func, func.entry, &mut names, &mut next);
+        Namer { names }
+    }
+
+    fn name(&self, v: Value) -> String {
+        match self.names.get(&v) {
+            Some(n) => format!("%{n}"),
+            None => format!("%undef{}", v.0),
+        }
+    }
+}
 
 /// Writes a type: `i32`, `*fp16`, `<64x64xfp32>` or `<1024xi32, #0>`.
 pub fn write_type(f: &mut dyn Write, ty: &Type) -> fmt::Result {
@@ -88,32 +136,47 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
     }
 }
 
-fn write_block(func: &Function, f: &mut dyn Write, b: Block, indent: usize) -> fmt::Result {
+fn write_block(
+    func: &Function,
+    namer: &Namer,
+    f: &mut dyn Write,
+    b: Block,
+    indent: usize,
+) -> fmt::Result {
     for &op in &func.blocks[b].ops {
-        write_op(func, f, op, indent)?;
+        write_op_named(func, namer, f, op, indent)?;
     }
     Ok(())
 }
 
-fn join_values(func: &Function, vs: &[crate::entities::Value]) -> String {
-    let _ = func;
+fn join_values(namer: &Namer, vs: &[Value]) -> String {
     vs.iter()
-        .map(|v| v.to_string())
+        .map(|&v| namer.name(v))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
 /// Writes one op (and its regions) at `indent` spaces.
 pub fn write_op(func: &Function, f: &mut dyn Write, op: Op, indent: usize) -> fmt::Result {
+    write_op_named(func, &Namer::new(func), f, op, indent)
+}
+
+fn write_op_named(
+    func: &Function,
+    namer: &Namer,
+    f: &mut dyn Write,
+    op: Op,
+    indent: usize,
+) -> fmt::Result {
     let data = &func.ops[op];
     let pad = " ".repeat(indent);
     f.write_str(&pad)?;
     if !data.results.is_empty() {
-        write!(f, "{} = ", join_values(func, &data.results))?;
+        write!(f, "{} = ", join_values(namer, &data.results))?;
     }
     write!(f, "{}{}", data.kind.name(), attrs(func, &data.kind))?;
     if !data.operands.is_empty() {
-        write!(f, " {}", join_values(func, &data.operands))?;
+        write!(f, " {}", join_values(namer, &data.operands))?;
     }
     if !data.results.is_empty() {
         f.write_str(" : ")?;
@@ -131,11 +194,11 @@ pub fn write_op(func: &Function, f: &mut dyn Write, op: Op, indent: usize) -> fm
             if i > 0 {
                 f.write_str(", ")?;
             }
-            write!(f, "{a}: ")?;
+            write!(f, "{}: ", namer.name(a))?;
             write_type(f, func.ty(a))?;
         }
         f.write_str(") {\n")?;
-        write_block(func, f, b, indent + 2)?;
+        write_block(func, namer, f, b, indent + 2)?;
         write!(f, "{pad}}}")?;
     }
     if data.loc.line > 0 {
@@ -146,6 +209,7 @@ pub fn write_op(func: &Function, f: &mut dyn Write, op: Op, indent: usize) -> fm
 
 impl fmt::Display for Function {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let namer = Namer::new(self);
         write!(f, "kernel @{}(", self.name)?;
         for (i, (&v, p)) in self.blocks[self.entry]
             .args
@@ -156,16 +220,20 @@ impl fmt::Display for Function {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            write!(f, "{v}: ")?;
+            write!(f, "{}: ", namer.name(v))?;
             write_type(f, self.ty(v))?;
-            write!(f, " {{name = \"{}\"", p.name)?;
+            write!(f, " {{name = {:?}", p.name)?;
             if p.divisibility > 1 {
                 write!(f, ", divisibility = {}", p.divisibility)?;
             }
             f.write_str("}")?;
         }
-        writeln!(f, ") num_warps = {} {{", self.num_warps)?;
-        write_block(self, f, self.entry, 2)?;
+        write!(f, ") num_warps = {}", self.num_warps)?;
+        if !self.file.is_empty() {
+            write!(f, " file = {:?}", self.file)?;
+        }
+        f.write_str(" {\n")?;
+        write_block(self, &namer, f, self.entry, 2)?;
         f.write_str("}\n")?;
         for (id, l) in self.layouts.iter() {
             writeln!(f, "#{} = {l}", id.0)?;

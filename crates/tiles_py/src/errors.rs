@@ -40,6 +40,9 @@ pub enum BoundaryError {
     /// A handle that names no value of this builder.
     #[error("value handle {0} does not belong to this builder")]
     BadHandle(u32),
+    /// Text that does not parse.
+    #[error("parse error at {0}")]
+    Parse(#[from] tile_ir::ParseError),
     /// The builder was already finished.
     #[error("this builder has already produced its kernel")]
     Finished,

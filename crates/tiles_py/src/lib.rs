@@ -592,11 +592,19 @@ impl Kernel {
     }
 }
 
+/// Parses a kernel from its text form (as `Kernel.text()` and `asm["tir"]` print it).
+#[pyfunction]
+fn parse_ir(text: &str) -> PyResult<Kernel> {
+    let func = tile_ir::parse(text).map_err(BoundaryError::from)?;
+    Ok(Kernel { func })
+}
+
 /// The native module.
 #[pymodule]
 fn _tiles(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<IrBuilder>()?;
     m.add_class::<Kernel>()?;
+    m.add_function(wrap_pyfunction!(parse_ir, m)?)?;
     m.add_class::<launch::Dispatcher>()?;
     m.add_class::<launch::BoundLauncher>()?;
     m.add("IrError", m.py().get_type::<IrError>())?;
