@@ -18,5 +18,8 @@ export PTXAS
 cargo fmt --all -- --check
 cargo clippy --all-targets --quiet -- -D warnings
 cargo test --quiet 2>&1 | tee /tmp/tiles-cargo-test.log | grep -E "^test result|FAILED|panicked"
+# The Rust embedding example: builder -> PTX, no Python; ptxas must accept it.
+cargo run --quiet -p nvptx_codegen --example vector_add sm_80 > /tmp/tiles-example.ptx
+if [ -n "$PTXAS" ]; then "$PTXAS" -arch=sm_80 /tmp/tiles-example.ptx -o /tmp/tiles-example.cubin; fi
 ruff check python tests benchmarks examples
 cd tests && python3 -m pytest -q -p no:cacheprovider "$@"

@@ -10,13 +10,47 @@
 //! Architecture invariant: this is the only crate that uses inkwell (LLVM). It reads
 //! `tile_ir` and never changes it; every failure is a [`CodegenError`], never a panic.
 //!
-//! ```no_run
-//! # fn demo(mut f: tile_ir::Function) -> Result<(), nvptx_codegen::CompileError> {
-//! let target = nvptx_codegen::Target::parse("sm_90a")?;
-//! let out = nvptx_codegen::compile(&mut f, &target, &Default::default(), |_pass, _ir| {})?;
-//! println!("{}", out.ptx);
-//! # Ok(()) }
+//! # Example: build a kernel, compile it, read the PTX and its metadata
+//!
 //! ```
+//! use nvptx_codegen::{compile, Target};
+//! use tile_ir::{BinaryOp, Builder, CmpPred, Const, DType, Elem, Type};
+//!
+//! // out[i] = x[i] * 2 for i < n, 1024 elements per program.
+//! let mut b = Builder::new("double", 4);
+//! let x = b.param("x", Elem::Ptr(DType::F32), 16);
+//! let out = b.param("out", Elem::Ptr(DType::F32), 16);
+//! let n = b.param("n", Elem::Num(DType::I32), 16);
+//! let pid = b.program_id(0)?;
+//! let block = b.constant(Const::Int(1024), Type::num(DType::I32))?;
+//! let start = b.binary(BinaryOp::Mul, pid, block)?;
+//! let r = b.arange(0, 1024)?;
+//! let shape = b.func.ty(r).shape;
+//! let start = b.splat(start, shape)?;
+//! let offs = b.binary(BinaryOp::Add, start, r)?;
+//! let ns = b.splat(n, shape)?;
+//! let mask = b.compare(CmpPred::Lt, offs, ns)?;
+//! let xs = b.splat(x, shape)?;
+//! let xp = b.addptr(xs, offs)?;
+//! let v = b.load(xp, Some(mask), None, false)?;
+//! let two = b.constant(Const::Float(2.0), Type::tile(Elem::Num(DType::F32), shape))?;
+//! let y = b.binary(BinaryOp::Mul, v, two)?;
+//! let os = b.splat(out, shape)?;
+//! let op = b.addptr(os, offs)?;
+//! b.store(op, y, Some(mask))?;
+//! let mut kernel = b.finish();
+//!
+//! // Or parse the same kernel from text: `let mut kernel = tile_ir::parse(&text)?;`
+//! let target = Target::parse("sm_90a")?;
+//! let ptx = compile(&mut kernel, &target, &Default::default(), |_pass, _ir| {})?;
+//! assert_eq!(ptx.kernel_name, "double");
+//! assert!(ptx.ptx.contains("ld.global.v4.b32"));
+//! assert_eq!(ptx.params[0], ("x".to_string(), "*fp32".to_string()));
+//! assert_eq!((ptx.num_threads, ptx.shared_bytes), (128, 0));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `compile` is safe to call from many threads at once: each call has its own LLVM context.
 #![deny(missing_docs)]
 
 mod debug;
@@ -107,6 +141,8 @@ pub struct PtxOutput {
     pub num_threads: u32,
     /// Seconds spent in each stage, in order (each pass, `lower`, `llvm_opt`, `ptx`).
     pub timings: Vec<(String, f64)>,
+    /// The kernel's parameters in order: (name, type as Triton spells it, e.g. `*fp32`, `i32`).
+    pub params: Vec<(String, String)>,
 }
 
 /// Why code generation failed.
@@ -256,7 +292,14 @@ pub fn generate_ptx_with(
         .trim_end_matches('\0')
         .to_string();
     let t_ptx = t0.elapsed().as_secs_f64() - t_lower - t_opt;
+    let params = func
+        .params
+        .iter()
+        .zip(&func.blocks[func.entry].args)
+        .map(|(p, &v)| (p.name.clone(), func.ty(v).elem.to_string()))
+        .collect();
     Ok(PtxOutput {
+        params,
         timings: vec![
             ("lower".into(), t_lower),
             ("llvm_opt".into(), t_opt),

@@ -85,3 +85,35 @@ fn bad_target_is_an_error() {
     assert!(Target::parse("sm_9x").is_err());
     assert!(Target::parse("gfx90a").is_err());
 }
+
+#[test]
+fn compiles_on_many_threads_at_once() {
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut f = vector_add(256 << (i % 3));
+                let t = Target::parse(if i % 2 == 0 { "sm_80" } else { "sm_90a" }).unwrap();
+                compile(&mut f, &t, &Default::default(), |_, _| {})
+                    .unwrap()
+                    .ptx
+            })
+        })
+        .collect();
+    for h in handles {
+        assert!(h.join().unwrap().contains(".entry add_kernel"));
+    }
+}
+
+#[test]
+fn parsed_text_compiles_like_built_ir() {
+    let built = vector_add(1024);
+    let text = built.to_string();
+    let mut parsed = tile_ir::parse(&text).unwrap();
+    assert_eq!(parsed.to_string(), text);
+    let mut built = built;
+    let t = Target::parse("sm_90a").unwrap();
+    let a = compile(&mut built, &t, &Default::default(), |_, _| {}).unwrap();
+    let b = compile(&mut parsed, &t, &Default::default(), |_, _| {}).unwrap();
+    assert_eq!(a.ptx, b.ptx);
+    assert_eq!(a.params.len(), 4);
+}

@@ -6,6 +6,9 @@
 //! analyses keep their facts in side tables. Layouts are attributes on tile types, interned
 //! once per function.
 //!
+//! Kernels are built with [`Builder`] or parsed from their text form with [`parse`] (the
+//! inverse of `Display`: print → parse → print gives the same text); [`verify`] checks them.
+//!
 //! Architecture invariant: this crate knows nothing of Python or LLVM; it depends on no
 //! pyo3 and no inkwell, so Rust services can build, print and verify IR with it alone.
 //!
