@@ -129,3 +129,22 @@ fn filetests() {
         failures.join("\n\n")
     );
 }
+
+/// Inputs the fuzzers once crashed on (`fuzz/regressions/`): each must give a result or an
+/// error, never a panic.
+#[test]
+fn fuzz_regressions() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions");
+    let Ok(entries) = std::fs::read_dir(&root) else { return };
+    for e in entries.flatten() {
+        let bytes = std::fs::read(e.path()).unwrap();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let args = vec!["--emit=ptx".to_string()];
+        let r = std::panic::catch_unwind(|| nvptx_codegen::tools::tiles_opt(&args, &text));
+        assert!(r.is_ok(), "{} panicked", e.path().display());
+        if let Ok(f) = tile_ir::parse(&text) {
+            let printed = f.to_string();
+            assert_eq!(tile_ir::parse(&printed).map(|g| g.to_string()).ok(), Some(printed));
+        }
+    }
+}

@@ -177,6 +177,12 @@ impl Verifier<'_> {
         }
         let results = data.results.clone();
         let operands = data.operands.clone();
+        if !matches!(data.kind, OpKind::Yield) {
+            if let Some(msg) = type_rule(f, op) {
+                self.err(op, msg);
+                return;
+            }
+        }
         match data.kind {
             OpKind::Binary(_) | OpKind::Compare(_)
                 if !ty(operands[0]).same_but_layout(&ty(operands[1])) =>
@@ -308,9 +314,21 @@ impl Verifier<'_> {
         let f = self.func;
         let kind = f.ops[op].kind;
         for &v in operands.iter().chain(results) {
-            if !f.ty(v).is_scalar() && f.ty(v).layout.is_none() {
+            let t = f.ty(v);
+            if !t.is_scalar() && t.layout.is_none() {
                 self.err(op, format!("tile {v} has no layout"));
                 return;
+            }
+            if let Some(l) = t.layout {
+                if !f.layouts.is_valid(l) {
+                    self.err(op, format!("{v} refers to an unknown layout"));
+                    return;
+                }
+                let layout = &f.layouts[l];
+                if layout.rank() != t.shape.rank() || layout.num_warps() != f.num_warps {
+                    self.err(op, format!("{v}'s layout does not fit its rank or the kernel's warps"));
+                    return;
+                }
             }
         }
         if kind.is_elementwise()
@@ -359,5 +377,183 @@ impl Verifier<'_> {
                 );
             }
         }
+    }
+}
+
+/// The typing rule of each op: operand and result types must fit together exactly as the
+/// builder makes them (codegen relies on it). Returns a message for the first violation.
+pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
+    use crate::ops::{AtomicOp, OpKind as K};
+    use crate::types::{DType as D, Elem as E, Type};
+    let data = &f.ops[op];
+    let ops: Vec<Type> = data.operands.iter().map(|&v| *f.ty(v)).collect();
+    let res: Vec<Type> = data.results.iter().map(|&v| *f.ty(v)).collect();
+    let same = |a: &Type, b: &Type| a.same_but_layout(b);
+    let num = |t: &Type| t.dtype();
+    let i1 = E::Num(D::I1);
+    let tile_of = |t: &Type, elem: E| Type::tile(elem, t.shape);
+    let bad = |m: &str| Some(m.to_string());
+    let n_res = match data.kind {
+        K::Store(_) | K::Yield | K::Return | K::If | K::Barrier | K::Print { .. } | K::Assert { .. } => None,
+        K::For | K::While | K::Reduce { .. } | K::Scan { .. } => None,
+        K::Split => Some(2),
+        _ => Some(1),
+    };
+    if let Some(n) = n_res {
+        if res.len() != n {
+            return bad("wrong number of results");
+        }
+    }
+    for t in ops.iter().chain(&res) {
+        if t.shape.dims().iter().any(|&d| d == 0 || !d.is_power_of_two() || d > 1 << 20) {
+            return bad("tile dimensions must be powers of two");
+        }
+    }
+    match data.kind {
+        K::Constant(_) => (!res[0].elem.is_ptr()).then_some(()).map_or(bad("pointer constant"), |_| None),
+        K::ProgramId(a) | K::NumPrograms(a) => {
+            (a > 2 || res[0] != Type::num(D::I32)).then(|| "program_id/num_programs give an i32 for axis 0..2".into())
+        }
+        K::Arange { start, end } => {
+            let n = end.checked_sub(start).filter(|&n| n > 0 && (n as u32).is_power_of_two());
+            match n {
+                Some(n) if same(&res[0], &Type::tile(E::Num(D::I32), crate::Shape::new(&[n as u32])?)) => None,
+                _ => bad("arange gives <end-start x i32> with a power-of-two length"),
+            }
+        }
+        K::Splat => (!ops[0].is_scalar() || res[0].is_scalar() || res[0].elem != ops[0].elem)
+            .then(|| "splat turns a scalar into a tile of its type".into()),
+        K::ExpandDims(axis) => match ops[0].shape.insert(axis as usize, 1) {
+            Some(s) if res[0].shape == s && res[0].elem == ops[0].elem => None,
+            _ => bad("expand_dims inserts a size-1 dimension"),
+        },
+        K::Broadcast => {
+            let ok = ops[0].elem == res[0].elem
+                && ops[0].shape.rank() == res[0].shape.rank()
+                && ops[0].shape.dims().iter().zip(res[0].shape.dims()).all(|(&a, &b)| a == b || a == 1);
+            (!ok).then(|| "broadcast repeats size-1 dimensions of one element type".into())
+        }
+        K::Binary(b) => {
+            let ok = same(&ops[0], &ops[1])
+                && same(&ops[0], &res[0])
+                && num(&ops[0]).is_some_and(|d| !(b.int_only() && d.is_float()));
+            (!ok).then(|| "binary ops take and give one numeric type".into())
+        }
+        K::Compare(_) => (!(same(&ops[0], &ops[1]) && same(&res[0], &tile_of(&ops[0], i1))))
+            .then(|| "cmp compares one type and gives i1".into()),
+        K::Unary(u) => {
+            let ok = same(&ops[0], &res[0]) && num(&ops[0]).is_some_and(|d| !(u.float_only() && d.is_int()));
+            (!ok).then(|| "unary ops keep their numeric type".into())
+        }
+        K::Fma => {
+            let ok = same(&ops[0], &ops[1]) && same(&ops[0], &ops[2]) && same(&ops[0], &res[0])
+                && num(&ops[0]).is_some_and(|d| d.is_float());
+            (!ok).then(|| "fma takes and gives one float type".into())
+        }
+        K::Select => {
+            let c = ops[0];
+            let ok = c.elem == i1 && (c.is_scalar() || c.shape == ops[1].shape) && same(&ops[1], &ops[2]) && same(&ops[1], &res[0]);
+            (!ok).then(|| "select takes an i1 condition and two values of the result's type".into())
+        }
+        K::Cast => {
+            let ok = ops[0].shape == res[0].shape && ops[0].elem.is_ptr() == res[0].elem.is_ptr();
+            (!ok).then(|| "cast keeps the shape; pointers cast to pointers only".into())
+        }
+        K::Bitcast => {
+            let ok = ops[0].shape == res[0].shape
+                && match (ops[0].elem, res[0].elem) {
+                    (E::Num(a), E::Num(b)) => a.bits() == b.bits(),
+                    (E::Ptr(_), E::Ptr(_)) => true,
+                    _ => false,
+                };
+            (!ok).then(|| "bitcast keeps the shape and the width".into())
+        }
+        K::AddPtr => {
+            let ok = ops[0].elem.is_ptr() && num(&ops[1]).is_some_and(|d| d.is_int()) && ops[0].shape == ops[1].shape
+                && same(&ops[0], &res[0]);
+            (!ok).then(|| "addptr adds an integer offset to a pointer of one shape".into())
+        }
+        K::Load(m) => {
+            let E::Ptr(d) = ops[0].elem else { return bad("load needs a pointer") };
+            let value = tile_of(&ops[0], E::Num(d));
+            let ok = same(&res[0], &value)
+                && (!m.masked || same(&ops[1], &tile_of(&ops[0], i1)))
+                && (!m.has_other || (m.masked && same(&ops[2], &value)));
+            (!ok).then(|| "load: mask i1 and other of the loaded type, in the pointer's shape".into())
+        }
+        K::Store(m) => {
+            let E::Ptr(d) = ops[0].elem else { return bad("store needs a pointer") };
+            let ok = same(&ops[1], &tile_of(&ops[0], E::Num(d))) && (!m.masked || same(&ops[2], &tile_of(&ops[0], i1)));
+            (!ok).then(|| "store: a value of the pointee type and an i1 mask, in the pointer's shape".into())
+        }
+        K::Atomic(a) => {
+            let E::Ptr(d) = ops[0].elem else { return bad("atomic needs a pointer") };
+            let value = tile_of(&ops[0], E::Num(d));
+            let vals = if a.op == AtomicOp::Cas { &ops[1..3] } else { &ops[1..2] };
+            let ok = vals.iter().all(|t| same(t, &value))
+                && same(&res[0], &value)
+                && (!a.masked || same(ops.last()?, &tile_of(&ops[0], i1)));
+            (!ok).then(|| "atomic: values of the pointee type in the pointer's shape".into())
+        }
+        K::For => {
+            let body = f.region_block(op, 0);
+            let args: Vec<Type> = f.blocks[body].args.iter().map(|&v| *f.ty(v)).collect();
+            let ok = ops[0].is_scalar()
+                && num(&ops[0]).is_some_and(|d| d.is_int() && d != D::I1)
+                && ops[1] == ops[0]
+                && ops[2] == ops[0]
+                && args.first() == Some(&ops[0])
+                && args.len() == ops.len() - 2
+                && ops[3..].iter().zip(&args[1..]).zip(&res).all(|((i, a), r)| i == a && a == r);
+            (!ok).then(|| "for: integer bounds, and inits, iteration arguments and results of one type each".into())
+        }
+        K::If => (ops[0] != Type::num(D::I1)).then(|| "if needs a scalar i1".into()),
+        K::While => {
+            let b0: Vec<Type> = f.blocks[f.region_block(op, 0)].args.iter().map(|&v| *f.ty(v)).collect();
+            let b1: Vec<Type> = f.blocks[f.region_block(op, 1)].args.iter().map(|&v| *f.ty(v)).collect();
+            let ok = b0 == ops && b1 == ops && res == ops;
+            (!ok).then(|| "while: inits, region arguments and results of one type each".into())
+        }
+        K::Reduce { .. } | K::Scan { .. } => {
+            let body = f.region_block(op, 0);
+            let args: Vec<Type> = f.blocks[body].args.iter().map(|&v| *f.ty(v)).collect();
+            let n = ops.len();
+            let ok = args.len() == 2 * n
+                && (0..n).all(|i| args[i] == Type::scalar(ops[i].elem) && args[n + i] == Type::scalar(ops[i].elem))
+                && f.blocks[body]
+                    .ops
+                    .last()
+                    .map(|&y| f.ops[y].operands.iter().zip(&args[..n]).all(|(&v, t)| f.ty(v) == t))
+                    .unwrap_or(false)
+                && res.iter().zip(&ops).all(|(r, o)| r.elem == o.elem);
+            (!ok).then(|| "reduce/scan: the combine region takes and yields scalars of the operands' types".into())
+        }
+        K::Permute { perm } => {
+            let rank = ops[0].shape.rank();
+            let mut seen = [false; crate::types::MAX_RANK];
+            let valid = perm[..rank].iter().all(|&p| (p as usize) < rank && !std::mem::replace(&mut seen[p as usize], true));
+            let ok = valid
+                && res[0].elem == ops[0].elem
+                && res[0].shape.rank() == rank
+                && (0..rank).all(|i| res[0].shape.dims()[i] == ops[0].shape.dims()[perm[i] as usize]);
+            (!ok).then(|| "permute: a permutation of the operand's dimensions".into())
+        }
+        K::Reshape => (!(res[0].elem == ops[0].elem && res[0].shape.numel() == ops[0].shape.numel() && !ops[0].is_scalar()
+            && !res[0].is_scalar()))
+        .then(|| "reshape keeps the element type and count".into()),
+        K::Join => {
+            let ok = same(&ops[0], &ops[1])
+                && ops[0].shape.insert(ops[0].shape.rank(), 2).is_some_and(|s| s == res[0].shape)
+                && res[0].elem == ops[0].elem;
+            (!ok).then(|| "join stacks two tiles of one type along a new last dimension".into())
+        }
+        K::Split => {
+            let r = ops[0].shape.rank();
+            let ok = r >= 1 && ops[0].shape.dims()[r - 1] == 2 && res.iter().all(|t| t.elem == ops[0].elem && t.shape == ops[0].shape.remove(r - 1));
+            (!ok).then(|| "split halves a last dimension of size 2".into())
+        }
+        K::ConvertLayout => (!same(&ops[0], &res[0])).then(|| "convert_layout keeps the type".into()),
+        K::Assert { .. } => (ops[0].elem != i1).then(|| "assert needs an i1".into()),
+        K::Yield | K::Return | K::Barrier | K::Print { .. } => None,
     }
 }
