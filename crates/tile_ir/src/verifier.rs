@@ -175,6 +175,15 @@ impl Verifier<'_> {
             );
             return;
         }
+        let regions = match data.kind {
+            OpKind::For | OpKind::Reduce { .. } | OpKind::Scan { .. } => 1,
+            OpKind::If | OpKind::While => 2,
+            _ => 0,
+        };
+        if data.regions.len() != regions {
+            self.err(op, format!("{} has {} regions, not {regions}", data.kind.name(), data.regions.len()));
+            return;
+        }
         let results = data.results.clone();
         let operands = data.operands.clone();
         if !matches!(data.kind, OpKind::Yield) {
