@@ -5,13 +5,16 @@ compiles to the same PTX."""
 from __future__ import annotations
 
 import pytest
-
-import tiles
-from tiles import _tiles
 from test_compile import OTHER
+from test_dot import SIG as DOT_SIG
+from test_dot import matmul_kernel
 from test_examples import KERNELS, load
 from test_reductions import COMPILE_CASES
 from test_shapes_scans import permute3d_kernel, scan_kernel, shapes_kernel
+
+import tiles
+import tiles.language as tl
+from tiles import _tiles
 
 
 def cases():
@@ -23,6 +26,10 @@ def cases():
             (shapes_kernel, {k: "*i32" for k in ("x_ptr", "t_ptr", "r_ptr", "j_ptr", "s_ptr", "i_ptr")},
              {"M": 16, "N": 32}, 4),
             (permute3d_kernel, {"x_ptr": "*fp32", "out_ptr": "*fp32"}, {"A": 4, "B": 8, "C": 16}, 4)]
+    for dt, precision, acc in (("fp16", "tf32", tl.float32), ("fp32", "ieee", tl.float32), ("i8", "tf32", tl.int32)):
+        out.append((matmul_kernel, dict(DOT_SIG, a_ptr="*" + dt, b_ptr="*" + dt, c_ptr="*fp32"),
+                    {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32, "ACC": acc, "PRECISION": precision,
+                     "FORM": "plus", "STAGES": 2}, 4))
     return out
 
 

@@ -63,6 +63,9 @@ class IRBackend:
     def select(self, c, a, b):
         return self.b.select(c.handle, a.handle, b.handle)
 
+    def dot(self, a, b, acc, precision):
+        return self.b.dot(a.handle, b.handle, acc.handle, precision)
+
     def cast(self, x, dt):
         return self.b.cast(x.handle, dt.ir)
 
@@ -449,9 +452,14 @@ class CodeGenerator(ast.NodeVisitor):
                 it, "a kernel loop must iterate over range(...), tl.range(...) or tl.static_range(...)")
         args = [self.visit(a) for a in it.args]
         kwargs = {k.arg: self.visit(k.value) for k in it.keywords}
+        stages = 0
         if fn is language.range:
             r = language.range(*args, **kwargs)
             lb, ub, step = r.start, r.end, r.step
+            if r.num_stages is not None:
+                stages = int(_unwrap(r.num_stages))
+                if not 0 <= stages <= 16:
+                    raise self.src.error(it, f"num_stages must be between 0 and 16, got {stages}")
         else:
             if kwargs or not 1 <= len(args) <= 3:
                 raise self.src.error(it, "range takes 1 to 3 positional arguments")
@@ -481,7 +489,7 @@ class CodeGenerator(ast.NodeVisitor):
                 dt, shape = types.get(n, (semantic.literal_type(_unwrap(v)), ()))
                 v = semantic.broadcast_to(semantic.to_tensor(_unwrap(v), dt), shape)
             init_tensors.append(v)
-        yields = self._loop_body(node, bounds, carried, init_tensors, keep=True)
+        yields = self._loop_body(node, bounds, carried, init_tensors, keep=True, stages=stages)
         for n, t in zip(carried, yields):
             self.scope[n] = t
 
@@ -491,9 +499,9 @@ class CodeGenerator(ast.NodeVisitor):
         outs = self._loop_body(node, bounds, carried, tensors, keep=False)
         return {n: (o.dtype, o.shape) for n, o in zip(carried, outs)}
 
-    def _loop_body(self, node, bounds, carried, init_tensors, keep: bool):
+    def _loop_body(self, node, bounds, carried, init_tensors, keep: bool, stages: int = 0):
         handle, iv, args = self.builder.begin_for(bounds[0].handle, bounds[1].handle, bounds[2].handle,
-                                                  [t.handle for t in init_tensors])
+                                                  [t.handle for t in init_tensors], max(stages, 0))
         before = dict(self.scope)
         self.scope = dict(before)
         for n, t, h in zip(carried, init_tensors, args):
@@ -756,11 +764,12 @@ def inline_call(jitfn, builder, args: List[Any], kwargs: Dict[str, Any]) -> Any:
 
 
 def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], num_warps: int,
-                specialization: Dict[str, int], equal_to_1: Sequence[str] = (), debug: bool = False):
+                specialization: Dict[str, int], equal_to_1: Sequence[str] = (), debug: bool = False,
+                num_stages: int = 3):
     """Builds the IR of a kernel for one signature and specialisation; returns the kernel and
     its assert messages by source line."""
     src = jitfn.source()
-    builder = _tiles.IrBuilder(jitfn.__name__, num_warps, src.file)
+    builder = _tiles.IrBuilder(jitfn.__name__, num_warps, src.file, max(1, int(num_stages)))
     backend = IRBackend(builder, debug)
     scope: Dict[str, Any] = {}
     with core.use_backend(backend):

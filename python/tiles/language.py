@@ -182,6 +182,14 @@ def fma(x, y, z, _semantic=None):
 
 
 @builtin
+def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
+        out_dtype=float32, _semantic=None):
+    """The matrix product `input @ other`, plus `acc` when given (tensor cores where the
+    dtypes allow)."""
+    return semantic.dot(input, other, acc, input_precision, allow_tf32, out_dtype)
+
+
+@builtin
 def cdiv(x, div, _semantic=None):
     """Ceiling division: `(x + div - 1) // div`."""
     if not isinstance(x, tensor) and not isinstance(div, tensor):

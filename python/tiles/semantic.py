@@ -513,6 +513,60 @@ def fma(a: Any, b: Any, c: Any) -> tensor:
     return make(_be().fma(a, b, c), a.dtype, a.shape)
 
 
+_DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")
+
+
+def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32: Any = None,
+        out_dtype: Any = None) -> tensor:
+    """`a @ b (+ acc)` with Triton's typing: fp16/bf16 accumulate in fp32 (fp16 may ask for
+    fp16), fp32 in fp32 (as tf32 unless `input_precision="ieee"`), int8 in int32, fp64 in fp64."""
+    a, b = to_tensor(a), to_tensor(b)
+    input_precision, allow_tf32 = _unwrap(input_precision), _unwrap(allow_tf32)
+    out_dtype = _unwrap(out_dtype) or core.float32
+    if input_precision is None:
+        input_precision = "tf32" if allow_tf32 in (None, True) else "ieee"
+    if input_precision not in _DOT_PRECISIONS:
+        raise ValueError(f"input_precision must be one of {', '.join(_DOT_PRECISIONS)}, got {input_precision!r}")
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        if len(a.shape) == 3 and len(b.shape) == 3:
+            raise NotImplementedError("3-D (batched) dot is not supported yet: loop over the batch "
+                                      "with program ids and use 2-D tiles")
+        raise ValueError(f"dot takes two 2-D tensors, got shapes {list(a.shape)} and {list(b.shape)}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"dot: the inner dimensions differ: {list(a.shape)} @ {list(b.shape)}")
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    if min(m, n, k) < 16:
+        raise ValueError(f"dot needs every dimension to be at least 16, got M={m}, N={n}, K={k}")
+    if a.dtype != b.dtype:
+        raise TilesTypeError(f"dot operands must have one dtype, got {a.dtype} and {b.dtype}")
+    dt = a.dtype
+    if dt.is_int8():
+        ret = core.int32
+    elif dt.is_fp64():
+        ret = core.float64
+    elif dt.is_fp16():
+        if out_dtype not in (core.float32, core.float16):
+            raise TilesTypeError(f"dot of fp16 accumulates in fp32 or fp16, not {out_dtype}")
+        ret = out_dtype
+    elif dt.is_bf16() or dt.is_fp32():
+        if out_dtype != core.float32:
+            raise TilesTypeError(f"dot of {dt} accumulates in fp32, not {out_dtype}")
+        ret = core.float32
+    else:
+        raise TilesTypeError(f"dot supports fp16, bf16, fp32, fp64 and int8 operands, got {dt}")
+    if input_precision == "tf32x3" and not dt.is_fp32():
+        input_precision = "tf32"
+    if acc is None:
+        acc = full((m, n), 0, ret)
+    else:
+        acc = to_tensor(acc)
+        if acc.dtype != ret:
+            raise TilesTypeError(f"dot's accumulator must be {ret} for {dt} operands, got {acc.dtype}")
+        if tuple(acc.shape) != (m, n):
+            acc = broadcast_to(acc, (m, n))
+    return make(_be().dot(a, b, acc, input_precision), ret, (m, n))
+
+
 def unary_math(op: str, x: Any) -> tensor:
     x = to_tensor(x)
     if not x.dtype.is_floating():

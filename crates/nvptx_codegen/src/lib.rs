@@ -54,10 +54,12 @@
 #![deny(missing_docs)]
 
 mod debug;
+mod dot;
 mod lower;
 mod math;
 mod math_f64;
 mod memory;
+mod operand;
 mod reduce;
 mod shuffle;
 pub mod tools;

@@ -82,6 +82,49 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// Whether a thread may still be reading the shared buffer (a barrier must precede writes).
     pub smem_busy: bool,
     pub fp_fusion: bool,
+    /// Conversions to `dot` operand layouts deferred to their `dot`, which stages the source
+    /// tile in shared memory (result -> source).
+    pub staged: HashMap<Value, Value>,
+    /// Results of such conversions (decided before lowering).
+    deferrable: std::collections::HashSet<Value>,
+}
+
+/// Conversions to a `#dot_op` layout whose every user is a `dot` in the same block: the `dot`
+/// reads those operands from shared memory itself.
+fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
+    let mut users: HashMap<Value, Vec<(Op, usize)>> = HashMap::new();
+    let mut block_of: HashMap<Op, tile_ir::Block> = HashMap::new();
+    for (b, data) in func.blocks.iter() {
+        for &op in &data.ops {
+            block_of.insert(op, b);
+            for (i, &v) in func.ops[op].operands.iter().enumerate() {
+                users.entry(v).or_default().push((op, i));
+            }
+        }
+    }
+    let mut out = std::collections::HashSet::new();
+    for (b, data) in func.blocks.iter() {
+        for &op in &data.ops {
+            let d = &func.ops[op];
+            if d.kind != OpKind::ConvertLayout {
+                continue;
+            }
+            let r = d.results[0];
+            let is_operand = func
+                .layout_of(r)
+                .is_some_and(|l| matches!(l, tile_ir::Layout::DotOperand { .. }));
+            let numeric_2d = func.ty(r).shape.rank() == 2 && !func.ty(r).elem.is_ptr();
+            let ok = users.get(&r).is_some_and(|us| {
+                us.iter().all(|&(u, i)| {
+                    matches!(func.ops[u].kind, OpKind::Dot { .. }) && i < 2 && block_of[&u] == b
+                })
+            });
+            if is_operand && numeric_2d && ok {
+                out.insert(r);
+            }
+        }
+    }
+    out
 }
 
 /// Lowers `func` into a fresh module of `cx`.
@@ -147,6 +190,8 @@ pub(crate) fn lower_kernel<'ctx>(
         cur_line: 0,
         smem_busy: false,
         fp_fusion: options.fp_fusion,
+        staged: HashMap::new(),
+        deferrable: deferrable_conversions(func),
     };
     for (i, &a) in entry_args.iter().enumerate() {
         let p = kernel
@@ -237,6 +282,11 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// The warp index of this thread.
     pub fn warp(&self) -> IntValue<'ctx> {
         self.warp
+    }
+
+    /// The lane index of this thread.
+    pub fn lane(&self) -> IntValue<'ctx> {
+        self.lane
     }
 
     pub fn i32(&self, v: u64) -> IntValue<'ctx> {
@@ -439,15 +489,20 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.set(op, out);
             }
             OpKind::ConvertLayout => {
-                let out = self.convert_layout(data.operands[0], &rty.expect("result"))?;
-                self.set(op, out);
+                let r = data.results[0];
+                if self.deferrable.contains(&r) {
+                    self.staged.insert(r, data.operands[0]);
+                } else {
+                    let out = self.convert_layout(data.operands[0], &rty.expect("result"))?;
+                    self.set(op, out);
+                }
             }
             OpKind::Load(m) => {
                 let out = self.load(&data, m, &rty.expect("load has a result"))?;
                 self.set(op, out);
             }
             OpKind::Store(m) => self.store(&data, m)?,
-            OpKind::For => self.lower_for(op)?,
+            OpKind::For { .. } => self.lower_for(op)?,
             OpKind::If => self.lower_if(op)?,
             OpKind::Return => {
                 self.b.build_return(None)?;
@@ -460,6 +515,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             OpKind::While => self.lower_while(op)?,
             OpKind::Barrier => self.barrier_sync()?,
+            OpKind::Dot { precision } => self.lower_dot(op, precision)?,
             OpKind::Atomic(a) => {
                 let out = self.lower_atomic(&data, a)?;
                 self.set(op, out);
@@ -597,6 +653,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         let cond = self.b.build_int_compare(pred, ivv, ub, "for.cond")?;
         self.b.build_conditional_branch(cond, body, exit)?;
         self.b.position_at_end(body);
+        // The previous iteration may have left readers of the shared buffer behind.
+        self.smem_busy = true;
         let rb = self.func.region_block(op, 0);
         let args = self.func.blocks[rb].args.clone();
         self.vals.insert(args[0], vec![ivv.into()]);

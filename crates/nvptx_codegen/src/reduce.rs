@@ -161,7 +161,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
         }
         // 3. Across warps holding distinct data along the axis.
-        let warps = (m.warp_mask as u64 + 1).min((size / (spt * (m.lane_mask as u64 + 1))).max(1));
+        // Warps hold distinct data while their offset (warp_mul apart) stays inside the axis.
+        let warps = (m.warp_mask as u64 + 1).min((size / (m.warp_mul as u64).max(1)).max(1));
         if warps > 1 {
             acc = self.reduce_across_warps(
                 op,

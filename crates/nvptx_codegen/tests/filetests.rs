@@ -135,7 +135,9 @@ fn filetests() {
 #[test]
 fn fuzz_regressions() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions");
-    let Ok(entries) = std::fs::read_dir(&root) else { return };
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return;
+    };
     for e in entries.flatten() {
         let bytes = std::fs::read(e.path()).unwrap();
         let text = String::from_utf8_lossy(&bytes).into_owned();
@@ -144,7 +146,10 @@ fn fuzz_regressions() {
         assert!(r.is_ok(), "{} panicked", e.path().display());
         if let Ok(f) = tile_ir::parse(&text) {
             let printed = f.to_string();
-            assert_eq!(tile_ir::parse(&printed).map(|g| g.to_string()).ok(), Some(printed));
+            assert_eq!(
+                tile_ir::parse(&printed).map(|g| g.to_string()).ok(),
+                Some(printed)
+            );
         }
     }
 }

@@ -124,7 +124,7 @@ pub fn analyze(func: &Function) -> AxisInfoMap {
 
 fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
     let data = &func.ops[op];
-    if let OpKind::For = data.kind {
+    if let OpKind::For { .. } = data.kind {
         // The induction variable starts at lb and moves by step (whether or not the loop
         // carries values).
         let body = func.region_block(op, 0);

@@ -18,8 +18,8 @@
 use crate::axis_info::AxisInfoMap;
 use std::collections::HashMap;
 use tile_ir::{
-    Block, BlockedLayout, Elem, Function, Layout, LayoutId, MemAttrs, Op, OpKind, SecondaryMap,
-    Shape, Value, ValueDef,
+    Block, BlockedLayout, DType, DotPrecision, Elem, Function, Layout, LayoutId, MemAttrs,
+    MmaLayout, Op, OpKind, SecondaryMap, Shape, Value, ValueDef,
 };
 
 struct Assigner<'a> {
@@ -30,6 +30,23 @@ struct Assigner<'a> {
     op_block: HashMap<Op, Block>,
     shape_default: HashMap<Shape, LayoutId>,
     anchors: HashMap<Op, (LayoutId, u8)>,
+    /// Values computed from a `dot` result (through elementwise ops, loops and branches),
+    /// with the dot's layout: they stay in it, so conversions happen as late as possible.
+    dot_anchor: SecondaryMap<Value, Option<LayoutId>>,
+}
+
+/// Whether a `dot` of this element type and precision runs on tensor cores.
+fn uses_tensor_cores(elem: Elem, precision: DotPrecision) -> bool {
+    match elem.dtype() {
+        Some(DType::F16 | DType::BF16 | DType::I8) => true,
+        Some(DType::F32) => precision != DotPrecision::Ieee,
+        _ => false,
+    }
+}
+
+/// Consecutive K elements per 32-bit register of a tensor-core operand.
+fn k_width(elem: Elem) -> u32 {
+    32 / elem.dtype().map_or(32, |d| d.bits()).max(1)
 }
 
 fn floor_pow2(n: u64) -> u64 {
@@ -106,8 +123,12 @@ pub fn assign_layouts(func: &mut Function, axis: &AxisInfoMap) {
         op_block,
         shape_default: HashMap::new(),
         anchors: HashMap::new(),
+        dot_anchor: SecondaryMap::with_default(None),
     };
     a.find_anchors(axis);
+    let entry = a.func.entry;
+    a.find_dot_anchors(entry);
+    a.find_dot_anchors(entry);
     let entry = a.func.entry;
     a.visit_block(entry);
     a.resolve_conflicts();
@@ -141,6 +162,71 @@ impl Assigner<'_> {
             let id = self.func.intern_layout(Layout::Blocked(layout));
             self.anchors.insert(op, (id, vec));
             self.shape_default.entry(shape).or_insert(id);
+        }
+    }
+
+    /// The layout of each `dot` result (tensor-core `#mma`, or blocked for CUDA-core dots),
+    /// and of the values computed from it. Run twice so loop-carried values see the anchors
+    /// their bodies produce.
+    fn find_dot_anchors(&mut self, b: Block) {
+        let ops = self.func.blocks[b].ops.clone();
+        for op in ops {
+            let data = self.func.ops[op].clone();
+            match data.kind {
+                OpKind::Dot { precision } => {
+                    let r = data.results[0];
+                    let ty = *self.func.ty(r);
+                    let a = *self.func.ty(data.operands[0]);
+                    let dims = ty.shape.dims();
+                    let k = a.shape.dims()[1];
+                    let l = if uses_tensor_cores(a.elem, precision)
+                        && k.is_multiple_of(8 * k_width(a.elem))
+                    {
+                        let m = MmaLayout::for_shape(dims[0], dims[1], self.num_warps);
+                        self.func.intern_layout(Layout::Mma(m))
+                    } else {
+                        let b = BlockedLayout::for_fma(dims[0], dims[1], self.num_warps);
+                        self.func.intern_layout(Layout::Blocked(b))
+                    };
+                    self.dot_anchor.set(r, Some(l));
+                }
+                OpKind::For { .. } | OpKind::If => {
+                    let is_for = matches!(data.kind, OpKind::For { .. });
+                    for i in 0..data.regions.len() {
+                        let body = self.func.region_block(op, i);
+                        if is_for {
+                            let args = self.func.blocks[body].args.clone();
+                            for (k, &r) in data.results.iter().enumerate() {
+                                let l = *self.dot_anchor.get(r);
+                                self.dot_anchor.set(args[k + 1], l);
+                            }
+                        }
+                        self.find_dot_anchors(body);
+                        let y = *self.func.blocks[body].ops.last().expect("yield");
+                        let ys = self.func.ops[y].operands.clone();
+                        for (k, &r) in data.results.iter().enumerate() {
+                            if let Some(l) = *self.dot_anchor.get(ys[k]) {
+                                if !self.func.ty(r).is_scalar() {
+                                    self.dot_anchor.set(r, Some(l));
+                                }
+                            }
+                        }
+                    }
+                }
+                kind if kind.is_elementwise() => {
+                    let r = data.results[0];
+                    let shape = self.func.ty(r).shape;
+                    let l = data
+                        .operands
+                        .iter()
+                        .filter(|&&o| self.func.ty(o).shape == shape)
+                        .find_map(|&o| *self.dot_anchor.get(o));
+                    if l.is_some() && !self.func.ty(r).is_scalar() {
+                        self.dot_anchor.set(r, l);
+                    }
+                }
+                _ => {}
+            }
         }
     }
 
@@ -215,7 +301,13 @@ impl Assigner<'_> {
                     // A load whose users all want one other layout loads in that layout directly
                     // (no conversion), keeping its vector width only along the proven dimension.
                     if matches!(kind, OpKind::Load(_)) {
-                        if let Some(want) = self.single_demand(r).filter(|&w| w != l) {
+                        let operand = |f: &Function, w: LayoutId| {
+                            matches!(f.layouts[w], Layout::DotOperand { .. })
+                        };
+                        if let Some(want) = self
+                            .single_demand(r)
+                            .filter(|&w| w != l && !operand(self.func, w))
+                        {
                             let proven = self.func.layouts[l].contiguous_dim().map(|d| d.0);
                             vec = match self.func.layouts[want].contiguous_dim() {
                                 Some((d, spt)) if Some(d) == proven => {
@@ -233,7 +325,7 @@ impl Assigner<'_> {
                 }
                 self.demand_operands(op, l);
             }
-            OpKind::For | OpKind::If => self.visit_region_op(op, kind),
+            OpKind::For { .. } | OpKind::If => self.visit_region_op(op, kind),
             OpKind::While => self.visit_while(op),
             OpKind::Reduce { axis } => self.visit_reduce(op, axis),
             OpKind::Scan { .. } => {
@@ -254,11 +346,37 @@ impl Assigner<'_> {
                 }
             }
             OpKind::Yield | OpKind::Return => {}
+            OpKind::Dot { .. } => {
+                let data = self.func.ops[op].clone();
+                let r = data.results[0];
+                let l = self.dot_anchor.get(r).expect("every dot has an anchor");
+                self.decided.set(r, Some(l));
+                let kw = match self.func.layouts[l] {
+                    Layout::Mma(_) => k_width(self.func.ty(data.operands[0]).elem),
+                    _ => 1,
+                };
+                for idx in 0..2u32 {
+                    let parent = Box::new(self.func.layouts[l].clone());
+                    let ol = self.func.intern_layout(Layout::DotOperand {
+                        op_idx: idx,
+                        parent,
+                        k_width: kw,
+                    });
+                    self.demand(data.operands[idx as usize], ol, op, idx as usize);
+                }
+                self.demand(data.operands[2], l, op, 2);
+            }
             _ => {
                 let Some(&r) = self.func.ops[op].results.first() else {
                     return;
                 };
                 if self.func.ty(r).is_scalar() {
+                    return;
+                }
+                if let Some(l) = *self.dot_anchor.get(r) {
+                    // Computed from a dot result: stays in the dot's layout.
+                    self.decided.set(r, Some(l));
+                    self.demand_operands(op, l);
                     return;
                 }
                 let l = self.first_demand_or_default(r);
@@ -321,6 +439,8 @@ impl Assigner<'_> {
         for &r in &results {
             let l = if self.func.ty(r).is_scalar() {
                 None
+            } else if let Some(l) = *self.dot_anchor.get(r) {
+                Some(l)
             } else {
                 Some(self.first_demand_or_default(r))
             };
@@ -330,7 +450,7 @@ impl Assigner<'_> {
         let nregions = self.func.ops[op].regions.len();
         for i in 0..nregions {
             let b = self.func.region_block(op, i);
-            if kind == OpKind::For {
+            if matches!(kind, OpKind::For { .. }) {
                 let args = self.func.blocks[b].args.clone();
                 for (k, &l) in layouts.iter().enumerate() {
                     self.decided.set(args[k + 1], l);
@@ -369,8 +489,10 @@ impl Assigner<'_> {
         let wanted = results
             .iter()
             .find_map(|r| self.demands.get(r).and_then(|d| d.first()).map(|d| d.0));
-        let l_in = match wanted.map(|l| self.func.layouts[l].clone()) {
-            Some(Layout::Slice { dim, parent })
+        let anchored = operands.iter().find_map(|&o| *self.dot_anchor.get(o));
+        let l_in = match (anchored, wanted.map(|l| self.func.layouts[l].clone())) {
+            (Some(l), _) => l,
+            (None, Some(Layout::Slice { dim, parent }))
                 if dim == axis as u32 && parent.rank() == in_shape.rank() =>
             {
                 self.func.intern_layout(*parent)

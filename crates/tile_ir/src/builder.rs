@@ -2,7 +2,9 @@
 
 use crate::entities::{Block, Op, Value};
 use crate::function::{Function, Loc};
-use crate::ops::{AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, MemAttrs, OpKind, UnaryOp};
+use crate::ops::{
+    AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, DotPrecision, MemAttrs, OpKind, UnaryOp,
+};
 use crate::types::{DType, Elem, Shape, Type};
 
 /// Why an op could not be built. Each names the op and what was wrong.
@@ -314,6 +316,15 @@ impl Builder {
         Ok(self.push1(OpKind::Fma, vec![a, b, c], t))
     }
 
+    /// `a @ b + acc` (see [`OpKind::Dot`]); the result has `acc`'s type.
+    pub fn dot(&mut self, a: Value, b: Value, acc: Value, precision: DotPrecision) -> R<Value> {
+        let (ta, tb, tc) = (self.check(a)?, self.check(b)?, self.check(acc)?);
+        if let Some(message) = crate::verifier::dot_rule(&ta, &tb, &tc, &tc, precision) {
+            return Err(BuildError::OperandType { op: "dot", message });
+        }
+        Ok(self.push1(OpKind::Dot { precision }, vec![a, b, acc], tc))
+    }
+
     /// `cond ? a : b` elementwise (or on scalars).
     pub fn select(&mut self, cond: Value, a: Value, b: Value) -> R<Value> {
         let t = self.same_type("select", a, b)?;
@@ -527,7 +538,7 @@ impl Builder {
         }
         let mut operands = vec![lb, ub, step];
         operands.extend_from_slice(inits);
-        let op = self.push(OpKind::For, operands, &types);
+        let op = self.push(OpKind::For { stages: 0 }, operands, &types);
         let body = self.func.add_region(op);
         let iv = self.func.add_block_arg(body, t);
         let iter_args = types

@@ -95,6 +95,9 @@ pub struct Function {
     layout_index: HashMap<Layout, LayoutId>,
     /// Warps per program.
     pub num_warps: u32,
+    /// Pipeline depth for loops that feed `dot` (Triton's `num_stages`; 1 turns pipelining
+    /// off). Loops may ask for their own (`For { stages }`).
+    pub num_stages: u32,
     /// The file the kernel came from, for diagnostics.
     pub file: String,
     /// Strings referenced by ops (print prefixes, assert messages).
@@ -102,6 +105,9 @@ pub struct Function {
 }
 
 impl Function {
+    /// Triton's default pipeline depth on NVIDIA GPUs.
+    pub const DEFAULT_NUM_STAGES: u32 = 3;
+
     /// An empty kernel with an empty entry block.
     pub fn new(name: &str, num_warps: u32) -> Function {
         let mut blocks = PrimaryMap::default();
@@ -117,6 +123,7 @@ impl Function {
             layouts: PrimaryMap::default(),
             layout_index: HashMap::new(),
             num_warps,
+            num_stages: Function::DEFAULT_NUM_STAGES,
             file: String::new(),
             strings: Vec::new(),
         }

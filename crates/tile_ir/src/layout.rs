@@ -24,6 +24,15 @@ pub struct BlockedLayout {
     pub order: Vec<u32>,
 }
 
+/// The accumulator layout of `mma.sync` (Triton's `#mma`, version 2): the tile is covered by
+/// 16×8 blocks, warp `w` owning blocks `(w mod wm, w / wm)` of each `16·wm × 8·wn` repetition.
+/// Within a block lane `l` holds rows `l/4` and `l/4 + 8`, columns `2·(l mod 4)` and the next.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct MmaLayout {
+    /// Warps along M and N (`[wm, wn]`, product `num_warps`).
+    pub warps_per_cta: Vec<u32>,
+}
+
 /// A distributed layout.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Layout {
@@ -36,6 +45,131 @@ pub enum Layout {
         /// The parent layout (one rank higher).
         parent: Box<Layout>,
     },
+    /// Triton's `#mma` (version 2): a `dot` result on tensor cores.
+    Mma(MmaLayout),
+    /// Triton's `#dot_op`: operand `op_idx` (0 for `a [M, K]`, 1 for `b [K, N]`) of a `dot`
+    /// whose result has layout `parent`. With an [`MmaLayout`] parent a thread holds the
+    /// fragments `mma.sync` reads, `k_width` consecutive K elements per 32-bit register; with
+    /// a blocked parent (CUDA-core `dot`) it holds whole rows of `a` / columns of `b` for the
+    /// result elements it owns.
+    DotOperand {
+        /// 0 for the left operand, 1 for the right one.
+        op_idx: u32,
+        /// The layout of the `dot` result.
+        parent: Box<Layout>,
+        /// Consecutive K elements in one 32-bit register (`32 / element bits`; 1 for FMA).
+        k_width: u32,
+    },
+}
+
+/// A map that contributes nothing (the dimension lives in registers only).
+const ZERO_MAP: DimThreadMap = DimThreadMap {
+    lane_shift: 0,
+    lane_mask: 0,
+    lane_mul: 0,
+    warp_shift: 0,
+    warp_mask: 0,
+    warp_mul: 0,
+};
+
+impl MmaLayout {
+    /// Warps along M and N.
+    pub fn wm_wn(&self) -> (u32, u32) {
+        (self.warps_per_cta[0], self.warps_per_cta[1])
+    }
+
+    /// The warp split for a `[m, n]` result on `num_warps` warps: each doubling goes to the
+    /// dimension with more work left per warp (counted in 16-wide steps, so warp tiles come
+    /// out square), as long as that dimension has a 16-row (8-column) block left per warp.
+    pub fn for_shape(m: u32, n: u32, num_warps: u32) -> MmaLayout {
+        let (mut wm, mut wn) = (1u32, 1u32);
+        while wm * wn < num_warps {
+            let (per_m, per_n) = (m / (16 * wm), n / (16 * wn));
+            let room_m = m / 16 > wm;
+            let room_n = n / 8 > wn;
+            if (per_m >= per_n && room_m) || !room_n {
+                wm *= 2;
+            } else {
+                wn *= 2;
+            }
+        }
+        MmaLayout {
+            warps_per_cta: vec![wm, wn],
+        }
+    }
+
+    fn row_map(&self) -> DimThreadMap {
+        DimThreadMap {
+            lane_shift: 2,
+            lane_mask: 7,
+            lane_mul: 1,
+            warp_shift: 0,
+            warp_mask: self.warps_per_cta[0] - 1,
+            warp_mul: 16,
+        }
+    }
+
+    fn col_map(&self, lane_mul: u32) -> DimThreadMap {
+        DimThreadMap {
+            lane_shift: 0,
+            lane_mask: 3,
+            lane_mul,
+            warp_shift: self.warps_per_cta[0].trailing_zeros(),
+            warp_mask: self.warps_per_cta[1] - 1,
+            warp_mul: 8,
+        }
+    }
+
+    fn n_map(&self) -> DimThreadMap {
+        DimThreadMap {
+            lane_shift: 2,
+            lane_mask: 7,
+            lane_mul: 1,
+            ..self.col_map(0)
+        }
+    }
+
+    fn k_map(k_width: u32) -> DimThreadMap {
+        DimThreadMap {
+            lane_shift: 0,
+            lane_mask: 3,
+            lane_mul: k_width,
+            ..ZERO_MAP
+        }
+    }
+
+    /// Warp bits that hold copies of an operand: the N warps for `a`, the M warps for `b`.
+    fn operand_copies(&self, op_idx: u32) -> DimThreadMap {
+        let (wm, wn) = self.wm_wn();
+        if op_idx == 0 {
+            DimThreadMap {
+                warp_shift: wm.trailing_zeros(),
+                warp_mask: wn - 1,
+                warp_mul: 1,
+                ..ZERO_MAP
+            }
+        } else {
+            DimThreadMap {
+                warp_shift: 0,
+                warp_mask: wm - 1,
+                warp_mul: 1,
+                ..ZERO_MAP
+            }
+        }
+    }
+}
+
+/// Pushes `c` (reduced modulo `shape`) unless already present.
+fn push_unique(
+    out: &mut Vec<Vec<u32>>,
+    seen: &mut std::collections::HashSet<Vec<u32>>,
+    shape: &[u32],
+    c: [u32; 2],
+) {
+    let c: Vec<u32> = c.iter().zip(shape).map(|(&x, &n)| x % n.max(1)).collect();
+    if seen.insert(c.clone()) {
+        out.push(c);
+    }
 }
 
 /// How one dimension's thread offset is formed from the lane and warp ids:
@@ -100,6 +234,25 @@ impl BlockedLayout {
         }
     }
 
+    /// The result layout of a CUDA-core `dot` of shape `[m, n]`: each thread owns a
+    /// near-square block of results, so one K step reads few operand elements per FMA.
+    pub fn for_fma(m: u32, n: u32, num_warps: u32) -> BlockedLayout {
+        let per_thread = ((m as u64 * n as u64) / (32 * num_warps as u64)).max(1) as u32;
+        let half = per_thread.trailing_zeros() / 2;
+        let sn = (1u32 << (per_thread.trailing_zeros() - half)).min(n);
+        let sm = (per_thread / sn).clamp(1, m);
+        let t1 = (n / sn).clamp(1, 32);
+        let t0 = 32 / t1;
+        let w0 = (m / (sm * t0)).clamp(1, num_warps);
+        let w1 = num_warps / w0;
+        BlockedLayout {
+            size_per_thread: vec![sm, sn],
+            threads_per_warp: vec![t0, t1],
+            warps_per_cta: vec![w0, w1],
+            order: vec![1, 0],
+        }
+    }
+
     fn thread_maps(&self) -> Vec<DimThreadMap> {
         let rank = self.order.len();
         let mut maps = vec![
@@ -142,6 +295,8 @@ impl Layout {
         match self {
             Layout::Blocked(b) => b.order.len(),
             Layout::Slice { parent, .. } => parent.rank() - 1,
+            Layout::Mma(m) => m.warps_per_cta.len(),
+            Layout::DotOperand { parent, .. } => parent.rank(),
         }
     }
 
@@ -149,15 +304,8 @@ impl Layout {
     pub fn num_warps(&self) -> u32 {
         match self {
             Layout::Blocked(b) => b.warps_per_cta.iter().product(),
-            Layout::Slice { parent, .. } => parent.num_warps(),
-        }
-    }
-
-    /// The underlying blocked layout (the root of a chain of slices).
-    pub fn root(&self) -> &BlockedLayout {
-        match self {
-            Layout::Blocked(b) => b,
-            Layout::Slice { parent, .. } => parent.root(),
+            Layout::Slice { parent, .. } | Layout::DotOperand { parent, .. } => parent.num_warps(),
+            Layout::Mma(m) => m.warps_per_cta.iter().product(),
         }
     }
 
@@ -178,6 +326,15 @@ impl Layout {
                     Some((if pd > dim { pd - 1 } else { pd }, n))
                 }
             }
+            Layout::Mma(_) => Some((1, 2)),
+            Layout::DotOperand {
+                op_idx,
+                parent,
+                k_width,
+            } => match parent.as_ref() {
+                Layout::Mma(_) => Some((if *op_idx == 0 { 1 } else { 0 }, *k_width)),
+                _ => None,
+            },
         }
     }
 
@@ -251,6 +408,25 @@ impl Layout {
                 }
                 out
             }
+            Layout::Mma(m) => {
+                let (wm, wn) = m.wm_wn();
+                let (tm, tn) = (16 * wm, 8 * wn);
+                let mut out = Vec::new();
+                let mut seen = std::collections::HashSet::new();
+                for rm in 0..(shape[0] / tm).max(1) {
+                    for rn in 0..(shape[1] / tn).max(1) {
+                        for (i, j) in [(0, 0), (0, 1), (8, 0), (8, 1)] {
+                            push_unique(&mut out, &mut seen, shape, [rm * tm + i, rn * tn + j]);
+                        }
+                    }
+                }
+                out
+            }
+            Layout::DotOperand {
+                op_idx,
+                parent,
+                k_width,
+            } => dot_operand_offsets(*op_idx, parent, *k_width, shape),
         }
     }
 
@@ -264,8 +440,94 @@ impl Layout {
                 sliced.push(kept.remove(*dim as usize));
                 (kept, sliced)
             }
+            Layout::Mma(m) => (vec![m.row_map(), m.col_map(2)], Vec::new()),
+            Layout::DotOperand {
+                op_idx,
+                parent,
+                k_width,
+            } => match parent.as_ref() {
+                Layout::Mma(m) => {
+                    let kept = if *op_idx == 0 {
+                        vec![m.row_map(), MmaLayout::k_map(*k_width)]
+                    } else {
+                        vec![MmaLayout::k_map(*k_width), m.n_map()]
+                    };
+                    (kept, vec![m.operand_copies(*op_idx)])
+                }
+                other => {
+                    // CUDA-core operands: the parent's map along M (or N), K in registers,
+                    // copies along the other parent dimension.
+                    let (pk, mut sliced) = other.thread_maps();
+                    if *op_idx == 0 {
+                        sliced.push(pk[1]);
+                        (vec![pk[0], ZERO_MAP], sliced)
+                    } else {
+                        sliced.push(pk[0]);
+                        (vec![ZERO_MAP, pk[1]], sliced)
+                    }
+                }
+            },
         }
     }
+}
+
+/// Register coordinates of a `dot` operand tile of `shape`.
+fn dot_operand_offsets(op_idx: u32, parent: &Layout, k_width: u32, shape: &[u32]) -> Vec<Vec<u32>> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    match parent {
+        Layout::Mma(m) => {
+            let (wm, wn) = m.wm_wn();
+            let kw = k_width.max(1);
+            let kt = 8 * kw;
+            let k_dim = if op_idx == 0 { 1 } else { 0 };
+            let reps_k = (shape[k_dim] / kt).max(1);
+            if op_idx == 0 {
+                let tm = 16 * wm;
+                for rm in 0..(shape[0] / tm).max(1) {
+                    for rk in 0..reps_k {
+                        for (i, j0) in [(0, 0), (8, 0), (0, 4 * kw), (8, 4 * kw)] {
+                            for e in 0..kw {
+                                let c = [rm * tm + i, rk * kt + j0 + e];
+                                push_unique(&mut out, &mut seen, shape, c);
+                            }
+                        }
+                    }
+                }
+            } else {
+                let tn = 8 * wn;
+                for rn in 0..(shape[1] / tn).max(1) {
+                    for rk in 0..reps_k {
+                        for j0 in [0, 4 * kw] {
+                            for e in 0..kw {
+                                let c = [rk * kt + j0 + e, rn * tn];
+                                push_unique(&mut out, &mut seen, shape, c);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        other => {
+            // The parent's offsets along M (operand 0) or N (operand 1); all of K.
+            let (keep, k_dim) = if op_idx == 0 { (0, 1) } else { (1, 0) };
+            let mut pshape = [1u32, 1];
+            pshape[keep] = shape[keep];
+            let mut along: Vec<u32> = Vec::new();
+            for c in other.register_offsets(&pshape) {
+                if !along.contains(&c[keep]) {
+                    along.push(c[keep]);
+                }
+            }
+            for &x in &along {
+                for k in 0..shape[k_dim] {
+                    let c = if op_idx == 0 { [x, k] } else { [k, x] };
+                    push_unique(&mut out, &mut seen, shape, c);
+                }
+            }
+        }
+    }
+    out
 }
 
 impl fmt::Display for Layout {
@@ -284,6 +546,19 @@ impl fmt::Display for Layout {
                 list(&b.order)
             ),
             Layout::Slice { dim, parent } => write!(f, "#slice<{{dim = {dim}, parent = {parent}}}>"),
+            Layout::Mma(m) => write!(
+                f,
+                "#mma<{{versionMajor = 2, warpsPerCTA = {}, instrShape = [16, 8]}}>",
+                list(&m.warps_per_cta)
+            ),
+            Layout::DotOperand {
+                op_idx,
+                parent,
+                k_width,
+            } => write!(
+                f,
+                "#dot_op<{{opIdx = {op_idx}, parent = {parent}, kWidth = {k_width}}}>"
+            ),
         }
     }
 }

@@ -41,9 +41,10 @@ pub mod verifier;
 pub use builder::{BuildError, Builder, ForHandle, ReduceHandle, WhileHandle};
 pub use entities::{Block, EntityRef, LayoutId, Op, PrimaryMap, Region, SecondaryMap, Value};
 pub use function::{BlockData, Function, Loc, OpData, Param, RegionData, ValueData, ValueDef};
-pub use layout::{BlockedLayout, DimThreadMap, Layout};
+pub use layout::{BlockedLayout, DimThreadMap, Layout, MmaLayout};
 pub use ops::{
-    AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, MemAttrs, MemScope, MemSem, OpKind, UnaryOp,
+    AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, DotPrecision, MemAttrs, MemScope, MemSem,
+    OpKind, UnaryOp,
 };
 pub use parser::{parse, ParseError};
 pub use types::{DType, Elem, Shape, Type, MAX_RANK};

@@ -309,6 +309,35 @@ pub struct AtomicAttrs {
     pub scope: MemScope,
 }
 
+/// How a `dot` of `f32` operands rounds its inputs (Triton's `input_precision`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum DotPrecision {
+    /// Inputs rounded to TF32 (tensor cores); the default for `f32`.
+    Tf32,
+    /// Three TF32 products that recover about fp32 accuracy.
+    Tf32x3,
+    /// Exact fp32 products (CUDA cores).
+    Ieee,
+}
+
+impl DotPrecision {
+    /// Every precision.
+    pub const ALL: [DotPrecision; 3] =
+        [DotPrecision::Tf32, DotPrecision::Tf32x3, DotPrecision::Ieee];
+    /// The name Triton uses (and the text form).
+    pub fn name(self) -> &'static str {
+        match self {
+            DotPrecision::Tf32 => "tf32",
+            DotPrecision::Tf32x3 => "tf32x3",
+            DotPrecision::Ieee => "ieee",
+        }
+    }
+    /// Parses [`DotPrecision::name`].
+    pub fn from_name(s: &str) -> Option<DotPrecision> {
+        DotPrecision::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
 /// Attributes of a load or a store.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct MemAttrs {
@@ -366,7 +395,10 @@ pub enum OpKind {
     Store(MemAttrs),
     /// A counted loop: operands `lb ub step inits...`; one region with arguments
     /// `iv iters...`, ended by `yield`; results are the final iters.
-    For,
+    For {
+        /// Pipeline depth asked for this loop (`tl.range(num_stages=)`); 0: the kernel's.
+        stages: u8,
+    },
     /// A branch on a scalar `i1`: two regions ended by `yield`; results from the taken one.
     If,
     /// Ends a region, passing values to the parent op.
@@ -416,6 +448,12 @@ pub enum OpKind {
     While,
     /// An atomic read-modify-write; its result is the old value.
     Atomic(AtomicAttrs),
+    /// A matrix product `a @ b + acc`: operands `a [M, K]`, `b [K, N]`, `acc [M, N]`; the
+    /// result has `acc`'s type.
+    Dot {
+        /// How `f32` inputs are rounded (ignored for other types).
+        precision: DotPrecision,
+    },
     /// Every thread of the program waits here (`bar.sync`).
     Barrier,
     /// Ends the kernel.
@@ -443,7 +481,7 @@ impl OpKind {
             OpKind::AddPtr => "addptr",
             OpKind::Load(_) => "load",
             OpKind::Store(_) => "store",
-            OpKind::For => "for",
+            OpKind::For { .. } => "for",
             OpKind::If => "if",
             OpKind::Yield => "yield",
             OpKind::ConvertLayout => "convert_layout",
@@ -455,6 +493,7 @@ impl OpKind {
             OpKind::Join => "join",
             OpKind::Split => "split",
             OpKind::Atomic(_) => "atomic",
+            OpKind::Dot { .. } => "dot",
             OpKind::Barrier => "barrier",
             OpKind::Print { .. } => "print",
             OpKind::Assert { .. } => "assert",
@@ -469,7 +508,7 @@ impl OpKind {
             OpKind::Store(_)
                 | OpKind::Yield
                 | OpKind::Return
-                | OpKind::For
+                | OpKind::For { .. }
                 | OpKind::If
                 | OpKind::While
                 | OpKind::Atomic(_)

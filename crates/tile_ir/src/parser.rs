@@ -6,9 +6,10 @@
 
 use crate::entities::{Block, LayoutId, Op, Value};
 use crate::function::{Function, Loc};
-use crate::layout::{BlockedLayout, Layout};
+use crate::layout::{BlockedLayout, Layout, MmaLayout};
 use crate::ops::{
-    AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, MemAttrs, MemScope, MemSem, OpKind, UnaryOp,
+    AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, DotPrecision, MemAttrs, MemScope, MemSem,
+    OpKind, UnaryOp,
 };
 use crate::types::{Elem, Shape, Type, MAX_RANK};
 use std::collections::HashMap;
@@ -409,7 +410,55 @@ impl Parser<'_> {
                 parent: Box::new(parent),
             });
         }
-        self.err("expected #blocked<{...}> or #slice<{...}>")
+        if self.eat("#mma<{") {
+            self.expect("versionMajor")?;
+            self.expect("=")?;
+            if self.uint()? != 2 {
+                return self.err_at(at, "only mma version 2 exists");
+            }
+            self.expect(",")?;
+            self.expect("warpsPerCTA")?;
+            self.expect("=")?;
+            let wpc = self.ulist()?;
+            self.expect(",")?;
+            self.expect("instrShape")?;
+            self.expect("=")?;
+            let instr = self.ulist()?;
+            self.expect("}>")?;
+            let pow2 = wpc.iter().all(|&x| x > 0 && x.is_power_of_two() && x <= 64);
+            if wpc.len() != 2 || !pow2 || instr != [16, 8] {
+                return self.err_at(at, "malformed mma layout");
+            }
+            return Ok(Layout::Mma(MmaLayout { warps_per_cta: wpc }));
+        }
+        if self.eat("#dot_op<{") {
+            self.expect("opIdx")?;
+            self.expect("=")?;
+            let op_idx = self.uint()?;
+            self.expect(",")?;
+            self.expect("parent")?;
+            self.expect("=")?;
+            let parent = self.layout()?;
+            self.expect(",")?;
+            self.expect("kWidth")?;
+            self.expect("=")?;
+            let k_width = self.uint()?;
+            self.expect("}>")?;
+            let parent_ok = match &parent {
+                Layout::Mma(_) => matches!(k_width, 1 | 2 | 4),
+                Layout::Blocked(_) => k_width == 1,
+                _ => false,
+            };
+            if op_idx > 1 || parent.rank() != 2 || !parent_ok {
+                return self.err_at(at, "malformed dot operand layout");
+            }
+            return Ok(Layout::DotOperand {
+                op_idx,
+                parent: Box::new(parent),
+                k_width,
+            });
+        }
+        self.err("expected #blocked<{...}>, #slice<{...}>, #mma<{...}> or #dot_op<{...}>")
     }
 
     // -- attributes -------------------------------------------------------------------------------
@@ -534,13 +583,25 @@ impl Parser<'_> {
                     OpKind::Store(m)
                 }
             }
-            "for" => OpKind::For,
+            "for" => OpKind::For {
+                stages: match attrs.get("stages") {
+                    Some(_) => self.small(self.attr_int(attrs, "stages", at)?, at)?,
+                    None => 0,
+                },
+            },
             "if" => OpKind::If,
             "while" => OpKind::While,
             "yield" => OpKind::Yield,
             "return" => OpKind::Return,
             "convert_layout" => OpKind::ConvertLayout,
             "barrier" => OpKind::Barrier,
+            "dot" => {
+                let w = self.attr_word(attrs, "precision", at)?;
+                match DotPrecision::from_name(w) {
+                    Some(precision) => OpKind::Dot { precision },
+                    None => return self.err_at(at, format!("unknown precision `{w}`")),
+                }
+            }
             "reduce" => OpKind::Reduce { axis: axis(self)? },
             "scan" => OpKind::Scan {
                 axis: axis(self)?,
@@ -736,6 +797,15 @@ impl Parser<'_> {
             return self.err_at(at, "num_warps must be a power of two up to 32");
         }
         self.func.num_warps = nw;
+        if self.eat("num_stages") {
+            self.expect("=")?;
+            let at = self.pos;
+            let ns = self.uint()?;
+            if ns == 0 || ns > 16 {
+                return self.err_at(at, "num_stages must be 1 to 16");
+            }
+            self.func.num_stages = ns;
+        }
         if self.eat("file") {
             self.expect("=")?;
             self.func.file = self.string()?;

@@ -99,6 +99,8 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
         OpKind::Arange { start, end } => format!(" {{start = {start}, end = {end}}}"),
         OpKind::Compare(p) => format!(" {{pred = {}}}", p.name()),
         OpKind::Reduce { axis } => format!(" {{axis = {axis}}}"),
+        OpKind::For { stages } if *stages > 0 => format!(" {{stages = {stages}}}"),
+        OpKind::Dot { precision } => format!(" {{precision = {}}}", precision.name()),
         OpKind::Scan { axis, reverse } => format!(
             " {{axis = {axis}{}}}",
             if *reverse { ", reverse" } else { "" }
@@ -229,6 +231,9 @@ impl fmt::Display for Function {
             f.write_str("}")?;
         }
         write!(f, ") num_warps = {}", self.num_warps)?;
+        if self.num_stages != Function::DEFAULT_NUM_STAGES {
+            write!(f, " num_stages = {}", self.num_stages)?;
+        }
         if !self.file.is_empty() {
             write!(f, " file = {:?}", self.file)?;
         }

@@ -144,10 +144,10 @@ impl Verifier<'_> {
             | OpKind::Bitcast => expect(1),
             OpKind::ConvertLayout => expect(1),
             OpKind::Binary(_) | OpKind::Compare(_) | OpKind::AddPtr => expect(2),
-            OpKind::Fma | OpKind::Select => expect(3),
+            OpKind::Fma | OpKind::Select | OpKind::Dot { .. } => expect(3),
             OpKind::Load(m) => expect(1 + m.masked as usize + m.has_other as usize),
             OpKind::Store(m) => expect(2 + m.masked as usize),
-            OpKind::For => n >= 3,
+            OpKind::For { .. } => n >= 3,
             OpKind::If => expect(1),
             OpKind::Yield => true,
             OpKind::Return => expect(0),
@@ -176,12 +176,19 @@ impl Verifier<'_> {
             return;
         }
         let regions = match data.kind {
-            OpKind::For | OpKind::Reduce { .. } | OpKind::Scan { .. } => 1,
+            OpKind::For { .. } | OpKind::Reduce { .. } | OpKind::Scan { .. } => 1,
             OpKind::If | OpKind::While => 2,
             _ => 0,
         };
         if data.regions.len() != regions {
-            self.err(op, format!("{} has {} regions, not {regions}", data.kind.name(), data.regions.len()));
+            self.err(
+                op,
+                format!(
+                    "{} has {} regions, not {regions}",
+                    data.kind.name(),
+                    data.regions.len()
+                ),
+            );
             return;
         }
         let results = data.results.clone();
@@ -214,7 +221,7 @@ impl Verifier<'_> {
             OpKind::Load(m) if m.masked && ty(operands[1]).elem != Elem::Num(DType::I1) => {
                 self.err(op, "a mask must be i1".into());
             }
-            OpKind::For => {
+            OpKind::For { .. } => {
                 let body = f.region_block(op, 0);
                 let args = &f.blocks[body].args;
                 if args.len() != n - 2 || results.len() != n - 3 {
@@ -335,7 +342,10 @@ impl Verifier<'_> {
                 }
                 let layout = &f.layouts[l];
                 if layout.rank() != t.shape.rank() || layout.num_warps() != f.num_warps {
-                    self.err(op, format!("{v}'s layout does not fit its rank or the kernel's warps"));
+                    self.err(
+                        op,
+                        format!("{v}'s layout does not fit its rank or the kernel's warps"),
+                    );
                     return;
                 }
             }
@@ -376,6 +386,26 @@ impl Verifier<'_> {
                 }
             }
         }
+        if let OpKind::Dot { .. } = kind {
+            let (la, lb, lc, lr) = (
+                self.layout(operands[0]),
+                self.layout(operands[1]),
+                self.layout(operands[2]),
+                self.layout(results[0]),
+            );
+            let fits = |l: Option<&Layout>, idx: u32| {
+                matches!(l, Some(Layout::DotOperand { op_idx, parent, .. })
+                    if *op_idx == idx && Some(parent.as_ref()) == lc)
+            };
+            let parent_ok = matches!(lc, Some(Layout::Mma(_) | Layout::Blocked(_)));
+            if lc != lr || !parent_ok || !fits(la, 0) || !fits(lb, 1) {
+                self.err(
+                    op,
+                    "dot: operands need #dot_op layouts of the accumulator's #mma or #blocked layout"
+                        .into(),
+                );
+            }
+        }
         if let OpKind::ExpandDims(axis) = kind {
             let (src, dst) = (self.layout(operands[0]), self.layout(results[0]));
             let ok = matches!(src, Some(Layout::Slice { dim, parent }) if *dim == axis as u32 && Some(parent.as_ref()) == dst);
@@ -403,8 +433,14 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
     let tile_of = |t: &Type, elem: E| Type::tile(elem, t.shape);
     let bad = |m: &str| Some(m.to_string());
     let n_res = match data.kind {
-        K::Store(_) | K::Yield | K::Return | K::If | K::Barrier | K::Print { .. } | K::Assert { .. } => None,
-        K::For | K::While | K::Reduce { .. } | K::Scan { .. } => None,
+        K::Store(_)
+        | K::Yield
+        | K::Return
+        | K::If
+        | K::Barrier
+        | K::Print { .. }
+        | K::Assert { .. } => None,
+        K::For { .. } | K::While | K::Reduce { .. } | K::Scan { .. } => None,
         K::Split => Some(2),
         _ => Some(1),
     };
@@ -414,19 +450,33 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
         }
     }
     for t in ops.iter().chain(&res) {
-        if t.shape.dims().iter().any(|&d| d == 0 || !d.is_power_of_two() || d > 1 << 20) {
+        if t.shape
+            .dims()
+            .iter()
+            .any(|&d| d == 0 || !d.is_power_of_two() || d > 1 << 20)
+        {
             return bad("tile dimensions must be powers of two");
         }
     }
     match data.kind {
-        K::Constant(_) => (!res[0].elem.is_ptr()).then_some(()).map_or(bad("pointer constant"), |_| None),
-        K::ProgramId(a) | K::NumPrograms(a) => {
-            (a > 2 || res[0] != Type::num(D::I32)).then(|| "program_id/num_programs give an i32 for axis 0..2".into())
-        }
+        K::Constant(_) => (!res[0].elem.is_ptr())
+            .then_some(())
+            .map_or(bad("pointer constant"), |_| None),
+        K::ProgramId(a) | K::NumPrograms(a) => (a > 2 || res[0] != Type::num(D::I32))
+            .then(|| "program_id/num_programs give an i32 for axis 0..2".into()),
         K::Arange { start, end } => {
-            let n = end.checked_sub(start).filter(|&n| n > 0 && (n as u32).is_power_of_two());
+            let n = end
+                .checked_sub(start)
+                .filter(|&n| n > 0 && (n as u32).is_power_of_two());
             match n {
-                Some(n) if same(&res[0], &Type::tile(E::Num(D::I32), crate::Shape::new(&[n as u32])?)) => None,
+                Some(n)
+                    if same(
+                        &res[0],
+                        &Type::tile(E::Num(D::I32), crate::Shape::new(&[n as u32])?),
+                    ) =>
+                {
+                    None
+                }
                 _ => bad("arange gives <end-start x i32> with a power-of-two length"),
             }
         }
@@ -439,7 +489,12 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
         K::Broadcast => {
             let ok = ops[0].elem == res[0].elem
                 && ops[0].shape.rank() == res[0].shape.rank()
-                && ops[0].shape.dims().iter().zip(res[0].shape.dims()).all(|(&a, &b)| a == b || a == 1);
+                && ops[0]
+                    .shape
+                    .dims()
+                    .iter()
+                    .zip(res[0].shape.dims())
+                    .all(|(&a, &b)| a == b || a == 1);
             (!ok).then(|| "broadcast repeats size-1 dimensions of one element type".into())
         }
         K::Binary(b) => {
@@ -451,17 +506,23 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
         K::Compare(_) => (!(same(&ops[0], &ops[1]) && same(&res[0], &tile_of(&ops[0], i1))))
             .then(|| "cmp compares one type and gives i1".into()),
         K::Unary(u) => {
-            let ok = same(&ops[0], &res[0]) && num(&ops[0]).is_some_and(|d| !(u.float_only() && d.is_int()));
+            let ok = same(&ops[0], &res[0])
+                && num(&ops[0]).is_some_and(|d| !(u.float_only() && d.is_int()));
             (!ok).then(|| "unary ops keep their numeric type".into())
         }
         K::Fma => {
-            let ok = same(&ops[0], &ops[1]) && same(&ops[0], &ops[2]) && same(&ops[0], &res[0])
+            let ok = same(&ops[0], &ops[1])
+                && same(&ops[0], &ops[2])
+                && same(&ops[0], &res[0])
                 && num(&ops[0]).is_some_and(|d| d.is_float());
             (!ok).then(|| "fma takes and gives one float type".into())
         }
         K::Select => {
             let c = ops[0];
-            let ok = c.elem == i1 && (c.is_scalar() || c.shape == ops[1].shape) && same(&ops[1], &ops[2]) && same(&ops[1], &res[0]);
+            let ok = c.elem == i1
+                && (c.is_scalar() || c.shape == ops[1].shape)
+                && same(&ops[1], &ops[2])
+                && same(&ops[1], &res[0]);
             (!ok).then(|| "select takes an i1 condition and two values of the result's type".into())
         }
         K::Cast => {
@@ -478,33 +539,50 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
             (!ok).then(|| "bitcast keeps the shape and the width".into())
         }
         K::AddPtr => {
-            let ok = ops[0].elem.is_ptr() && num(&ops[1]).is_some_and(|d| d.is_int()) && ops[0].shape == ops[1].shape
+            let ok = ops[0].elem.is_ptr()
+                && num(&ops[1]).is_some_and(|d| d.is_int())
+                && ops[0].shape == ops[1].shape
                 && same(&ops[0], &res[0]);
             (!ok).then(|| "addptr adds an integer offset to a pointer of one shape".into())
         }
         K::Load(m) => {
-            let E::Ptr(d) = ops[0].elem else { return bad("load needs a pointer") };
+            let E::Ptr(d) = ops[0].elem else {
+                return bad("load needs a pointer");
+            };
             let value = tile_of(&ops[0], E::Num(d));
             let ok = same(&res[0], &value)
                 && (!m.masked || same(&ops[1], &tile_of(&ops[0], i1)))
                 && (!m.has_other || (m.masked && same(&ops[2], &value)));
-            (!ok).then(|| "load: mask i1 and other of the loaded type, in the pointer's shape".into())
+            (!ok).then(|| {
+                "load: mask i1 and other of the loaded type, in the pointer's shape".into()
+            })
         }
         K::Store(m) => {
-            let E::Ptr(d) = ops[0].elem else { return bad("store needs a pointer") };
-            let ok = same(&ops[1], &tile_of(&ops[0], E::Num(d))) && (!m.masked || same(&ops[2], &tile_of(&ops[0], i1)));
-            (!ok).then(|| "store: a value of the pointee type and an i1 mask, in the pointer's shape".into())
+            let E::Ptr(d) = ops[0].elem else {
+                return bad("store needs a pointer");
+            };
+            let ok = same(&ops[1], &tile_of(&ops[0], E::Num(d)))
+                && (!m.masked || same(&ops[2], &tile_of(&ops[0], i1)));
+            (!ok).then(|| {
+                "store: a value of the pointee type and an i1 mask, in the pointer's shape".into()
+            })
         }
         K::Atomic(a) => {
-            let E::Ptr(d) = ops[0].elem else { return bad("atomic needs a pointer") };
+            let E::Ptr(d) = ops[0].elem else {
+                return bad("atomic needs a pointer");
+            };
             let value = tile_of(&ops[0], E::Num(d));
-            let vals = if a.op == AtomicOp::Cas { &ops[1..3] } else { &ops[1..2] };
+            let vals = if a.op == AtomicOp::Cas {
+                &ops[1..3]
+            } else {
+                &ops[1..2]
+            };
             let ok = vals.iter().all(|t| same(t, &value))
                 && same(&res[0], &value)
                 && (!a.masked || same(ops.last()?, &tile_of(&ops[0], i1)));
             (!ok).then(|| "atomic: values of the pointee type in the pointer's shape".into())
         }
-        K::For => {
+        K::For { .. } => {
             let body = f.region_block(op, 0);
             let args: Vec<Type> = f.blocks[body].args.iter().map(|&v| *f.ty(v)).collect();
             let ok = ops[0].is_scalar()
@@ -513,13 +591,25 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
                 && ops[2] == ops[0]
                 && args.first() == Some(&ops[0])
                 && args.len() == ops.len() - 2
-                && ops[3..].iter().zip(&args[1..]).zip(&res).all(|((i, a), r)| i == a && a == r);
+                && ops[3..]
+                    .iter()
+                    .zip(&args[1..])
+                    .zip(&res)
+                    .all(|((i, a), r)| i == a && a == r);
             (!ok).then(|| "for: integer bounds, and inits, iteration arguments and results of one type each".into())
         }
         K::If => (ops[0] != Type::num(D::I1)).then(|| "if needs a scalar i1".into()),
         K::While => {
-            let b0: Vec<Type> = f.blocks[f.region_block(op, 0)].args.iter().map(|&v| *f.ty(v)).collect();
-            let b1: Vec<Type> = f.blocks[f.region_block(op, 1)].args.iter().map(|&v| *f.ty(v)).collect();
+            let b0: Vec<Type> = f.blocks[f.region_block(op, 0)]
+                .args
+                .iter()
+                .map(|&v| *f.ty(v))
+                .collect();
+            let b1: Vec<Type> = f.blocks[f.region_block(op, 1)]
+                .args
+                .iter()
+                .map(|&v| *f.ty(v))
+                .collect();
             let ok = b0 == ops && b1 == ops && res == ops;
             (!ok).then(|| "while: inits, region arguments and results of one type each".into())
         }
@@ -528,11 +618,19 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
             let args: Vec<Type> = f.blocks[body].args.iter().map(|&v| *f.ty(v)).collect();
             let n = ops.len();
             let ok = args.len() == 2 * n
-                && (0..n).all(|i| args[i] == Type::scalar(ops[i].elem) && args[n + i] == Type::scalar(ops[i].elem))
+                && (0..n).all(|i| {
+                    args[i] == Type::scalar(ops[i].elem) && args[n + i] == Type::scalar(ops[i].elem)
+                })
                 && f.blocks[body]
                     .ops
                     .last()
-                    .map(|&y| f.ops[y].operands.iter().zip(&args[..n]).all(|(&v, t)| f.ty(v) == t))
+                    .map(|&y| {
+                        f.ops[y]
+                            .operands
+                            .iter()
+                            .zip(&args[..n])
+                            .all(|(&v, t)| f.ty(v) == t)
+                    })
                     .unwrap_or(false)
                 && res.iter().zip(&ops).all(|(r, o)| r.elem == o.elem);
             (!ok).then(|| "reduce/scan: the combine region takes and yields scalars of the operands' types".into())
@@ -540,29 +638,93 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
         K::Permute { perm } => {
             let rank = ops[0].shape.rank();
             let mut seen = [false; crate::types::MAX_RANK];
-            let valid = perm[..rank].iter().all(|&p| (p as usize) < rank && !std::mem::replace(&mut seen[p as usize], true));
+            let valid = perm[..rank]
+                .iter()
+                .all(|&p| (p as usize) < rank && !std::mem::replace(&mut seen[p as usize], true));
             let ok = valid
                 && res[0].elem == ops[0].elem
                 && res[0].shape.rank() == rank
-                && (0..rank).all(|i| res[0].shape.dims()[i] == ops[0].shape.dims()[perm[i] as usize]);
+                && (0..rank)
+                    .all(|i| res[0].shape.dims()[i] == ops[0].shape.dims()[perm[i] as usize]);
             (!ok).then(|| "permute: a permutation of the operand's dimensions".into())
         }
-        K::Reshape => (!(res[0].elem == ops[0].elem && res[0].shape.numel() == ops[0].shape.numel() && !ops[0].is_scalar()
-            && !res[0].is_scalar()))
-        .then(|| "reshape keeps the element type and count".into()),
+        K::Reshape => {
+            let ok = res[0].elem == ops[0].elem
+                && res[0].shape.numel() == ops[0].shape.numel()
+                && !ops[0].is_scalar()
+                && !res[0].is_scalar();
+            (!ok).then(|| "reshape keeps the element type and count".into())
+        }
         K::Join => {
             let ok = same(&ops[0], &ops[1])
-                && ops[0].shape.insert(ops[0].shape.rank(), 2).is_some_and(|s| s == res[0].shape)
+                && ops[0]
+                    .shape
+                    .insert(ops[0].shape.rank(), 2)
+                    .is_some_and(|s| s == res[0].shape)
                 && res[0].elem == ops[0].elem;
             (!ok).then(|| "join stacks two tiles of one type along a new last dimension".into())
         }
         K::Split => {
             let r = ops[0].shape.rank();
-            let ok = r >= 1 && ops[0].shape.dims()[r - 1] == 2 && res.iter().all(|t| t.elem == ops[0].elem && t.shape == ops[0].shape.remove(r - 1));
+            let ok = r >= 1
+                && ops[0].shape.dims()[r - 1] == 2
+                && res
+                    .iter()
+                    .all(|t| t.elem == ops[0].elem && t.shape == ops[0].shape.remove(r - 1));
             (!ok).then(|| "split halves a last dimension of size 2".into())
         }
-        K::ConvertLayout => (!same(&ops[0], &res[0])).then(|| "convert_layout keeps the type".into()),
+        K::ConvertLayout => {
+            (!same(&ops[0], &res[0])).then(|| "convert_layout keeps the type".into())
+        }
         K::Assert { .. } => (ops[0].elem != i1).then(|| "assert needs an i1".into()),
+        K::Dot { precision } => dot_rule(&ops[0], &ops[1], &ops[2], &res[0], precision),
         K::Yield | K::Return | K::Barrier | K::Print { .. } => None,
     }
+}
+
+/// `dot`: `a [M, K] @ b [K, N] + acc [M, N]` with every dimension at least 16, operands of
+/// one type and an accumulator Triton allows for it.
+pub(crate) fn dot_rule(
+    a: &crate::Type,
+    b: &crate::Type,
+    acc: &crate::Type,
+    res: &crate::Type,
+    precision: crate::DotPrecision,
+) -> Option<String> {
+    use crate::types::DType as D;
+    let (da, db, dc) = (a.dtype(), b.dtype(), acc.dtype());
+    let (sa, sb, sc) = (a.shape.dims(), b.shape.dims(), acc.shape.dims());
+    if sa.len() != 2 || sb.len() != 2 || sc.len() != 2 {
+        return Some("dot takes 2-D tiles".into());
+    }
+    if sa[1] != sb[0] || sc != [sa[0], sb[1]] {
+        return Some("dot needs a [M, K], b [K, N] and acc [M, N]".into());
+    }
+    if sa.iter().chain(sb).any(|&d| d < 16) {
+        return Some("every dot dimension must be at least 16".into());
+    }
+    if !acc.same_but_layout(res) {
+        return Some("dot gives its accumulator's type".into());
+    }
+    let (Some(da), Some(db), Some(dc)) = (da, db, dc) else {
+        return Some("dot takes numeric tiles".into());
+    };
+    if da != db {
+        return Some("dot operands must have one element type".into());
+    }
+    let ok = match da {
+        D::F16 => matches!(dc, D::F32 | D::F16),
+        D::BF16 => dc == D::F32,
+        D::F32 => dc == D::F32,
+        D::F64 => dc == D::F64,
+        D::I8 => dc == D::I32,
+        _ => false,
+    };
+    if !ok {
+        return Some(format!("dot of {da} operands cannot accumulate in {dc}"));
+    }
+    if precision == crate::DotPrecision::Tf32x3 && da != D::F32 {
+        return Some("tf32x3 applies to f32 operands only".into());
+    }
+    None
 }

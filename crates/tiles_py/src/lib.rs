@@ -73,7 +73,7 @@ impl IrBuilder {
     fn for_handle(&mut self, h: u32) -> R<tile_ir::ForHandle> {
         let op = self.op(h)?;
         let b = self.b()?;
-        if b.func.ops[op].kind != tile_ir::OpKind::For {
+        if !matches!(b.func.ops[op].kind, tile_ir::OpKind::For { .. }) {
             return Err(BoundaryError::BadHandle(h));
         }
         let body = b.func.region_block(op, 0);
@@ -97,9 +97,11 @@ fn ids(vs: &[Value]) -> Vec<u32> {
 #[pymethods]
 impl IrBuilder {
     #[new]
-    fn new(name: &str, num_warps: u32, file: &str) -> Self {
+    #[pyo3(signature = (name, num_warps, file, num_stages=3))]
+    fn new(name: &str, num_warps: u32, file: &str, num_stages: u32) -> Self {
         let mut b = Builder::new(name, num_warps);
         b.func.file = file.to_string();
+        b.func.num_stages = num_stages.clamp(1, 16);
         IrBuilder {
             inner: Some(b),
             ops: Vec::new(),
@@ -195,6 +197,16 @@ impl IrBuilder {
     fn fma(&mut self, a: u32, b: u32, c: u32) -> PyResult<u32> {
         let (a, b, c) = (self.v(a)?, self.v(b)?, self.v(c)?);
         Ok(self.b()?.fma(a, b, c).map_err(BoundaryError::from)?.0)
+    }
+
+    fn dot(&mut self, a: u32, b: u32, c: u32, precision: &str) -> PyResult<u32> {
+        let (a, b, c) = (self.v(a)?, self.v(b)?, self.v(c)?);
+        let p = tile_ir::DotPrecision::from_name(precision).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "input_precision must be 'tf32', 'tf32x3' or 'ieee', got {precision:?}"
+            ))
+        })?;
+        Ok(self.b()?.dot(a, b, c, p).map_err(BoundaryError::from)?.0)
     }
 
     fn select(&mut self, c: u32, a: u32, b: u32) -> PyResult<u32> {
@@ -441,19 +453,22 @@ impl IrBuilder {
     }
 
     /// Opens a loop; returns (loop handle, induction variable, iteration arguments).
+    #[pyo3(signature = (lb, ub, step, inits, stages=0))]
     fn begin_for(
         &mut self,
         lb: u32,
         ub: u32,
         step: u32,
         inits: Vec<u32>,
+        stages: u8,
     ) -> PyResult<(u32, u32, Vec<u32>)> {
         let (lb, ub, step) = (self.v(lb)?, self.v(ub)?, self.v(step)?);
         let inits = self.vs(&inits)?;
-        let h = self
-            .b()?
+        let b = self.b()?;
+        let h = b
             .begin_for(lb, ub, step, &inits)
             .map_err(BoundaryError::from)?;
+        b.func.ops[h.op].kind = tile_ir::OpKind::For { stages };
         let id = self.keep_op(h.op);
         Ok((id, h.iv.0, ids(&h.iter_args)))
     }

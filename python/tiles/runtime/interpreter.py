@@ -99,6 +99,14 @@ def hex_(v: int) -> str:
     return hex(v)
 
 
+def _to_tf32(x: np.ndarray) -> np.ndarray:
+    """fp32 rounded to TF32 (10 mantissa bits), to nearest with ties away from zero."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    finite = np.isfinite(x)
+    rounded = ((bits.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32)
+    return np.where(finite, rounded.view(np.float32), x)
+
+
 def _arr(x: Any) -> np.ndarray:
     return np.asarray(x)
 
@@ -207,6 +215,21 @@ class NumpyBackend:
         dt = numpy_dtype(a.dtype)
         w = [_arr(t.handle).astype(np.float64) for t in (a, b, c)]
         return np.asarray(w[0] * w[1] + w[2]).astype(dt)
+
+    def dot(self, a, b, acc, precision):
+        # The GPU's precision rules: products of fp16/bf16 (exact in fp32) or tf32-rounded fp32
+        # inputs, accumulated in fp32; int8 in int32; fp64 and "ieee" fp32 exactly.
+        x, y, c = _arr(a.handle), _arr(b.handle), _arr(acc.handle)
+        if a.dtype.is_int():
+            return (np.matmul(x.astype(np.int64), y.astype(np.int64)) + c.astype(np.int64)).astype(np.int32)
+        if a.dtype.is_fp64():
+            return np.matmul(x, y) + c
+        x, y = x.astype(np.float32), y.astype(np.float32)
+        if a.dtype.is_fp32() and precision in ("tf32", "tf32x3"):
+            if precision == "tf32":
+                x, y = _to_tf32(x), _to_tf32(y)
+        out = np.matmul(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+        return (out + c.astype(np.float32)).astype(numpy_dtype(acc.dtype))
 
     def select(self, c, a, b):
         return np.asarray(np.where(_arr(c.handle), _arr(a.handle), _arr(b.handle))).astype(numpy_dtype(a.dtype))

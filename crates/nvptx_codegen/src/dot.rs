@@ -1,0 +1,618 @@
+//! `dot`: tensor-core `mma.sync` on `#mma` / `#dot_op` layouts, or fused multiply-adds on
+//! CUDA cores for blocked layouts (`f64`, and `f32` with `input_precision="ieee"`).
+//!
+//! Operand registers are found by their tile coordinates (the layouts make the thread parts
+//! agree), so this file only decides which registers go into which instruction.
+
+use crate::lower::{Lowering, R};
+use crate::operand::SmemTile;
+use inkwell::types::BasicTypeEnum;
+use inkwell::values::{BasicValueEnum, IntValue};
+use std::collections::HashMap;
+use tile_ir::{BinaryOp, DType, DotPrecision, Elem, Layout, Op, OpKind, Value};
+
+/// Where a `dot` operand's elements are: in registers (its `#dot_op` layout), or staged in
+/// shared memory and read one K step at a time.
+enum Src<'ctx> {
+    Regs {
+        regs: Vec<BasicValueEnum<'ctx>>,
+        index: HashMap<Vec<u32>, usize>,
+        shape: [u32; 2],
+    },
+    Smem(SmemTile<'ctx>),
+}
+
+/// One `mma.sync` shape and type combination.
+struct MmaKind {
+    /// The instruction, without operands.
+    instr: &'static str,
+    /// Accumulator registers (4 scalars, or 2 packed `f16x2`).
+    acc_regs: usize,
+    /// Constraint letter of one accumulator register.
+    acc_constraint: char,
+}
+
+fn mma_kind(input: DType, acc: DType) -> Option<MmaKind> {
+    let (instr, acc_regs, acc_constraint) = match (input, acc) {
+        (DType::F16, DType::F32) => ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 4, 'f'),
+        (DType::F16, DType::F16) => ("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", 2, 'r'),
+        (DType::BF16, DType::F32) => (
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+            4,
+            'f',
+        ),
+        (DType::F32, DType::F32) => ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 4, 'f'),
+        (DType::I8, DType::I32) => ("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", 4, 'r'),
+        _ => return None,
+    };
+    Some(MmaKind {
+        instr,
+        acc_regs,
+        acc_constraint,
+    })
+}
+
+impl<'ctx> Lowering<'ctx, '_> {
+    pub fn lower_dot(&mut self, op: Op, precision: DotPrecision) -> R<()> {
+        let data = self.func.ops[op].clone();
+        let (a, b, c) = (data.operands[0], data.operands[1], data.operands[2]);
+        let cty = *self.func.ty(c);
+        let Some(lc) = cty.layout else {
+            return self.internal("dot without a layout");
+        };
+        // Operands whose conversion was deferred to here are staged in shared memory.
+        let (sa, sb) = (self.staged.get(&a).copied(), self.staged.get(&b).copied());
+        let mut srcs = Vec::with_capacity(2);
+        if sa.is_some() || sb.is_some() {
+            self.fence_before_shared_write()?;
+        }
+        let mut offset = 0u32;
+        for (v, staged) in [(a, sa), (b, sb)] {
+            srcs.push(match staged {
+                Some(src) => {
+                    let t = self.stage_tile(src, offset)?;
+                    offset += SmemTile::bytes(t.dims, t.elem).next_multiple_of(128);
+                    Src::Smem(t)
+                }
+                None => self.reg_src(v)?,
+            });
+        }
+        if sa.is_some() || sb.is_some() {
+            self.barrier_sync()?;
+        }
+        let src_b = srcs.pop().expect("two operands");
+        let src_a = srcs.pop().expect("two operands");
+        let out = match &self.func.layouts[lc] {
+            Layout::Mma(_) => self.dot_mma(a, b, c, &src_a, &src_b, precision)?,
+            _ => self.dot_fma(a, b, c, &src_a, &src_b)?,
+        };
+        if sa.is_some() || sb.is_some() {
+            self.smem_busy = true;
+        }
+        self.vals.insert(data.results[0], out);
+        Ok(())
+    }
+
+    fn reg_src(&mut self, v: Value) -> R<Src<'ctx>> {
+        let ty = *self.func.ty(v);
+        let g = self.geometry(&ty)?;
+        let index = g
+            .regs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.clone(), i))
+            .collect();
+        let d = ty.shape.dims();
+        Ok(Src::Regs {
+            regs: self.get(v)?.clone(),
+            index,
+            shape: [d[0], d[1]],
+        })
+    }
+
+    fn reg_at(
+        &self,
+        regs: &[BasicValueEnum<'ctx>],
+        index: &HashMap<Vec<u32>, usize>,
+        c: [u32; 2],
+        shape: &[u32],
+    ) -> R<BasicValueEnum<'ctx>> {
+        let key = vec![c[0] % shape[0], c[1] % shape[1]];
+        match index.get(&key) {
+            Some(&i) => Ok(regs[i]),
+            None => self.internal(&format!("dot operand has no register at {key:?}")),
+        }
+    }
+
+    /// CUDA cores, K outermost: each step reads one column of `a` and one row of `b` (the
+    /// rows and columns this thread's results need) and updates every accumulator.
+    fn dot_fma(
+        &mut self,
+        a: Value,
+        b: Value,
+        c: Value,
+        src_a: &Src<'ctx>,
+        src_b: &Src<'ctx>,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let (ta, tb, tc) = (*self.func.ty(a), *self.func.ty(b), *self.func.ty(c));
+        let gc = self.geometry(&tc)?;
+        let (ga, gb) = (self.geometry(&ta)?, self.geometry(&tb)?);
+        let mut acc = self.get(c)?.clone();
+        let k = ta.shape.dims()[1];
+        let elem = tc.elem;
+        let tys = [elem, elem, elem];
+        let mut rows: Vec<u32> = gc.regs.iter().map(|co| co[0]).collect();
+        rows.sort();
+        rows.dedup();
+        let mut cols: Vec<u32> = gc.regs.iter().map(|co| co[1]).collect();
+        cols.sort();
+        cols.dedup();
+        for kk in 0..k {
+            let mut av = HashMap::new();
+            for &m in &rows {
+                let x = match src_a {
+                    Src::Regs { regs, index, shape } => self.reg_at(regs, index, [m, kk], shape)?,
+                    Src::Smem(t) => {
+                        let i = self
+                            .b
+                            .build_int_add(ga.thread[0], self.i32(m as u64), "i")?;
+                        self.smem_load_elem(t, i, self.i32(kk as u64))?
+                    }
+                };
+                av.insert(m, self.cast_elem(x, ta.elem, elem)?);
+            }
+            let mut bv = HashMap::new();
+            for &n in &cols {
+                let y = match src_b {
+                    Src::Regs { regs, index, shape } => self.reg_at(regs, index, [kk, n], shape)?,
+                    Src::Smem(t) => {
+                        let j = self
+                            .b
+                            .build_int_add(gb.thread[1], self.i32(n as u64), "j")?;
+                        self.smem_load_elem(t, self.i32(kk as u64), j)?
+                    }
+                };
+                bv.insert(n, self.cast_elem(y, tb.elem, elem)?);
+            }
+            let float = elem.dtype().is_some_and(|d| d.is_float());
+            for (i, co) in gc.regs.iter().enumerate() {
+                let (x, y) = (av[&co[0]], bv[&co[1]]);
+                acc[i] = if float {
+                    self.elementwise(OpKind::Fma, &tys, elem, &[x, y, acc[i]])?
+                } else {
+                    let p =
+                        self.elementwise(OpKind::Binary(BinaryOp::Mul), &tys[..2], elem, &[x, y])?;
+                    self.elementwise(OpKind::Binary(BinaryOp::Add), &tys[..2], elem, &[p, acc[i]])?
+                };
+            }
+        }
+        Ok(acc)
+    }
+
+    fn cast_elem(
+        &mut self,
+        x: BasicValueEnum<'ctx>,
+        from: Elem,
+        to: Elem,
+    ) -> R<BasicValueEnum<'ctx>> {
+        if from == to {
+            return Ok(x);
+        }
+        self.elementwise(OpKind::Cast, &[from], to, &[x])
+    }
+
+    /// Packs consecutive elements into one 32-bit register.
+    fn pack32(&self, elems: &[BasicValueEnum<'ctx>]) -> R<BasicValueEnum<'ctx>> {
+        let i32t = self.cx.i32_type();
+        if elems.len() == 1 {
+            return Ok(self.b.build_bit_cast(elems[0], i32t, "pk")?);
+        }
+        let et: BasicTypeEnum = elems[0].get_type();
+        let vt = crate::lower::vector_of(et, elems.len() as u32);
+        let mut v = vt.get_undef();
+        for (i, &e) in elems.iter().enumerate() {
+            v = self
+                .b
+                .build_insert_element(v, e, self.i32(i as u64), "pk")?;
+        }
+        Ok(self.b.build_bit_cast(v, i32t, "pk")?)
+    }
+
+    /// Splits a 32-bit register back into `n` elements of type `et`.
+    fn unpack32(
+        &self,
+        x: BasicValueEnum<'ctx>,
+        et: BasicTypeEnum<'ctx>,
+        n: u32,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let v = self
+            .b
+            .build_bit_cast(x, crate::lower::vector_of(et, n), "up")?
+            .into_vector_value();
+        (0..n)
+            .map(|i| Ok(self.b.build_extract_element(v, self.i32(i as u64), "up")?))
+            .collect()
+    }
+
+    /// Rounds an `f32` register to TF32 (`cvt.rna.tf32.f32`), kept in an `f32` register.
+    fn to_tf32(&self, x: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        let i32t: BasicTypeEnum = self.cx.i32_type().into();
+        let r = self.asm(i32t, "cvt.rna.tf32.f32 $0, $1;", "=r,f", &[x], false)?;
+        match r {
+            Some(r) => Ok(self.b.build_bit_cast(r, self.cx.f32_type(), "tf32")?),
+            None => self.internal("asm"),
+        }
+    }
+
+    /// The 3-pass TF32 product uses part 1 `tf32(x)` and part 2 `tf32(x - tf32(x))` of each
+    /// 32-bit word; part 0 is the word itself.
+    fn tf32_word(&self, w: BasicValueEnum<'ctx>, part: u8) -> R<BasicValueEnum<'ctx>> {
+        if part == 0 {
+            return Ok(w);
+        }
+        let x = self.b.build_bit_cast(w, self.cx.f32_type(), "f")?;
+        let big = self.to_tf32(x)?;
+        let r = if part == 1 {
+            big
+        } else {
+            let small =
+                self.b
+                    .build_float_sub(x.into_float_value(), big.into_float_value(), "lo")?;
+            self.to_tf32(small.into())?
+        };
+        Ok(self.b.build_bit_cast(r, self.cx.i32_type(), "w")?)
+    }
+
+    /// Tensor cores: one `mma.sync` per 16×8 result block and K step.
+    fn dot_mma(
+        &mut self,
+        a: Value,
+        b: Value,
+        c: Value,
+        src_a: &Src<'ctx>,
+        src_b: &Src<'ctx>,
+        precision: DotPrecision,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let (ta, tc) = (*self.func.ty(a), *self.func.ty(c));
+        let _ = b;
+        let (Some(din), Some(dacc)) = (ta.elem.dtype(), tc.elem.dtype()) else {
+            return self.internal("dot of non-numbers");
+        };
+        let Some(kind) = mma_kind(din, dacc) else {
+            return self.unsupported(format!("a tensor-core dot of {din} into {dacc}"));
+        };
+        let Layout::Mma(m) = self.func.layouts[tc.layout.expect("checked")].clone() else {
+            return self.internal("dot_mma on a non-mma layout");
+        };
+        let (wm, wn) = m.wm_wn();
+        let sa = ta.shape.dims().to_vec();
+        let sc = tc.shape.dims().to_vec();
+        let kw = 32 / din.bits();
+        let kt = 8 * kw;
+        let (tm, tn) = (16 * wm, 8 * wn);
+        let reps_m = (sc[0] / tm).max(1);
+        let reps_n = (sc[1] / tn).max(1);
+        let reps_k = sa[1] / kt;
+        let geo = Frag::new(self, wm, wn, kw, tm, tn)?;
+        let ic: HashMap<Vec<u32>, usize> = {
+            let g = self.geometry(&tc)?;
+            g.regs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.clone(), i))
+                .collect()
+        };
+        let mut rc = self.get(c)?.clone();
+        let split = din == DType::F32 && precision == DotPrecision::Tf32x3;
+        // (part of a, part of b) products: big·big, or big·small + small·big + big·big.
+        let passes: &[(u8, u8)] = if split {
+            &[(1, 2), (2, 1), (1, 1)]
+        } else {
+            &[(0, 0)]
+        };
+        let acc_elem_t = crate::lower::dtype_type(self.cx, dacc);
+        for rk in 0..reps_k {
+            let fa: Vec<Vec<BasicValueEnum>> = (0..reps_m)
+                .map(|rm| self.frag_a(&geo, src_a, din, rm, rk))
+                .collect::<R<_>>()?;
+            let mut fb: Vec<Vec<BasicValueEnum>> = Vec::with_capacity(reps_n as usize);
+            let mut rn = 0;
+            while rn < reps_n {
+                let two = rn + 1 < reps_n;
+                let words = self.frag_b(&geo, src_b, din, rn, rk, two)?;
+                fb.push(words[..2].to_vec());
+                if two {
+                    fb.push(words[2..4].to_vec());
+                }
+                rn += if two { 2 } else { 1 };
+            }
+            for &(pa, pb) in passes {
+                let fa_p: Vec<Vec<BasicValueEnum>> = fa
+                    .iter()
+                    .map(|w| w.iter().map(|&x| self.tf32_word(x, pa)).collect::<R<_>>())
+                    .collect::<R<_>>()?;
+                let fb_p: Vec<Vec<BasicValueEnum>> = fb
+                    .iter()
+                    .map(|w| w.iter().map(|&x| self.tf32_word(x, pb)).collect::<R<_>>())
+                    .collect::<R<_>>()?;
+                for rm in 0..reps_m {
+                    for rn in 0..reps_n {
+                        let (m0, n0) = (rm * tm, rn * tn);
+                        let at = [[m0, n0], [m0, n0 + 1], [m0 + 8, n0], [m0 + 8, n0 + 1]];
+                        let mut idx = Vec::with_capacity(4);
+                        for p in at {
+                            let key = vec![p[0] % sc[0], p[1] % sc[1]];
+                            match ic.get(&key) {
+                                Some(&i) => idx.push(i),
+                                None => return self.internal("dot accumulator layout"),
+                            }
+                        }
+                        let acc_in: Vec<BasicValueEnum> = if kind.acc_regs == 2 {
+                            vec![
+                                self.pack32(&[rc[idx[0]], rc[idx[1]]])?,
+                                self.pack32(&[rc[idx[2]], rc[idx[3]]])?,
+                            ]
+                        } else {
+                            idx.iter().map(|&i| rc[i]).collect()
+                        };
+                        let res =
+                            self.mma(&kind, &fa_p[rm as usize], &fb_p[rn as usize], &acc_in)?;
+                        if kind.acc_regs == 2 {
+                            let lo = self.unpack32(res[0], acc_elem_t, 2)?;
+                            let hi = self.unpack32(res[1], acc_elem_t, 2)?;
+                            for (slot, v) in idx.iter().zip([lo[0], lo[1], hi[0], hi[1]]) {
+                                rc[*slot] = v;
+                            }
+                        } else {
+                            for (slot, v) in idx.iter().zip(res) {
+                                rc[*slot] = v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(rc)
+    }
+
+    /// The four 32-bit registers of `a`'s fragment for result rows block `rm`, K step `rk`.
+    fn frag_a(
+        &mut self,
+        f: &Frag<'ctx>,
+        src: &Src<'ctx>,
+        din: DType,
+        rm: u32,
+        rk: u32,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let kw = f.kw;
+        let (m0, k0) = (rm * f.tm, rk * 8 * kw);
+        let parts = [(0, 0), (8, 0), (0, 4 * kw), (8, 4 * kw)];
+        match src {
+            Src::Regs { regs, index, shape } => parts
+                .iter()
+                .map(|&(i, j)| {
+                    let el: Vec<BasicValueEnum> = (0..kw)
+                        .map(|e| self.reg_at(regs, index, [m0 + i, k0 + j + e], shape))
+                        .collect::<R<_>>()?;
+                    self.pack32(&el)
+                })
+                .collect(),
+            Src::Smem(t) => {
+                let b = &self.b;
+                let row0 = b.build_int_add(f.wrow, self.i32(m0 as u64), "r")?;
+                if t.contig == 1 {
+                    // K contiguous: plain ldmatrix; matrix q covers rows +8·(q&1), K +4kw·(q>>1).
+                    let i = b.build_int_add(row0, f.q1_x8_rr, "i")?;
+                    let j =
+                        b.build_int_add(self.i32(k0 as u64), self.scaled(f.q2, 4 * kw)?, "j")?;
+                    let idx = self.smem_index(t, i, j)?;
+                    let addr = self.smem_addr32(t, idx)?;
+                    self.ldmatrix(addr, 4, false)
+                } else if din.bits() == 16 {
+                    // M contiguous: transposed ldmatrix; matrix q covers rows +8·(q&1), K +8·(q>>1).
+                    let i = b.build_int_add(row0, f.q1_x8, "i")?;
+                    let kq = self.scaled(f.q2, 8)?;
+                    let j = self.b.build_int_add(self.i32(k0 as u64), kq, "j")?;
+                    let j = self.b.build_int_add(j, f.rr, "j")?;
+                    let idx = self.smem_index(t, i, j)?;
+                    let addr = self.smem_addr32(t, idx)?;
+                    self.ldmatrix(addr, 4, true)
+                } else {
+                    let mut words = Vec::with_capacity(4);
+                    for (i, j) in parts {
+                        let r = self.b.build_int_add(row0, f.g, "i")?;
+                        let r = self.b.build_int_add(r, self.i32(i as u64), "i")?;
+                        let mut el = Vec::with_capacity(kw as usize);
+                        for e in 0..kw {
+                            let c =
+                                self.b
+                                    .build_int_add(f.t_kw, self.i32((k0 + j + e) as u64), "j")?;
+                            el.push(self.smem_load_elem(t, r, c)?);
+                        }
+                        words.push(self.pack32(&el)?);
+                    }
+                    Ok(words)
+                }
+            }
+        }
+    }
+
+    /// `b`'s fragment registers for result column block `rn` (and `rn + 1` when `two`), K step
+    /// `rk`: `[b0, b1]` per block.
+    fn frag_b(
+        &mut self,
+        f: &Frag<'ctx>,
+        src: &Src<'ctx>,
+        din: DType,
+        rn: u32,
+        rk: u32,
+        two: bool,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let kw = f.kw;
+        let k0 = rk * 8 * kw;
+        let blocks: Vec<u32> = if two { vec![rn, rn + 1] } else { vec![rn] };
+        match src {
+            Src::Regs { regs, index, shape } => {
+                let mut words = Vec::new();
+                for &r in &blocks {
+                    for j in [0, 4 * kw] {
+                        let el: Vec<BasicValueEnum> = (0..kw)
+                            .map(|e| self.reg_at(regs, index, [k0 + j + e, r * f.tn], shape))
+                            .collect::<R<_>>()?;
+                        words.push(self.pack32(&el)?);
+                    }
+                }
+                Ok(words)
+            }
+            Src::Smem(t) => {
+                let n = if two { 4 } else { 2 };
+                let col0 = self
+                    .b
+                    .build_int_add(f.wcol, self.i32((rn * f.tn) as u64), "c")?;
+                // Matrix q: K half q&1, column block rn + (q>>1).
+                let colq = self.b.build_int_add(col0, self.scaled(f.q2, f.tn)?, "c")?;
+                if t.contig == 0 {
+                    // K contiguous (storage rows are columns of b): plain ldmatrix.
+                    let i = self.b.build_int_add(
+                        self.i32(k0 as u64),
+                        self.scaled(f.q1, 4 * kw)?,
+                        "i",
+                    )?;
+                    let j = self.b.build_int_add(colq, f.rr, "j")?;
+                    let idx = self.smem_index(t, i, j)?;
+                    let addr = self.smem_addr32(t, idx)?;
+                    self.ldmatrix(addr, n, false)
+                } else if din.bits() == 16 {
+                    // N contiguous: transposed ldmatrix over rows of K.
+                    let i =
+                        self.b
+                            .build_int_add(self.i32(k0 as u64), self.scaled(f.q1, 8)?, "i")?;
+                    let i = self.b.build_int_add(i, f.rr, "i")?;
+                    let idx = self.smem_index(t, i, colq)?;
+                    let addr = self.smem_addr32(t, idx)?;
+                    self.ldmatrix(addr, n, true)
+                } else {
+                    let mut words = Vec::new();
+                    for &r in &blocks {
+                        let c = self
+                            .b
+                            .build_int_add(f.wcol, self.i32((r * f.tn) as u64), "c")?;
+                        let c = self.b.build_int_add(c, f.g, "c")?;
+                        for j in [0, 4 * kw] {
+                            let mut el = Vec::with_capacity(kw as usize);
+                            for e in 0..kw {
+                                let k = self.b.build_int_add(
+                                    f.t_kw,
+                                    self.i32((k0 + j + e) as u64),
+                                    "k",
+                                )?;
+                                el.push(self.smem_load_elem(t, k, c)?);
+                            }
+                            words.push(self.pack32(&el)?);
+                        }
+                    }
+                    Ok(words)
+                }
+            }
+        }
+    }
+
+    fn scaled(&self, x: IntValue<'ctx>, by: u32) -> R<IntValue<'ctx>> {
+        Ok(self.b.build_int_mul(x, self.i32(by as u64), "sc")?)
+    }
+
+    /// One `mma.sync`: returns the new accumulator registers.
+    fn mma(
+        &self,
+        kind: &MmaKind,
+        a: &[BasicValueEnum<'ctx>],
+        b: &[BasicValueEnum<'ctx>],
+        acc: &[BasicValueEnum<'ctx>],
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let n_acc = acc.len();
+        let list = |from: usize, n: usize| -> String {
+            let items: Vec<String> = (from..from + n).map(|i| format!("${i}")).collect();
+            format!("{{{}}}", items.join(", "))
+        };
+        let template = format!(
+            "{} {}, {}, {}, {};",
+            kind.instr,
+            list(0, n_acc),
+            list(n_acc, a.len()),
+            list(n_acc + a.len(), b.len()),
+            list(n_acc + a.len() + b.len(), n_acc),
+        );
+        let mut cons: Vec<String> = (0..n_acc)
+            .map(|_| format!("={}", kind.acc_constraint))
+            .collect();
+        cons.extend((0..a.len() + b.len()).map(|_| "r".to_string()));
+        cons.extend((0..n_acc).map(|i| i.to_string()));
+        let acc_t = acc[0].get_type();
+        let fields: Vec<BasicTypeEnum> = vec![acc_t; n_acc];
+        let ret = self.cx.struct_type(&fields, false);
+        let mut args: Vec<BasicValueEnum> = Vec::with_capacity(a.len() + b.len() + n_acc);
+        args.extend_from_slice(a);
+        args.extend_from_slice(b);
+        args.extend_from_slice(acc);
+        let r = self.asm(ret.into(), &template, &cons.join(","), &args, false)?;
+        let Some(r) = r else {
+            return self.internal("mma returned nothing");
+        };
+        let sv = r.into_struct_value();
+        (0..n_acc as u32)
+            .map(|i| Ok(self.b.build_extract_value(sv, i, "acc")?))
+            .collect()
+    }
+}
+
+/// Per-thread values the fragment reads share: the warp's first row and column, and the
+/// lane's parts (`q = lane / 8` picks an `ldmatrix` matrix, `rr = lane % 8` its row;
+/// `g = lane / 4`, `t = lane % 4` index `mma.sync` fragments).
+struct Frag<'ctx> {
+    kw: u32,
+    tm: u32,
+    tn: u32,
+    wrow: IntValue<'ctx>,
+    wcol: IntValue<'ctx>,
+    q1: IntValue<'ctx>,
+    q2: IntValue<'ctx>,
+    rr: IntValue<'ctx>,
+    q1_x8: IntValue<'ctx>,
+    q1_x8_rr: IntValue<'ctx>,
+    g: IntValue<'ctx>,
+    t_kw: IntValue<'ctx>,
+}
+
+impl<'ctx> Frag<'ctx> {
+    fn new(lw: &Lowering<'ctx, '_>, wm: u32, wn: u32, kw: u32, tm: u32, tn: u32) -> R<Frag<'ctx>> {
+        let b = &lw.b;
+        let (lane, warp) = (lw.lane(), lw.warp());
+        let c = |v: u32| lw.i32(v as u64);
+        let wrow = b.build_int_mul(b.build_and(warp, c(wm - 1), "w")?, c(16), "wr")?;
+        let wc = b.build_right_shift(warp, c(wm.trailing_zeros()), false, "w")?;
+        let wcol = b.build_int_mul(b.build_and(wc, c(wn - 1), "w")?, c(8), "wc")?;
+        let q = b.build_right_shift(lane, c(3), false, "q")?;
+        let q1 = b.build_and(q, c(1), "q1")?;
+        let q2 = b.build_right_shift(q, c(1), false, "q2")?;
+        let rr = b.build_and(lane, c(7), "rr")?;
+        let q1_x8 = b.build_int_mul(q1, c(8), "q8")?;
+        let q1_x8_rr = b.build_int_add(q1_x8, rr, "q8r")?;
+        let g = b.build_right_shift(lane, c(2), false, "g")?;
+        let t = b.build_and(lane, c(3), "t")?;
+        let t_kw = b.build_int_mul(t, c(kw), "tk")?;
+        Ok(Frag {
+            kw,
+            tm,
+            tn,
+            wrow,
+            wcol,
+            q1,
+            q2,
+            rr,
+            q1_x8,
+            q1_x8_rr,
+            g,
+            t_kw,
+        })
+    }
+}

@@ -1,0 +1,279 @@
+//! `dot` operands in shared memory: a tile is written once in a swizzled row-major layout and
+//! read back fragment by fragment (`ldmatrix` where the shapes allow), one K step at a time,
+//! so registers hold only the fragments of the current step.
+//!
+//! Storage: the tile's memory-contiguous dimension is the row. A row is cut into 16-byte
+//! chunks; chunk `c` of row `r` is stored at chunk `c ^ ((r / per_phase) mod max_phase)`.
+//! The eight rows one `ldmatrix` phase reads then fall in eight different bank groups.
+
+use crate::lower::{int_type, Lowering, R};
+use inkwell::types::BasicTypeEnum;
+use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
+use tile_ir::{DType, Elem, Value};
+
+/// The XOR swizzle of 16-byte chunks.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Swizzle {
+    /// Elements per 16-byte chunk.
+    pub vec: u32,
+    /// Consecutive rows sharing one phase.
+    pub per_phase: u32,
+    /// Number of distinct phases.
+    pub max_phase: u32,
+}
+
+impl Swizzle {
+    /// The swizzle for rows of `cols` elements of `eb` bytes.
+    pub fn for_rows(cols: u32, eb: u32) -> Swizzle {
+        let row_bytes = cols * eb;
+        let vec = (16 / eb).max(1);
+        let per_phase = (128 / row_bytes.max(1)).max(1);
+        let max_phase = (row_bytes / 16).clamp(1, 8);
+        Swizzle {
+            vec,
+            per_phase,
+            max_phase,
+        }
+    }
+}
+
+/// A 2-D tile in shared memory.
+#[derive(Copy, Clone)]
+pub(crate) struct SmemTile<'ctx> {
+    /// Start of the tile (shared address space).
+    pub base: PointerValue<'ctx>,
+    /// The tile's shape.
+    pub dims: [u32; 2],
+    /// The tile dimension that is contiguous in storage (the row).
+    pub contig: usize,
+    /// The element type.
+    pub elem: DType,
+    /// The swizzle of the rows.
+    pub swz: Swizzle,
+}
+
+impl<'ctx> SmemTile<'ctx> {
+    /// (rows, columns) of the storage.
+    pub fn storage(&self) -> (u32, u32) {
+        let c = self.dims[self.contig];
+        let r = self.dims[1 - self.contig];
+        (r, c)
+    }
+
+    /// Bytes the tile takes.
+    pub fn bytes(dims: [u32; 2], elem: DType) -> u32 {
+        dims[0] * dims[1] * elem.bytes()
+    }
+}
+
+impl<'ctx> Lowering<'ctx, '_> {
+    /// The element index (not bytes) of tile element `(i, j)`; coordinates wrap at the tile's
+    /// size (copies of small tiles).
+    pub fn smem_index(
+        &self,
+        t: &SmemTile<'ctx>,
+        i: IntValue<'ctx>,
+        j: IntValue<'ctx>,
+    ) -> R<IntValue<'ctx>> {
+        let b = &self.b;
+        let i = b.build_and(i, self.i32((t.dims[0] - 1) as u64), "wi")?;
+        let j = b.build_and(j, self.i32((t.dims[1] - 1) as u64), "wj")?;
+        let (r, c) = if t.contig == 1 { (i, j) } else { (j, i) };
+        let (_, cols) = t.storage();
+        let s = t.swz;
+        let chunk = b.build_right_shift(c, self.i32(s.vec.trailing_zeros() as u64), false, "ch")?;
+        let within = b.build_and(c, self.i32((s.vec - 1) as u64), "in")?;
+        let phase = b.build_right_shift(
+            r,
+            self.i32(s.per_phase.trailing_zeros() as u64),
+            false,
+            "ph",
+        )?;
+        let phase = b.build_and(phase, self.i32((s.max_phase - 1) as u64), "ph")?;
+        let chunk = b.build_xor(chunk, phase, "sw")?;
+        let col = b.build_int_add(
+            b.build_left_shift(chunk, self.i32(s.vec.trailing_zeros() as u64), "sc")?,
+            within,
+            "sc",
+        )?;
+        let row = b.build_left_shift(r, self.i32(cols.trailing_zeros() as u64), "sr")?;
+        Ok(b.build_int_add(row, col, "si")?)
+    }
+
+    /// A pointer to element index `idx` of the tile.
+    pub fn smem_ptr(&self, t: &SmemTile<'ctx>, idx: IntValue<'ctx>) -> R<PointerValue<'ctx>> {
+        let et = crate::lower::memory_type(self.cx, t.elem);
+        // SAFETY of the GEP: indices stay inside the tile, which lies inside the buffer.
+        Ok(unsafe { self.b.build_gep(et, t.base, &[idx], "sp")? })
+    }
+
+    /// The shared address (32 bits) of element index `idx`, for inline PTX.
+    pub fn smem_addr32(&self, t: &SmemTile<'ctx>, idx: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let p = self.smem_ptr(t, idx)?;
+        Ok(self.b.build_ptr_to_int(p, self.cx.i32_type(), "sa")?)
+    }
+
+    /// Writes tile `v` (in its register layout) into shared memory at byte `offset` of the
+    /// shared buffer, rows along its layout's contiguous dimension; 16-byte stores where the
+    /// layout gives a thread whole chunks. No barrier here: the caller orders the accesses.
+    pub fn stage_tile(&mut self, v: Value, offset: u32) -> R<SmemTile<'ctx>> {
+        let ty = *self.func.ty(v);
+        let Elem::Num(d) = ty.elem else {
+            return self.internal("staging a pointer tile");
+        };
+        let dims = ty.shape.dims();
+        if dims.len() != 2 {
+            return self.internal("staging a tile that is not 2-D");
+        }
+        let dims = [dims[0], dims[1]];
+        let layout = self.func.layouts[ty.layout.expect("tiles have layouts")].clone();
+        let (contig, run) = layout.contiguous_dim().unwrap_or((1, 1));
+        let swz = Swizzle::for_rows(dims[contig], d.bytes());
+        let total = offset + SmemTile::bytes(dims, d);
+        let g = self.shared_buffer(total).as_pointer_value();
+        // SAFETY of the GEP: the buffer was sized to hold the tile at `offset`.
+        let base = unsafe {
+            self.b
+                .build_gep(self.cx.i8_type(), g, &[self.i32(offset as u64)], "tile")?
+        };
+        let tile = SmemTile {
+            base,
+            dims,
+            contig,
+            elem: d,
+            swz,
+        };
+        let geo = self.geometry(&ty)?;
+        let regs = self.get(v)?.clone();
+        // The widest run of registers that is contiguous, aligned and inside one chunk.
+        let mut vec = run.min(swz.vec).max(1) as usize;
+        while vec > 1 {
+            let ok = geo.regs.len() % vec == 0
+                && geo.regs.chunks(vec).all(|ch| {
+                    ch[0][contig] % vec as u32 == 0
+                        && ch.iter().enumerate().all(|(k, c)| {
+                            let mut want = ch[0].clone();
+                            want[contig] += k as u32;
+                            *c == want
+                        })
+                });
+            if ok {
+                break;
+            }
+            vec /= 2;
+        }
+        let word_bits = d.bits() * vec as u32;
+        for (ci, chunk) in geo.regs.chunks(vec).enumerate() {
+            let c = &chunk[0];
+            let i = self
+                .b
+                .build_int_add(geo.thread[0], self.i32(c[0] as u64), "ti")?;
+            let j = self
+                .b
+                .build_int_add(geo.thread[1], self.i32(c[1] as u64), "tj")?;
+            let idx = self.smem_index(&tile, i, j)?;
+            let p = self.smem_ptr(&tile, idx)?;
+            let vals = &regs[ci * vec..(ci + 1) * vec];
+            if vec == 1 {
+                let x = self.to_memory_form(d, vals[0])?;
+                self.b.build_store(p, x)?;
+            } else {
+                let packed = self.pack_bits(d, vals)?;
+                let st = self.b.build_store(p, packed)?;
+                st.set_alignment((word_bits / 8).min(16))
+                    .map_err(|e| crate::CodegenError::Internal(e.to_string()))?;
+            }
+        }
+        Ok(tile)
+    }
+
+    fn to_memory_form(&self, d: DType, x: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
+        Ok(if d == DType::I1 {
+            self.b
+                .build_int_z_extend(x.into_int_value(), self.cx.i8_type(), "b2i")?
+                .into()
+        } else {
+            x
+        })
+    }
+
+    /// Elements packed into one vector of 32-bit words (or one narrower integer).
+    fn pack_bits(&self, d: DType, vals: &[BasicValueEnum<'ctx>]) -> R<BasicValueEnum<'ctx>> {
+        let mt = crate::lower::memory_type(self.cx, d);
+        let mut v = crate::lower::vector_of(mt, vals.len() as u32).get_undef();
+        for (k, &x) in vals.iter().enumerate() {
+            let x = self.to_memory_form(d, x)?;
+            v = self
+                .b
+                .build_insert_element(v, x, self.i32(k as u64), "pk")?;
+        }
+        let bits = d.bits().max(8) * vals.len() as u32;
+        let t: BasicTypeEnum = if bits >= 32 {
+            crate::lower::vector_of(self.cx.i32_type().into(), bits / 32).into()
+        } else {
+            int_type(self.cx, bits).into()
+        };
+        Ok(self.b.build_bit_cast(v, t, "pk")?)
+    }
+
+    /// One element of a shared tile, in register form.
+    pub fn smem_load_elem(
+        &self,
+        t: &SmemTile<'ctx>,
+        i: IntValue<'ctx>,
+        j: IntValue<'ctx>,
+    ) -> R<BasicValueEnum<'ctx>> {
+        let idx = self.smem_index(t, i, j)?;
+        let p = self.smem_ptr(t, idx)?;
+        let mt = crate::lower::memory_type(self.cx, t.elem);
+        let x = self.b.build_load(mt, p, "ls")?;
+        Ok(if t.elem == DType::I1 {
+            let x = x.into_int_value();
+            self.b
+                .build_int_compare(
+                    inkwell::IntPredicate::NE,
+                    x,
+                    x.get_type().const_zero(),
+                    "i2b",
+                )?
+                .into()
+        } else {
+            x
+        })
+    }
+
+    /// `ldmatrix` of `n` 8×8 b16 matrices; lane `l` gives the row address `addr` of matrix
+    /// `l / 8`. Returns one 32-bit register per matrix.
+    pub fn ldmatrix(
+        &self,
+        addr: IntValue<'ctx>,
+        n: u32,
+        trans: bool,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let regs: Vec<String> = (0..n).map(|i| format!("${i}")).collect();
+        let t = format!(
+            "ldmatrix.sync.aligned.m8n8.x{n}{}.shared.b16 {{{}}}, [${n}];",
+            if trans { ".trans" } else { "" },
+            regs.join(", ")
+        );
+        let mut cons: Vec<String> = (0..n).map(|_| "=r".to_string()).collect();
+        cons.push("r".into());
+        let i32t: BasicTypeEnum = self.cx.i32_type().into();
+        let ret: BasicTypeEnum = if n == 1 {
+            i32t
+        } else {
+            self.cx.struct_type(&vec![i32t; n as usize], false).into()
+        };
+        let r = self.asm(ret, &t, &cons.join(","), &[addr.into()], true)?;
+        let Some(r) = r else {
+            return self.internal("ldmatrix returned nothing");
+        };
+        if n == 1 {
+            return Ok(vec![r]);
+        }
+        let sv = r.into_struct_value();
+        (0..n)
+            .map(|i| Ok(self.b.build_extract_value(sv, i, "lm")?))
+            .collect()
+    }
+}

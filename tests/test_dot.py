@@ -1,0 +1,228 @@
+"""`tl.dot` in both modes against a float64 reference, by ||out - ref|| / ||ref||, with
+Triton's usual bounds: every supported dtype pair, odd shapes, transposed (strided) operands,
+accumulation forms, epilogues and warps; plus ptxas checks of the PTX (the CPU twins)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tiles
+import tiles.language as tl
+from test_language import np_dtype, random
+
+
+@tiles.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  ACC: tl.constexpr, PRECISION: tl.constexpr, FORM: tl.constexpr, STAGES: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES):
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k * BLOCK_K), other=0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k * BLOCK_K) & (offs_n[None, :] < N), other=0)
+        if FORM == "acc":
+            acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
+        else:
+            acc += tl.dot(a, b, input_precision=PRECISION, out_dtype=ACC)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c = acc.to(c_ptr.dtype.element_ty)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@tiles.jit
+def single_dot_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                      ACT: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    c = tl.dot(a, b) * 0.5 + tl.load(bias_ptr + rn)[None, :]
+    if ACT == "leaky_relu":
+        c = tl.where(c >= 0, c, 0.01 * c)
+    row_max = tl.max(c, axis=1)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+    tl.store(c_ptr + M * N + rm, row_max)
+
+
+# (operand dtype, accumulator dtype, output dtype, input_precision, bound on the relative error)
+CASES = [
+    ("float16", "float32", "float16", "tf32", 1e-2),
+    ("float16", "float32", "float32", "tf32", 1e-2),
+    ("float16", "float16", "float16", "tf32", 1e-2),
+    ("bfloat16", "float32", "bfloat16", "tf32", 1e-2),
+    ("float32", "float32", "float32", "tf32", 1e-3),
+    ("float32", "float32", "float32", "tf32x3", 1e-5),
+    ("float32", "float32", "float32", "ieee", 1e-5),
+    ("float64", "float64", "float64", "ieee", 1e-12),
+    ("int8", "int32", "int32", "tf32", 0.0),
+]
+TL = {"float16": tl.float16, "float32": tl.float32, "float64": tl.float64, "int32": tl.int32}
+
+
+def _operands(rng, dt, shape):
+    if dt == "int8":
+        return random(rng, shape, "int8", -100, 100)
+    return random(rng, shape, dt, -1.0, 1.0)
+
+
+def _rel_err(out, ref):
+    out = out.astype(np.float64)
+    return np.linalg.norm(out - ref) / np.linalg.norm(ref)
+
+
+def run_matmul(dev, rng, M, N, K, dt, acc, out_dt, precision, blocks=(32, 32, 32), num_warps=4,
+               trans_a=False, trans_b=False, form="acc", stages=1):
+    a = _operands(rng, dt, (M, K))
+    b = _operands(rng, dt, (K, N))
+    # Transposed operands: the matrix is stored column-major and read through its strides.
+    a_store = np.ascontiguousarray(a.T) if trans_a else a
+    b_store = np.ascontiguousarray(b.T) if trans_b else b
+    sa = (1, M) if trans_a else (K, 1)
+    sb = (1, K) if trans_b else (N, 1)
+    c = np.zeros((M, N), np_dtype(out_dt))
+    da, db, dc = dev.put(a_store), dev.put(b_store), dev.put(c)
+    bm, bn, bk = blocks
+    grid = (triton_cdiv(M, bm), triton_cdiv(N, bn))
+    matmul_kernel[grid](da, db, dc, M, N, K, sa[0], sa[1], sb[0], sb[1], N, 1,
+                        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, ACC=TL[acc], PRECISION=precision, FORM=form,
+                        STAGES=stages, num_warps=num_warps)
+    out = dev.get(dc)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    return out, ref
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+@pytest.mark.parametrize("dt,acc,out_dt,precision,bound", CASES, ids=[f"{c[0]}-{c[1]}-{c[3]}" for c in CASES])
+def test_dot_dtypes(dev, rng, dt, acc, out_dt, precision, bound):
+    out, ref = run_matmul(dev, rng, 100, 70, 90, dt, acc, out_dt, precision)
+    if bound == 0.0:
+        np.testing.assert_array_equal(out, ref.astype(out.dtype))
+    else:
+        assert _rel_err(out, ref) <= bound
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("dt", ["float16", "float32"])
+def test_dot_transposed_operands(dev, rng, trans_a, trans_b, dt):
+    out, ref = run_matmul(dev, rng, 96, 80, 72, dt, "float32", "float32", "tf32", trans_a=trans_a, trans_b=trans_b)
+    assert _rel_err(out, ref) <= (1e-2 if dt == "float16" else 1e-3)
+
+
+@pytest.mark.parametrize("blocks,num_warps", [((16, 16, 16), 1), ((64, 64, 32), 4), ((128, 64, 32), 4),
+                                              ((64, 128, 64), 8), ((16, 64, 32), 8), ((128, 128, 32), 8)])
+def test_dot_block_shapes_and_warps(dev, rng, blocks, num_warps):
+    out, ref = run_matmul(dev, rng, 200, 190, 130, "float16", "float32", "float32", "tf32", blocks=blocks,
+                          num_warps=num_warps)
+    assert _rel_err(out, ref) <= 1e-2
+
+
+@pytest.mark.parametrize("dt", ["float16", "int8"])
+def test_dot_plus_equals_form(dev, rng, dt):
+    acc, out_dt = ("int32", "int32") if dt == "int8" else ("float32", "float32")
+    out, ref = run_matmul(dev, rng, 64, 64, 96, dt, acc, out_dt, "tf32", form="plus")
+    if dt == "int8":
+        np.testing.assert_array_equal(out, ref.astype(np.int32))
+    else:
+        assert _rel_err(out, ref) <= 1e-2
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+def test_dot_num_stages(dev, rng, stages):
+    out, ref = run_matmul(dev, rng, 130, 120, 300, "float16", "float32", "float16", "tf32", blocks=(64, 64, 32),
+                          stages=stages)
+    assert _rel_err(out, ref) <= 1e-2
+
+
+@pytest.mark.parametrize("act", ["none", "leaky_relu"])
+def test_dot_epilogue_and_reduction(dev, rng, act):
+    M, N, K = 64, 32, 32
+    a = random(rng, (M, K), "float16", -1, 1)
+    b = random(rng, (K, N), "float16", -1, 1)
+    bias = random(rng, (N,), "float32", -1, 1)
+    c = np.zeros(M * N + M, np.float32)
+    dc = dev.put(c)
+    single_dot_kernel[(1,)](dev.put(a), dev.put(b), dev.put(bias), dc, M=M, N=N, K=K, ACT=act)
+    out = dev.get(dc)
+    ref = (a.astype(np.float64) @ b.astype(np.float64)) * 0.5 + bias[None, :]
+    if act == "leaky_relu":
+        ref = np.where(ref >= 0, ref, 0.01 * ref)
+    assert _rel_err(out[: M * N].reshape(M, N), ref) <= 1e-2
+    assert _rel_err(out[M * N:], ref.max(axis=1)) <= 1e-2
+
+
+@tiles.jit
+def bad_dot_kernel(a_ptr, b_ptr, KIND: tl.constexpr):
+    r16 = tl.arange(0, 16)
+    r8 = tl.arange(0, 8)
+    if KIND == "small":
+        a = tl.load(a_ptr + r16[:, None] * 8 + r8[None, :])
+        b = tl.load(b_ptr + r8[:, None] * 16 + r16[None, :])
+    else:
+        a = tl.load(a_ptr + r16[:, None] * 16 + r16[None, :])
+        b = tl.load(b_ptr + r16[:, None] * 16 + r16[None, :]).to(tl.float32)
+    c = tl.dot(a, b)
+    tl.store(a_ptr + r16, tl.sum(c, axis=1).to(tl.float16))
+
+
+@pytest.mark.parametrize("kind,message", [("small", "at least 16"), ("mixed", "one dtype")])
+def test_dot_errors_are_clear(kind, message):
+    with pytest.raises(tiles.CompilationError) as e:
+        tiles.compile(bad_dot_kernel, signature={"a_ptr": "*fp16", "b_ptr": "*fp16"}, constexprs={"KIND": kind})
+    assert message in str(e.value)
+    assert "c = tl.dot(a, b)" in str(e.value)
+
+
+SIG = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
+       "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32", "stride_cm": "i32",
+       "stride_cn": "i32"}
+PTR = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64", "int8": "*i8",
+       "int32": "*i32"}
+
+
+@pytest.mark.parametrize("dt,acc,out_dt,precision,bound", CASES, ids=[f"{c[0]}-{c[1]}-{c[3]}" for c in CASES])
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_dot_ptx_is_accepted(ptxas, dt, acc, out_dt, precision, bound, target):
+    from test_compile import assemble
+
+    sig = dict(SIG, a_ptr=PTR[dt], b_ptr=PTR[dt], c_ptr=PTR[out_dt], stride_am="i32:16", stride_bk="i32:16",
+               stride_cm="i32:16")
+    k = tiles.compile(matmul_kernel, signature=sig,
+                      constexprs={"BLOCK_M": 32 if dt == "float64" else 64, "BLOCK_N": 64, "BLOCK_K": 32,
+                                  "ACC": TL[acc], "PRECISION": precision, "FORM": "acc", "STAGES": 3},
+                      specialization={"a_ptr": 16, "b_ptr": 16, "c_ptr": 16},
+                      equal_to_1=("stride_ak", "stride_bn", "stride_cn"), target=target, num_warps=4)
+    ptx = k.asm["ptx"]
+    tensor_cores = not (dt == "float64" or precision == "ieee")
+    assert ("mma.sync.aligned" in ptx) == tensor_cores
+    report = assemble(ptxas, ptx, target)
+    assert "0 bytes spill stores" in report, report
+
+
+@tiles.jit
+def int8_k16_kernel(a_ptr, b_ptr, c_ptr):
+    r = tl.arange(0, 16)
+    r32 = tl.arange(0, 32)
+    a = tl.load(a_ptr + r32[:, None] * 16 + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * 32 + r32[None, :])
+    tl.store(c_ptr + r32[:, None] * 32 + r32[None, :], tl.dot(a, b))
+
+
+def test_dot_int8_with_k16_is_exact(dev, rng):
+    a = random(rng, (32, 16), "int8")
+    b = random(rng, (16, 32), "int8")
+    c = dev.put(np.zeros((32, 32), np.int32))
+    int8_k16_kernel[(1,)](dev.put(a), dev.put(b), c)
+    np.testing.assert_array_equal(dev.get(c), a.astype(np.int32) @ b.astype(np.int32))
