@@ -114,6 +114,17 @@ def test_dot_dtypes(dev, rng, dt, acc, out_dt, precision, bound):
         assert _rel_err(out, ref) <= bound
 
 
+@pytest.mark.parametrize("dt,acc,out_dt,precision,bound", CASES, ids=[f"{c[0]}-{c[1]}-{c[3]}" for c in CASES])
+def test_dot_dtypes_pipelined(dev, rng, dt, acc, out_dt, precision, bound):
+    # Every dimension a multiple of 16: both operands take the cp.async pipeline (3 stages);
+    # K = 160 leaves the last 64-wide step half masked.
+    out, ref = run_matmul(dev, rng, 128, 96, 160, dt, acc, out_dt, precision, blocks=(64, 32, 64), stages=3)
+    if bound == 0.0:
+        np.testing.assert_array_equal(out, ref.astype(out.dtype))
+    else:
+        assert _rel_err(out, ref) <= bound
+
+
 @pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("dt", ["float16", "float32"])
 def test_dot_transposed_operands(dev, rng, trans_a, trans_b, dt):
@@ -141,7 +152,7 @@ def test_dot_plus_equals_form(dev, rng, dt):
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
 def test_dot_num_stages(dev, rng, stages):
-    out, ref = run_matmul(dev, rng, 130, 120, 300, "float16", "float32", "float16", "tf32", blocks=(64, 64, 32),
+    out, ref = run_matmul(dev, rng, 130, 120, 304, "float16", "float32", "float16", "tf32", blocks=(64, 64, 32),
                           stages=stages)
     assert _rel_err(out, ref) <= 1e-2
 
@@ -198,7 +209,7 @@ def test_dot_ptx_is_accepted(ptxas, dt, acc, out_dt, precision, bound, target):
     from test_compile import assemble
 
     sig = dict(SIG, a_ptr=PTR[dt], b_ptr=PTR[dt], c_ptr=PTR[out_dt], stride_am="i32:16", stride_bk="i32:16",
-               stride_cm="i32:16")
+               stride_cm="i32:16", K="i32:16")
     k = tiles.compile(matmul_kernel, signature=sig,
                       constexprs={"BLOCK_M": 32 if dt == "float64" else 64, "BLOCK_N": 64, "BLOCK_K": 32,
                                   "ACC": TL[acc], "PRECISION": precision, "FORM": "acc", "STAGES": 3},
@@ -207,6 +218,10 @@ def test_dot_ptx_is_accepted(ptxas, dt, acc, out_dt, precision, bound, target):
     ptx = k.asm["ptx"]
     tensor_cores = not (dt == "float64" or precision == "ieee")
     assert ("mma.sync.aligned" in ptx) == tensor_cores
+    # Tensor-core operands are pipelined through shared memory with cp.async (3 stages) and
+    # read with ldmatrix (here `a` is K-contiguous, which ldmatrix serves for every type).
+    assert ("cp.async.cg.shared.global" in ptx) == tensor_cores
+    assert ("ldmatrix.sync.aligned" in ptx) == tensor_cores
     report = assemble(ptxas, ptx, target)
     assert "0 bytes spill stores" in report, report
 

@@ -94,6 +94,9 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     fn reg_src(&mut self, v: Value) -> R<Src<'ctx>> {
+        if let Some(t) = self.views.get(&v) {
+            return Ok(Src::Smem(*t));
+        }
         let ty = *self.func.ty(v);
         let g = self.geometry(&ty)?;
         let index = g

@@ -85,6 +85,16 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// Conversions to `dot` operand layouts deferred to their `dot`, which stages the source
     /// tile in shared memory (result -> source).
     pub staged: HashMap<Value, Value>,
+    /// `local_view` results: tiles in a ring buffer slot.
+    pub views: HashMap<Value, crate::operand::SmemTile<'ctx>>,
+    /// Ring buffers of `async_copy`: byte offset and slot layout.
+    pub rings: HashMap<u8, crate::operand::Ring>,
+    /// Bytes the ring buffers take, at the start of shared memory.
+    pub ring_bytes: u32,
+    /// Where scratch shared memory starts (past the rings while they are live).
+    pub scratch_base: u32,
+    /// Loops entered around the op being lowered.
+    pub loop_depth: u32,
     /// Results of such conversions (decided before lowering).
     deferrable: std::collections::HashSet<Value>,
 }
@@ -192,7 +202,13 @@ pub(crate) fn lower_kernel<'ctx>(
         fp_fusion: options.fp_fusion,
         staged: HashMap::new(),
         deferrable: deferrable_conversions(func),
+        views: HashMap::new(),
+        rings: HashMap::new(),
+        ring_bytes: 0,
+        scratch_base: 0,
+        loop_depth: 0,
     };
+    lw.plan_rings()?;
     for (i, &a) in entry_args.iter().enumerate() {
         let p = kernel
             .get_nth_param(i as u32)
@@ -516,6 +532,22 @@ impl<'ctx> Lowering<'ctx, '_> {
             OpKind::While => self.lower_while(op)?,
             OpKind::Barrier => self.barrier_sync()?,
             OpKind::Dot { precision } => self.lower_dot(op, precision)?,
+            OpKind::AsyncCopy(a) => self.lower_async_copy(&data, a)?,
+            OpKind::AsyncCommit => self.asm_void("cp.async.commit_group;", "~{memory}", &[])?,
+            OpKind::AsyncWait { pending } => {
+                self.asm_void(&format!("cp.async.wait_group {pending};"), "~{memory}", &[])?;
+                if pending == 0 && self.loop_depth == 0 {
+                    // Every copy has landed: the rings' memory is free for scratch again
+                    // (after a barrier, which the next writer takes since the rings were read).
+                    self.scratch_base = 0;
+                    self.smem_busy = true;
+                }
+            }
+            OpKind::LocalView { buf, .. } => {
+                let slot = self.get(data.operands[0])?[0].into_int_value();
+                let t = self.ring_slot(buf, slot)?;
+                self.views.insert(data.results[0], t);
+            }
             OpKind::Atomic(a) => {
                 let out = self.lower_atomic(&data, a)?;
                 self.set(op, out);
@@ -593,7 +625,22 @@ impl<'ctx> Lowering<'ctx, '_> {
         })
     }
 
-    /// Shared memory for layout conversions: one buffer, sized for the largest.
+    /// Scratch shared memory for one op (layout conversions, reductions, staging): it starts
+    /// past the ring buffers while those are live, and is reused by the next op.
+    pub fn shared_scratch(&mut self, bytes: u32) -> R<inkwell::values::PointerValue<'ctx>> {
+        let base = self.scratch_base;
+        let g = self.shared_buffer(base + bytes).as_pointer_value();
+        if base == 0 {
+            return Ok(g);
+        }
+        // SAFETY of the GEP: the buffer was sized to hold `base + bytes`.
+        Ok(unsafe {
+            self.b
+                .build_gep(self.cx.i8_type(), g, &[self.i32(base as u64)], "scratch")?
+        })
+    }
+
+    /// The shared buffer: one, sized for the largest use.
     pub fn shared_buffer(&mut self, bytes: u32) -> GlobalValue<'ctx> {
         self.smem_bytes = self.smem_bytes.max(bytes.next_multiple_of(16));
         match self.smem {
@@ -662,7 +709,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.vals
                 .insert(args[k + 1], ps.iter().map(|p| p.as_basic_value()).collect());
         }
+        self.loop_depth += 1;
         let yields = self.lower_block(rb)?;
+        self.loop_depth -= 1;
         let next = self.b.build_int_add(ivv, step, "iv.next")?;
         let latch = self.b.get_insert_block().expect("positioned");
         iv.add_incoming(&[(&next, latch)]);
@@ -712,6 +761,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.vals
                 .insert(bargs[k], ps.iter().map(|p| p.as_basic_value()).collect());
         }
+        self.loop_depth += 1;
         let ys = self.lower_block(before)?;
         let cond = self.get(ys[0])?[0].into_int_value();
         let passed: Vec<Vec<BasicValueEnum>> = ys[1..]
@@ -726,6 +776,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.vals.insert(aargs[k], regs.clone());
         }
         let next = self.lower_block(after)?;
+        self.loop_depth -= 1;
         let latch = self.b.get_insert_block().expect("positioned");
         for (k, ps) in phis.iter().enumerate() {
             let regs = self.get(next[k])?.clone();

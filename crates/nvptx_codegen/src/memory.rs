@@ -419,7 +419,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             strides[d] = strides[d + 1] * shape[d + 1];
         }
         let bytes = (sty.shape.numel() as u32) * ebytes;
-        let smem = self.shared_buffer(bytes).as_pointer_value();
+        let smem = self.shared_scratch(bytes)?;
         let sg = self.geometry(&sty)?;
         let rg = self.geometry(rty)?;
         let base = |lw: &Self, thread: &[IntValue<'ctx>]| -> R<IntValue<'ctx>> {
@@ -595,7 +595,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let et = memory_type(self.cx, d);
         let numel = pty.shape.numel().max(1) as u32;
-        let smem = self.shared_buffer(numel * d.bytes()).as_pointer_value();
+        let smem = self.shared_scratch(numel * d.bytes())?;
         let owner = self.owner(pty)?.expect("called with replication");
         let idx: Vec<inkwell::values::IntValue<'ctx>> = if pty.is_scalar() {
             vec![self.i32(0)]

@@ -9,7 +9,7 @@
 use crate::lower::{int_type, Lowering, R};
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
-use tile_ir::{DType, Elem, Value};
+use tile_ir::{DType, Elem, OpKind, Value};
 
 /// The XOR swizzle of 16-byte chunks.
 #[derive(Copy, Clone, Debug)]
@@ -130,7 +130,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let (contig, run) = layout.contiguous_dim().unwrap_or((1, 1));
         let swz = Swizzle::for_rows(dims[contig], d.bytes());
         let total = offset + SmemTile::bytes(dims, d);
-        let g = self.shared_buffer(total).as_pointer_value();
+        let g = self.shared_scratch(total)?;
         // SAFETY of the GEP: the buffer was sized to hold the tile at `offset`.
         let base = unsafe {
             self.b
@@ -275,5 +275,158 @@ impl<'ctx> Lowering<'ctx, '_> {
         (0..n)
             .map(|i| Ok(self.b.build_extract_value(sv, i, "lm")?))
             .collect()
+    }
+}
+
+/// A ring of `stages` tile slots written by `async_copy`.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Ring {
+    /// Byte offset in the shared buffer.
+    pub offset: u32,
+    /// Tile shape.
+    pub dims: [u32; 2],
+    /// The storage row's tile dimension.
+    pub contig: usize,
+    /// Element type.
+    pub elem: DType,
+    /// Bytes per slot.
+    pub slot_bytes: u32,
+}
+
+impl<'ctx> Lowering<'ctx, '_> {
+    /// Places every ring buffer at the start of shared memory; scratch space starts past them
+    /// until the rings are retired.
+    pub fn plan_rings(&mut self) -> R<()> {
+        let mut offset = 0u32;
+        for op in self.func.ops_in_order() {
+            let d = &self.func.ops[op];
+            let OpKind::AsyncCopy(a) = d.kind else {
+                continue;
+            };
+            if self.rings.contains_key(&a.buf) {
+                continue;
+            }
+            let ty = *self.func.ty(d.operands[0]);
+            let Elem::Ptr(e) = ty.elem else {
+                return self.internal("async_copy through a non-pointer");
+            };
+            let dims = ty.shape.dims();
+            let Some(layout) = ty.layout.map(|l| &self.func.layouts[l]) else {
+                return self.internal("async_copy without a layout");
+            };
+            let contig = layout.contiguous_dim().map_or(1, |c| c.0);
+            let dims = [dims[0], dims[1]];
+            let slot_bytes = SmemTile::bytes(dims, e).next_multiple_of(128);
+            self.rings.insert(
+                a.buf,
+                Ring {
+                    offset,
+                    dims,
+                    contig,
+                    elem: e,
+                    slot_bytes,
+                },
+            );
+            offset += slot_bytes * a.stages.max(1) as u32;
+        }
+        self.ring_bytes = offset;
+        self.scratch_base = offset;
+        if offset > 0 {
+            self.shared_buffer(offset);
+        }
+        Ok(())
+    }
+
+    /// Slot `slot` of ring `buf` as a shared tile.
+    pub fn ring_slot(&mut self, buf: u8, slot: IntValue<'ctx>) -> R<SmemTile<'ctx>> {
+        let Some(r) = self.rings.get(&buf).copied() else {
+            return self.unsupported(format!(
+                "local_view of ring buffer {buf}, which no async_copy writes"
+            ));
+        };
+        let g = self.shared_buffer(self.ring_bytes).as_pointer_value();
+        let off = self
+            .b
+            .build_int_mul(slot, self.i32(r.slot_bytes as u64), "slot")?;
+        let off = self
+            .b
+            .build_int_add(off, self.i32(r.offset as u64), "slot")?;
+        // SAFETY of the GEP: slots are below `stages` by construction of the loop.
+        let base = unsafe { self.b.build_gep(self.cx.i8_type(), g, &[off], "ring")? };
+        Ok(SmemTile {
+            base,
+            dims: r.dims,
+            contig: r.contig,
+            elem: r.elem,
+            swz: Swizzle::for_rows(r.dims[r.contig], r.elem.bytes()),
+        })
+    }
+
+    /// `cp.async` of each thread's chunks into the ring slot; masked-off chunks are zero-filled
+    /// (source size 0, nothing read).
+    pub fn lower_async_copy(
+        &mut self,
+        data: &tile_ir::OpData,
+        a: tile_ir::AsyncCopyAttrs,
+    ) -> R<()> {
+        let ptr = data.operands[0];
+        let ty = *self.func.ty(ptr);
+        let slot = self.get(data.operands[1])?[0].into_int_value();
+        let t = self.ring_slot(a.buf, slot)?;
+        let ptrs = self.get(ptr)?.clone();
+        let mask = if a.masked {
+            Some(self.get(data.operands[2])?.clone())
+        } else {
+            None
+        };
+        let geo = self.geometry(&ty)?;
+        let vec = a.vector.max(1) as usize;
+        let bytes = vec as u32 * t.elem.bytes();
+        let contiguous = geo.regs.len() % vec == 0
+            && geo.regs.chunks(vec).all(|ch| {
+                ch[0][t.contig] % vec as u32 == 0
+                    && ch.iter().enumerate().all(|(k, c)| {
+                        let mut want = ch[0].clone();
+                        want[t.contig] += k as u32;
+                        *c == want
+                    })
+            });
+        if !contiguous || !matches!(bytes, 4 | 8 | 16) {
+            return self.unsupported(format!(
+                "async_copy of {vec} elements per thread ({bytes} bytes; cp.async moves 4, 8 or 16 contiguous bytes)"
+            ));
+        }
+        let template = if bytes == 16 {
+            "cp.async.cg.shared.global [$0], [$1], 16, $2;".to_string()
+        } else {
+            format!("cp.async.ca.shared.global [$0], [$1], {bytes}, $2;")
+        };
+        for (ci, chunk) in geo.regs.chunks(vec).enumerate() {
+            let c = &chunk[0];
+            let i = self
+                .b
+                .build_int_add(geo.thread[0], self.i32(c[0] as u64), "ti")?;
+            let j = self
+                .b
+                .build_int_add(geo.thread[1], self.i32(c[1] as u64), "tj")?;
+            let idx = self.smem_index(&t, i, j)?;
+            let saddr = self.smem_addr32(&t, idx)?;
+            let g = ptrs[ci * vec];
+            let size = match &mask {
+                Some(m) => {
+                    let on = m[ci * vec].into_int_value();
+                    self.b
+                        .build_select(on, self.i32(bytes as u64), self.i32(0), "sz")?
+                        .into_int_value()
+                }
+                None => self.i32(bytes as u64),
+            };
+            self.asm_void(
+                &template,
+                "r,l,r,~{memory}",
+                &[saddr.into(), g, size.into()],
+            )?;
+        }
+        Ok(())
     }
 }

@@ -233,7 +233,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             total += numel * warps * bytes;
             types.push((t, bytes));
         }
-        let smem = self.shared_buffer(total).as_pointer_value();
+        let smem = self.shared_scratch(total)?;
         let i8t = self.cx.i8_type();
         let wid =
             self.b

@@ -104,7 +104,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         reads: &[(Type, Vec<u32>, u32)],
     ) -> R<Vec<Vec<BasicValueEnum<'ctx>>>> {
         let (et, eb) = self.smem_elem(elem);
-        let smem = self.shared_buffer(total * eb).as_pointer_value();
+        let smem = self.shared_scratch(total * eb)?;
         self.fence_before_shared_write()?;
         for (v, strides, base) in writes {
             let ty = *self.func.ty(*v);
@@ -250,7 +250,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             total_base.push(bytes);
             bytes += lines * segs * eb;
         }
-        let smem = self.shared_buffer(bytes).as_pointer_value();
+        let smem = self.shared_scratch(bytes)?;
         // 1. The tile, row-major.
         self.fence_before_shared_write()?;
         for (k, &v) in data.operands.iter().enumerate() {

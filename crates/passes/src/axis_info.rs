@@ -3,7 +3,10 @@
 //! 1. Seed facts: kernel parameters carry their specialised divisibility; constants, `arange`
 //!    and `program_id` have exact facts.
 //! 2. Walk ops in program order; each op's rule combines its operands' facts (below).
-//! 3. Loop-carried values and `if` results are taken as unknown (sound, if pessimistic).
+//! 3. Loop-carried values start from their inits; the body is re-analysed with the meet of
+//!    the inits' and the yielded values' facts until nothing changes (a few rounds; facts only
+//!    weaken). `for` results and `if` results are the meet of what can reach them. `while`
+//!    state is taken as unknown (sound, if pessimistic).
 //!
 //! Facts, per dimension `d`:
 //! - `contiguity[d]`: the values come in runs of this many consecutive integers (step +1);
@@ -116,10 +119,110 @@ pub fn analyze(func: &Function) -> AxisInfoMap {
             },
         );
     }
-    for op in func.ops_in_order() {
-        visit(func, op, &mut infos);
-    }
+    analyze_block(func, func.entry, &mut infos);
     AxisInfoMap { infos }
+}
+
+/// Facts true of both `a` and `b`.
+fn meet(a: &AxisInfo, b: &AxisInfo) -> AxisInfo {
+    let mut out = AxisInfo::default();
+    for d in 0..MAX_RANK {
+        out.contiguity[d] = gcd(a.contiguity[d], b.contiguity[d]).max(1);
+        out.divisibility[d] = gcd(a.divisibility[d], b.divisibility[d]).max(1);
+        out.constancy[d] = gcd(a.constancy[d], b.constancy[d]).max(1);
+    }
+    out.constant = if a.constant == b.constant {
+        a.constant
+    } else {
+        None
+    };
+    out
+}
+
+/// Most rounds of re-analysing a loop body before its carried values are taken as unknown.
+const LOOP_ROUNDS: usize = 6;
+
+fn analyze_block(func: &Function, b: tile_ir::Block, infos: &mut SecondaryMap<Value, AxisInfo>) {
+    for &op in &func.blocks[b].ops {
+        visit(func, op, infos);
+        let data = &func.ops[op];
+        match data.kind {
+            OpKind::For { .. } => {
+                let body = func.region_block(op, 0);
+                let args = &func.blocks[body].args;
+                let y = *func.blocks[body].ops.last().expect("regions end in yield");
+                let mut cur: Vec<AxisInfo> = data.operands[3..]
+                    .iter()
+                    .map(|&v| infos.get(v).clone())
+                    .collect();
+                for round in 0..=LOOP_ROUNDS {
+                    for (k, c) in cur.iter().enumerate() {
+                        infos.set(args[k + 1], c.clone());
+                    }
+                    analyze_block(func, body, infos);
+                    if round == LOOP_ROUNDS {
+                        break;
+                    }
+                    let next: Vec<AxisInfo> = cur
+                        .iter()
+                        .zip(&func.ops[y].operands)
+                        .map(|(c, &v)| meet(c, infos.get(v)))
+                        .collect();
+                    if next == cur {
+                        break;
+                    }
+                    cur = if round + 1 == LOOP_ROUNDS {
+                        vec![AxisInfo::default(); cur.len()]
+                    } else {
+                        next
+                    };
+                }
+                for (k, &r) in data.results.iter().enumerate() {
+                    infos.set(r, cur[k].clone());
+                }
+            }
+            OpKind::If => {
+                let mut out: Option<Vec<AxisInfo>> = None;
+                for i in 0..2 {
+                    let rb = func.region_block(op, i);
+                    analyze_block(func, rb, infos);
+                    let y = *func.blocks[rb].ops.last().expect("regions end in yield");
+                    let ys: Vec<AxisInfo> = func.ops[y]
+                        .operands
+                        .iter()
+                        .map(|&v| infos.get(v).clone())
+                        .collect();
+                    out = Some(match out {
+                        None => ys,
+                        Some(prev) => prev.iter().zip(&ys).map(|(a, b)| meet(a, b)).collect(),
+                    });
+                }
+                for (k, &r) in data.results.iter().enumerate() {
+                    infos.set(
+                        r,
+                        out.as_ref()
+                            .map_or_else(AxisInfo::default, |o| o[k].clone()),
+                    );
+                }
+            }
+            _ => {
+                for &r in &data.regions {
+                    let rb = func.regions[r].block;
+                    for &a in &func.blocks[rb].args {
+                        if !matches!(data.kind, OpKind::For { .. }) {
+                            infos.set(a, AxisInfo::default());
+                        }
+                    }
+                    analyze_block(func, rb, infos);
+                }
+                if !data.regions.is_empty() {
+                    for &r in &data.results {
+                        infos.set(r, AxisInfo::default());
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
@@ -291,6 +394,15 @@ fn binary(op: BinaryOp, a: &AxisInfo, b: &AxisInfo, rank: usize) -> AxisInfo {
                     1
                 };
                 out.divisibility[d] = da.saturating_mul(db).min(MAX_DIV);
+            }
+            BinaryOp::Rem => {
+                // `x % n` with n uniform over x's runs and a multiple of g: runs of x cut into
+                // pieces of g that start at multiples of g never wrap inside a piece.
+                if b.constancy[d] >= a.contiguity[d] {
+                    let g = gcd(gcd(a.contiguity[d], b.divisibility[d]), a.divisibility[d]);
+                    out.contiguity[d] = g.max(1);
+                }
+                out.divisibility[d] = gcd(a.divisibility[d], b.divisibility[d]);
             }
             BinaryOp::Shl => {
                 if let Some(k) = b.constant.filter(|k| (0..30).contains(k)) {

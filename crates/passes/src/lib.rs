@@ -15,5 +15,6 @@ pub mod axis_info;
 pub mod layouts;
 pub mod pipeline;
 pub mod simplify;
+pub mod software_pipeline;
 
 pub use pipeline::{run_pass, run_pipeline, PassError, PipelineOptions, RunPassError, PASS_NAMES};

@@ -1,6 +1,6 @@
 //! The pass pipeline, in the order it runs. Read top to bottom.
 
-use crate::{axis_info, layouts, simplify};
+use crate::{axis_info, layouts, simplify, software_pipeline};
 use tile_ir::{verify, Function, VerifyErrors};
 
 /// Why the pipeline stopped.
@@ -69,17 +69,31 @@ pub fn run_pipeline(
         simplify::eliminate_common_subexpressions(f);
         simplify::eliminate_dead_code(f);
     })?;
+    step("pipeline_loops", func, &|f| {
+        if software_pipeline::pipeline_loops(f) > 0 {
+            simplify::eliminate_common_subexpressions(f);
+            simplify::eliminate_dead_code(f);
+        }
+    })?;
     check("pipeline", func)
 }
 
 /// The passes that can be run one by one (`tiles-opt --passes=...`), in pipeline order.
-pub const PASS_NAMES: [&str; 4] = ["fold_constants", "cse", "dce", "assign_layouts"];
+pub const PASS_NAMES: [&str; 5] = [
+    "fold_constants",
+    "cse",
+    "dce",
+    "assign_layouts",
+    "pipeline_loops",
+];
 
 /// Why a named pass could not run.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RunPassError {
     /// No pass has this name.
-    #[error("unknown pass `{0}` (known: fold_constants, cse, dce, assign_layouts)")]
+    #[error(
+        "unknown pass `{0}` (known: fold_constants, cse, dce, assign_layouts, pipeline_loops)"
+    )]
     Unknown(String),
     /// The IR was invalid after the pass.
     #[error(transparent)]
@@ -101,6 +115,9 @@ pub fn run_pass(name: &str, func: &mut Function) -> Result<(), RunPassError> {
         "assign_layouts" => {
             let info = axis_info::analyze(func);
             layouts::assign_layouts(func, &info);
+        }
+        "pipeline_loops" => {
+            software_pipeline::pipeline_loops(func);
         }
         other => return Err(RunPassError::Unknown(other.to_string())),
     }

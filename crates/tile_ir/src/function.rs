@@ -205,6 +205,17 @@ impl Function {
         op
     }
 
+    /// Appends a result of type `ty` to `op`.
+    pub fn add_result(&mut self, op: Op, ty: Type) -> Value {
+        let n = self.ops[op].results.len() as u32;
+        let v = self.values.push(ValueData {
+            ty,
+            def: ValueDef::Result(op, n),
+        });
+        self.ops[op].results.push(v);
+        v
+    }
+
     /// Creates a region with a fresh block, owned by `op`.
     pub fn add_region(&mut self, op: Op) -> Block {
         let block = self.blocks.push(BlockData::default());

@@ -338,6 +338,19 @@ impl DotPrecision {
     }
 }
 
+/// Attributes of an `async_copy`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct AsyncCopyAttrs {
+    /// The shared ring buffer written.
+    pub buf: u8,
+    /// Slots in the ring.
+    pub stages: u8,
+    /// Whether a mask operand follows the slot (masked-off elements become zeros).
+    pub masked: bool,
+    /// Elements per copy instruction (4, 8 or 16 bytes).
+    pub vector: u8,
+}
+
 /// Attributes of a load or a store.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct MemAttrs {
@@ -454,6 +467,25 @@ pub enum OpKind {
         /// How `f32` inputs are rounded (ignored for other types).
         precision: DotPrecision,
     },
+    /// Starts copying a tile from global memory into slot `slot` of shared ring buffer `buf`
+    /// (`cp.async`): operands `ptr slot [mask]`. The data may be read (by `local_view`) once
+    /// an `async_wait` has retired its group and a barrier has been passed.
+    AsyncCopy(AsyncCopyAttrs),
+    /// Closes the group of `async_copy`s issued since the last commit.
+    AsyncCommit,
+    /// Waits until at most `pending` committed groups are still in flight.
+    AsyncWait {
+        /// Groups that may remain in flight.
+        pending: u8,
+    },
+    /// Slot `slot` (operand) of shared ring buffer `buf`, seen as a `dot` operand tile; its
+    /// only users are `dot`s, which read the fragments they need from shared memory.
+    LocalView {
+        /// The ring buffer.
+        buf: u8,
+        /// Slots in the ring.
+        stages: u8,
+    },
     /// Every thread of the program waits here (`bar.sync`).
     Barrier,
     /// Ends the kernel.
@@ -494,6 +526,10 @@ impl OpKind {
             OpKind::Split => "split",
             OpKind::Atomic(_) => "atomic",
             OpKind::Dot { .. } => "dot",
+            OpKind::AsyncCopy(_) => "async_copy",
+            OpKind::AsyncCommit => "async_commit",
+            OpKind::AsyncWait { .. } => "async_wait",
+            OpKind::LocalView { .. } => "local_view",
             OpKind::Barrier => "barrier",
             OpKind::Print { .. } => "print",
             OpKind::Assert { .. } => "assert",
@@ -512,6 +548,9 @@ impl OpKind {
                 | OpKind::If
                 | OpKind::While
                 | OpKind::Atomic(_)
+                | OpKind::AsyncCopy(_)
+                | OpKind::AsyncCommit
+                | OpKind::AsyncWait { .. }
                 | OpKind::Barrier
                 | OpKind::Print { .. }
                 | OpKind::Assert { .. }

@@ -8,8 +8,8 @@ use crate::entities::{Block, LayoutId, Op, Value};
 use crate::function::{Function, Loc};
 use crate::layout::{BlockedLayout, Layout, MmaLayout};
 use crate::ops::{
-    AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, DotPrecision, MemAttrs, MemScope, MemSem,
-    OpKind, UnaryOp,
+    AsyncCopyAttrs, AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, DotPrecision, MemAttrs,
+    MemScope, MemSem, OpKind, UnaryOp,
 };
 use crate::types::{Elem, Shape, Type, MAX_RANK};
 use std::collections::HashMap;
@@ -595,6 +595,20 @@ impl Parser<'_> {
             "return" => OpKind::Return,
             "convert_layout" => OpKind::ConvertLayout,
             "barrier" => OpKind::Barrier,
+            "async_copy" => OpKind::AsyncCopy(AsyncCopyAttrs {
+                buf: self.small(self.attr_int(attrs, "buf", at)?, at)?,
+                stages: self.small(self.attr_int(attrs, "stages", at)?, at)?,
+                masked: flag("masked"),
+                vector: self.small(self.attr_int(attrs, "vector", at)?, at)?,
+            }),
+            "async_commit" => OpKind::AsyncCommit,
+            "async_wait" => OpKind::AsyncWait {
+                pending: self.small(self.attr_int(attrs, "pending", at)?, at)?,
+            },
+            "local_view" => OpKind::LocalView {
+                buf: self.small(self.attr_int(attrs, "buf", at)?, at)?,
+                stages: self.small(self.attr_int(attrs, "stages", at)?, at)?,
+            },
             "dot" => {
                 let w = self.attr_word(attrs, "precision", at)?;
                 match DotPrecision::from_name(w) {

@@ -100,6 +100,15 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
         OpKind::Compare(p) => format!(" {{pred = {}}}", p.name()),
         OpKind::Reduce { axis } => format!(" {{axis = {axis}}}"),
         OpKind::For { stages } if *stages > 0 => format!(" {{stages = {stages}}}"),
+        OpKind::AsyncCopy(a) => format!(
+            " {{buf = {}, stages = {}{}, vector = {}}}",
+            a.buf,
+            a.stages,
+            if a.masked { ", masked" } else { "" },
+            a.vector
+        ),
+        OpKind::AsyncWait { pending } => format!(" {{pending = {pending}}}"),
+        OpKind::LocalView { buf, stages } => format!(" {{buf = {buf}, stages = {stages}}}"),
         OpKind::Dot { precision } => format!(" {{precision = {}}}", precision.name()),
         OpKind::Scan { axis, reverse } => format!(
             " {{axis = {axis}{}}}",

@@ -63,6 +63,9 @@ pub fn verify(func: &Function) -> Result<(), VerifyErrors> {
     let mut scope: HashSet<Value> = func.blocks[func.entry].args.iter().copied().collect();
     v.block(func.entry, &mut scope, true);
     if v.errors.is_empty() {
+        v.check_buffers();
+    }
+    if v.errors.is_empty() {
         Ok(())
     } else {
         Err(VerifyErrors(v.errors))
@@ -70,6 +73,60 @@ pub fn verify(func: &Function) -> Result<(), VerifyErrors> {
 }
 
 impl Verifier<'_> {
+    /// Every `async_copy` and `local_view` of one ring buffer agrees on its tile shape,
+    /// element type and number of slots; views only read buffers something writes.
+    fn check_buffers(&mut self) {
+        let f = self.func;
+        let mut seen: std::collections::HashMap<u8, (crate::Shape, Option<DType>, u8)> =
+            std::collections::HashMap::new();
+        let mut views = Vec::new();
+        for op in f.ops_in_order() {
+            let d = &f.ops[op];
+            let (buf, desc) = match d.kind {
+                OpKind::AsyncCopy(a) => {
+                    let t = f.ty(d.operands[0]);
+                    let Elem::Ptr(e) = t.elem else { continue };
+                    (a.buf, (t.shape, Some(e), a.stages))
+                }
+                OpKind::LocalView { buf, stages } => {
+                    let t = f.ty(d.results[0]);
+                    views.push((op, buf));
+                    (buf, (t.shape, t.dtype(), stages))
+                }
+                _ => continue,
+            };
+            match seen.get(&buf) {
+                Some(&prev) if prev != desc => {
+                    self.err(
+                        op,
+                        format!("ring buffer {buf} is used with another shape, type or depth"),
+                    );
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(buf, desc);
+                }
+            }
+        }
+        let written: HashSet<u8> = f
+            .ops_in_order()
+            .into_iter()
+            .filter_map(|o| match f.ops[o].kind {
+                OpKind::AsyncCopy(a) => Some(a.buf),
+                _ => None,
+            })
+            .collect();
+        for (op, buf) in views {
+            if !written.contains(&buf) {
+                self.err(
+                    op,
+                    format!("local_view reads ring buffer {buf}, which nothing writes"),
+                );
+            }
+        }
+    }
+
     fn err(&mut self, op: Op, message: String) {
         self.errors.push(VerifyError {
             op: Some(op),
@@ -145,6 +202,9 @@ impl Verifier<'_> {
             OpKind::ConvertLayout => expect(1),
             OpKind::Binary(_) | OpKind::Compare(_) | OpKind::AddPtr => expect(2),
             OpKind::Fma | OpKind::Select | OpKind::Dot { .. } => expect(3),
+            OpKind::AsyncCopy(a) => expect(2 + a.masked as usize),
+            OpKind::AsyncCommit | OpKind::AsyncWait { .. } => expect(0),
+            OpKind::LocalView { .. } => expect(1),
             OpKind::Load(m) => expect(1 + m.masked as usize + m.has_other as usize),
             OpKind::Store(m) => expect(2 + m.masked as usize),
             OpKind::For { .. } => n >= 3,
@@ -386,6 +446,19 @@ impl Verifier<'_> {
                 }
             }
         }
+        if let OpKind::LocalView { .. } = kind {
+            if !matches!(self.layout(results[0]), Some(Layout::DotOperand { .. })) {
+                self.err(op, "local_view gives a #dot_op tile".into());
+            }
+        }
+        if let OpKind::AsyncCopy(a) = kind {
+            if a.masked && self.layout(operands[0]) != self.layout(operands[2]) {
+                self.err(
+                    op,
+                    "async_copy: the mask has another layout than the pointers".into(),
+                );
+            }
+        }
         if let OpKind::Dot { .. } = kind {
             let (la, lb, lc, lr) = (
                 self.layout(operands[0]),
@@ -440,6 +513,7 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
         | K::Barrier
         | K::Print { .. }
         | K::Assert { .. } => None,
+        K::AsyncCopy(_) | K::AsyncCommit | K::AsyncWait { .. } => Some(0),
         K::For { .. } | K::While | K::Reduce { .. } | K::Scan { .. } => None,
         K::Split => Some(2),
         _ => Some(1),
@@ -678,6 +752,27 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
         }
         K::Assert { .. } => (ops[0].elem != i1).then(|| "assert needs an i1".into()),
         K::Dot { precision } => dot_rule(&ops[0], &ops[1], &ops[2], &res[0], precision),
+        K::AsyncCopy(a) => {
+            let p = ops[0];
+            let ok = p.elem.is_ptr()
+                && p.shape.rank() == 2
+                && ops[1] == Type::num(D::I32)
+                && (!a.masked || ops[2] == tile_of(&p, i1) || same(&ops[2], &tile_of(&p, i1)))
+                && a.stages >= 1
+                && a.vector >= 1
+                && a.vector.is_power_of_two();
+            (!ok).then(|| {
+                "async_copy takes a 2-D pointer tile, an i32 slot and an optional i1 mask".into()
+            })
+        }
+        K::AsyncCommit | K::AsyncWait { .. } => None,
+        K::LocalView { stages, .. } => {
+            let ok = ops[0] == Type::num(D::I32)
+                && res[0].shape.rank() == 2
+                && !res[0].elem.is_ptr()
+                && stages >= 1;
+            (!ok).then(|| "local_view takes an i32 slot and gives a 2-D numeric tile".into())
+        }
         K::Yield | K::Return | K::Barrier | K::Print { .. } => None,
     }
 }

@@ -1,0 +1,608 @@
+//! Software pipelining of loops that feed `dot` (Triton's `num_stages`).
+//!
+//! A load whose only use is a conversion to a tensor-core `#dot_op` layout becomes an
+//! `async_copy` (`cp.async`) into a ring of `S` shared-memory slots, issued `S - 1` iterations
+//! ahead of its use; the `dot` reads the slot through a `local_view`. For `S = 3`:
+//!
+//! ```text
+//! prologue:  copy(it 0) -> slot 0; commit; copy(it 1) -> slot 1; commit
+//! iteration i:  wait until group i landed; barrier       (slot i%S is full, slot (i-1)%S is free)
+//!               dot(view(slot i%S)) ...
+//!               copy(it i+2) -> slot (i+2)%S; commit
+//! after:     wait for everything
+//! ```
+//!
+//! What a future iteration's copy needs (pointers, masks; the *stage-0 ops*) is recomputed
+//! from the induction variable `S - 1` steps ahead and from loop-carried values kept that many
+//! iterations ahead: a carried value used only by stage-0 ops is simply advanced (its init
+//! runs the prologue's updates); one the rest of the body also reads gets an extra carried
+//! copy. Copies past the end of the loop are masked off (`cp.async` then writes zeros and
+//! reads nothing).
+//!
+//! Loops are left alone when a copy could not be expressed: stage-0 ops with side effects or
+//! regions, loads with a non-zero `other`, accesses narrower than 4 bytes per thread.
+
+use std::collections::{HashMap, HashSet};
+use tile_ir::{
+    AsyncCopyAttrs, BinaryOp, Block, CmpPred, Const, DType, Elem, Function, Layout, Loc, Op,
+    OpKind, Type, Value, ValueDef,
+};
+
+/// Pipelines every eligible loop; returns how many were pipelined.
+pub fn pipeline_loops(func: &mut Function) -> usize {
+    let mut parent: HashMap<Op, Block> = HashMap::new();
+    for (b, data) in func.blocks.iter() {
+        for &op in &data.ops {
+            parent.insert(op, b);
+        }
+    }
+    let loops: Vec<Op> = func
+        .ops_in_order()
+        .into_iter()
+        .filter(|&op| matches!(func.ops[op].kind, OpKind::For { .. }))
+        .collect();
+    let mut next_buf = 0u32;
+    let mut done = 0;
+    for op in loops {
+        let OpKind::For { stages } = func.ops[op].kind else {
+            continue;
+        };
+        let s = if stages > 0 {
+            stages as u32
+        } else {
+            func.num_stages
+        };
+        if s < 2 {
+            continue;
+        }
+        if let Some(plan) = plan(func, op, s) {
+            if next_buf + plan.loads.len() as u32 > u8::MAX as u32 {
+                break;
+            }
+            apply(func, op, parent[&op], s, plan, &mut next_buf);
+            done += 1;
+        }
+    }
+    done
+}
+
+/// What pipelining a loop does.
+struct Plan {
+    /// (load, its conversion to a dot operand, elements per copy).
+    loads: Vec<(Op, Op, u8)>,
+    /// Stage-0 ops, in body order.
+    stage0: Vec<Op>,
+    /// Carried values (argument index, counting the induction variable as 0) stage 0 reads,
+    /// and whether the rest of the body also reads them (then a copy is carried ahead).
+    carried: Vec<(usize, bool)>,
+}
+
+/// Every value `op` and the ops in its regions read.
+fn reads(func: &Function, op: Op, out: &mut Vec<Value>) {
+    out.extend_from_slice(&func.ops[op].operands);
+    for &r in &func.ops[op].regions {
+        let b = func.regions[r].block;
+        for &o in &func.blocks[b].ops {
+            reads(func, o, out);
+        }
+    }
+}
+
+fn is_zero_constant(func: &Function, v: Value) -> bool {
+    let ValueDef::Result(op, _) = func.values[v].def else {
+        return false;
+    };
+    match func.ops[op].kind {
+        OpKind::Constant(Const::Int(0)) => true,
+        OpKind::Constant(Const::Float(x)) => x == 0.0,
+        OpKind::Splat => is_zero_constant(func, func.ops[op].operands[0]),
+        _ => false,
+    }
+}
+
+/// Elements per `cp.async` for a load: the load's vector width, if every run of that many
+/// registers is contiguous and the run is 4, 8 or 16 bytes.
+fn copy_width(func: &Function, load: Op) -> Option<u8> {
+    let OpKind::Load(m) = func.ops[load].kind else {
+        return None;
+    };
+    let ptr = func.ops[load].operands[0];
+    let ty = func.ty(ptr);
+    let Elem::Ptr(d) = ty.elem else { return None };
+    let vec = m.vector.max(1) as u32;
+    let bytes = vec * d.bytes();
+    if !matches!(bytes, 4 | 8 | 16) {
+        return None;
+    }
+    let layout = func.layout_of(ptr)?;
+    let (fast, _) = layout.contiguous_dim()?;
+    let regs = layout.register_offsets(ty.shape.dims());
+    if regs.len() % vec as usize != 0 {
+        return None;
+    }
+    for chunk in regs.chunks(vec as usize) {
+        if chunk[0][fast] % vec != 0 {
+            return None;
+        }
+        for (i, c) in chunk.iter().enumerate() {
+            let mut want = chunk[0].clone();
+            want[fast] += i as u32;
+            if *c != want {
+                return None;
+            }
+        }
+    }
+    Some(vec as u8)
+}
+
+/// Whether an op may be recomputed for a later iteration.
+fn is_stage0_kind(kind: &OpKind) -> bool {
+    kind.is_elementwise()
+        || matches!(
+            kind,
+            OpKind::Constant(_)
+                | OpKind::Splat
+                | OpKind::Broadcast
+                | OpKind::ExpandDims(_)
+                | OpKind::Arange { .. }
+                | OpKind::ProgramId(_)
+                | OpKind::NumPrograms(_)
+        )
+}
+
+fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
+    let body = func.region_block(for_op, 0);
+    let ops = func.blocks[body].ops.clone();
+    let yield_op = *ops.last()?;
+    let args = func.blocks[body].args.clone();
+    let in_body: HashSet<Op> = ops.iter().copied().collect();
+    // Users of each value among the body's top-level ops (nested uses count for their parent).
+    let mut users: HashMap<Value, Vec<Op>> = HashMap::new();
+    for &op in &ops {
+        let mut vs = Vec::new();
+        reads(func, op, &mut vs);
+        for v in vs {
+            users.entry(v).or_default().push(op);
+        }
+    }
+    let users_of = |v: Value| users.get(&v).cloned().unwrap_or_default();
+    // Candidate loads.
+    let mut loads = Vec::new();
+    for &op in &ops {
+        let d = &func.ops[op];
+        let OpKind::Load(m) = d.kind else { continue };
+        if m.volatile || func.ty(d.operands[0]).shape.rank() != 2 {
+            continue;
+        }
+        let r = d.results[0];
+        let us = users_of(r);
+        if us.len() != 1 || func.ops[us[0]].kind != OpKind::ConvertLayout {
+            continue;
+        }
+        let cvt = us[0];
+        let cr = func.ops[cvt].results[0];
+        let to_mma_operand = matches!(func.layout_of(cr),
+            Some(Layout::DotOperand { parent, .. }) if matches!(parent.as_ref(), Layout::Mma(_)));
+        let dot_users = users_of(cr).iter().all(|&u| {
+            matches!(func.ops[u].kind, OpKind::Dot { .. })
+                && func.ops[u].operands[..2].contains(&cr)
+                && !func.ops[u].operands[2..].contains(&cr)
+        });
+        if !to_mma_operand || !dot_users || users_of(cr).is_empty() {
+            continue;
+        }
+        if m.has_other && !is_zero_constant(func, d.operands[2]) {
+            continue;
+        }
+        let Some(vec) = copy_width(func, op) else {
+            continue;
+        };
+        loads.push((op, cvt, vec));
+    }
+    if loads.is_empty() {
+        return None;
+    }
+    let load_ops: HashSet<Op> = loads.iter().map(|l| l.0).collect();
+    // Stage 0: everything the loads' pointers and masks need, and the updates of the carried
+    // values among it.
+    let mut stage0: HashSet<Op> = HashSet::new();
+    let mut carried: HashSet<usize> = HashSet::new();
+    let mut work: Vec<Value> = Vec::new();
+    for &(l, _, _) in &loads {
+        let d = &func.ops[l];
+        work.push(d.operands[0]);
+        if let OpKind::Load(m) = d.kind {
+            if m.masked {
+                work.push(d.operands[1]);
+            }
+        }
+    }
+    while let Some(v) = work.pop() {
+        match func.values[v].def {
+            ValueDef::Result(o, _) if in_body.contains(&o) => {
+                if stage0.contains(&o) {
+                    continue;
+                }
+                let d = &func.ops[o];
+                if !is_stage0_kind(&d.kind) || !d.regions.is_empty() {
+                    return None;
+                }
+                stage0.insert(o);
+                work.extend_from_slice(&d.operands);
+            }
+            ValueDef::Arg(b, i) if b == body => {
+                let i = i as usize;
+                if i > 0 && carried.insert(i) {
+                    work.push(func.ops[yield_op].operands[i - 1]);
+                }
+            }
+            _ => {}
+        }
+    }
+    // A carried value is advanced in place when only stage 0 (and its own update) reads it
+    // and the loop's result for it is unused; otherwise a copy is carried ahead.
+    let results = func.ops[for_op].results.clone();
+    let outside_uses = func.use_counts();
+    let mut carried_plan = Vec::new();
+    let mut sorted: Vec<usize> = carried.iter().copied().collect();
+    sorted.sort();
+    for &k in &sorted {
+        let mut shared = outside_uses[results[k - 1]] > 0;
+        // Forward closure of the argument within the body.
+        let mut seen: HashSet<Op> = HashSet::new();
+        let mut vals = vec![args[k]];
+        while let Some(v) = vals.pop() {
+            for u in users_of(v) {
+                if u == yield_op {
+                    let positions = func.ops[yield_op]
+                        .operands
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &y)| y == v)
+                        .map(|(j, _)| j + 1);
+                    for j in positions {
+                        if !carried.contains(&j) {
+                            shared = true;
+                        }
+                    }
+                    continue;
+                }
+                if !seen.insert(u) || load_ops.contains(&u) {
+                    // The pipelined loads themselves go away.
+                    continue;
+                }
+                if !stage0.contains(&u) {
+                    shared = true;
+                }
+                vals.extend_from_slice(&func.ops[u].results);
+            }
+        }
+        carried_plan.push((k, shared));
+    }
+    let stage0: Vec<Op> = ops.iter().copied().filter(|o| stage0.contains(o)).collect();
+    Some(Plan {
+        loads,
+        stage0,
+        carried: carried_plan,
+    })
+}
+
+/// Inserts ops at a position of a block, keeping the insertion point after them.
+struct Cursor {
+    block: Block,
+    pos: usize,
+    loc: Loc,
+}
+
+impl Cursor {
+    fn push(
+        &mut self,
+        func: &mut Function,
+        kind: OpKind,
+        operands: Vec<Value>,
+        ty: Option<Type>,
+    ) -> Value {
+        let tys: Vec<Type> = ty.into_iter().collect();
+        let op = func.create_op(kind, operands, &tys, self.loc);
+        func.blocks[self.block].ops.insert(self.pos, op);
+        self.pos += 1;
+        func.ops[op]
+            .results
+            .first()
+            .copied()
+            .unwrap_or(Value(u32::MAX))
+    }
+
+    fn int(&mut self, func: &mut Function, v: i64, d: DType) -> Value {
+        self.push(
+            func,
+            OpKind::Constant(Const::Int(v)),
+            vec![],
+            Some(Type::num(d)),
+        )
+    }
+
+    /// Clones the stage-0 ops with `env` mapping their inputs; returns the mapping extended by
+    /// the clones' results.
+    fn clone_ops(&mut self, func: &mut Function, ops: &[Op], env: &mut HashMap<Value, Value>) {
+        for &o in ops {
+            let d = func.ops[o].clone();
+            let operands = d
+                .operands
+                .iter()
+                .map(|v| *env.get(v).unwrap_or(v))
+                .collect();
+            let tys: Vec<Type> = d.results.iter().map(|&r| *func.ty(r)).collect();
+            let new = func.create_op(d.kind, operands, &tys, d.loc);
+            func.blocks[self.block].ops.insert(self.pos, new);
+            self.pos += 1;
+            for (i, &r) in d.results.iter().enumerate() {
+                env.insert(r, func.ops[new].results[i]);
+            }
+        }
+    }
+
+    /// The copies of one iteration: `async_copy` of each load into `slot`, masked by the
+    /// load's mask and `valid`, then a commit.
+    #[allow(clippy::too_many_arguments)]
+    fn copies(
+        &mut self,
+        func: &mut Function,
+        loads: &[(Op, Op, u8)],
+        bufs: &[u8],
+        stages: u32,
+        env: &HashMap<Value, Value>,
+        slot: Value,
+        valid: Value,
+    ) {
+        for (k, &(l, _, vec)) in loads.iter().enumerate() {
+            let d = func.ops[l].clone();
+            let ptr = *env.get(&d.operands[0]).unwrap_or(&d.operands[0]);
+            let pty = *func.ty(d.operands[0]);
+            let mty = Type {
+                elem: Elem::Num(DType::I1),
+                ..pty
+            };
+            let v = self.push(func, OpKind::Splat, vec![valid], Some(mty));
+            let masked = matches!(d.kind, OpKind::Load(m) if m.masked);
+            let mask = if masked {
+                let m = *env.get(&d.operands[1]).unwrap_or(&d.operands[1]);
+                self.push(func, OpKind::Binary(BinaryOp::And), vec![m, v], Some(mty))
+            } else {
+                v
+            };
+            let attrs = AsyncCopyAttrs {
+                buf: bufs[k],
+                stages: stages as u8,
+                masked: true,
+                vector: vec,
+            };
+            self.push(func, OpKind::AsyncCopy(attrs), vec![ptr, slot, mask], None);
+        }
+        self.push(func, OpKind::AsyncCommit, vec![], None);
+    }
+}
+
+fn apply(
+    func: &mut Function,
+    for_op: Op,
+    parent: Block,
+    stages: u32,
+    plan: Plan,
+    next_buf: &mut u32,
+) {
+    let ahead = stages - 1;
+    let body = func.region_block(for_op, 0);
+    let args = func.blocks[body].args.clone();
+    let yield_op = *func.blocks[body].ops.last().expect("yield");
+    let (lb, ub, step) = {
+        let o = &func.ops[for_op].operands;
+        (o[0], o[1], o[2])
+    };
+    let ivt = *func.ty(lb);
+    let ivd = ivt.dtype().expect("integer bounds");
+    let loc = func.ops[for_op].loc;
+    let bufs: Vec<u8> = plan
+        .loads
+        .iter()
+        .map(|_| {
+            let b = *next_buf as u8;
+            *next_buf += 1;
+            b
+        })
+        .collect();
+    // Prologue: iterations 0 .. S-2, before the loop.
+    let pos = func.blocks[parent]
+        .ops
+        .iter()
+        .position(|&o| o == for_op)
+        .expect("loop in its block");
+    let mut cur = Cursor {
+        block: parent,
+        pos,
+        loc,
+    };
+    let mut values: HashMap<usize, Value> = plan
+        .carried
+        .iter()
+        .map(|&(k, _)| (k, func.ops[for_op].operands[3 + k - 1]))
+        .collect();
+    for j in 0..ahead {
+        let jc = cur.int(func, j as i64, ivd);
+        let off = cur.push(
+            func,
+            OpKind::Binary(BinaryOp::Mul),
+            vec![jc, step],
+            Some(ivt),
+        );
+        let iv = cur.push(
+            func,
+            OpKind::Binary(BinaryOp::Add),
+            vec![lb, off],
+            Some(ivt),
+        );
+        let valid = cur.push(
+            func,
+            OpKind::Compare(CmpPred::Lt),
+            vec![iv, ub],
+            Some(Type::num(DType::I1)),
+        );
+        let mut env: HashMap<Value, Value> = HashMap::new();
+        env.insert(args[0], iv);
+        for (&k, &v) in &values {
+            env.insert(args[k], v);
+        }
+        cur.clone_ops(func, &plan.stage0, &mut env);
+        let slot = cur.int(func, j as i64, DType::I32);
+        cur.copies(func, &plan.loads, &bufs, stages, &env, slot, valid);
+        for (&k, v) in values.iter_mut() {
+            let y = func.ops[yield_op].operands[k - 1];
+            *v = *env.get(&y).unwrap_or(&y);
+        }
+    }
+    let zero = cur.int(func, 0, DType::I32);
+    let first_write = cur.int(func, ahead as i64, DType::I32);
+    // The loop: advanced carried values take their prologue values as inits; shared ones get
+    // an extra carried copy; two more carry the read and write slots.
+    let mut ahead_arg: HashMap<usize, Value> = HashMap::new();
+    for &(k, shared) in &plan.carried {
+        if shared {
+            let ty = *func.ty(args[k]);
+            func.ops[for_op].operands.push(values[&k]);
+            let a = func.add_block_arg(body, ty);
+            func.add_result(for_op, ty);
+            ahead_arg.insert(k, a);
+        } else {
+            func.ops[for_op].operands[3 + k - 1] = values[&k];
+            ahead_arg.insert(k, args[k]);
+        }
+    }
+    let i32t = Type::num(DType::I32);
+    func.ops[for_op].operands.push(zero);
+    let slot_read = func.add_block_arg(body, i32t);
+    func.add_result(for_op, i32t);
+    func.ops[for_op].operands.push(first_write);
+    let slot_write = func.add_block_arg(body, i32t);
+    func.add_result(for_op, i32t);
+    // Top of the body: this iteration's group has landed and every thread is past the
+    // previous iteration's reads.
+    let mut top = Cursor {
+        block: body,
+        pos: 0,
+        loc,
+    };
+    top.push(
+        func,
+        OpKind::AsyncWait {
+            pending: (ahead - 1) as u8,
+        },
+        vec![],
+        None,
+    );
+    top.push(func, OpKind::Barrier, vec![], None);
+    // Each load and its conversion become a view of the slot.
+    for (k, &(l, cvt, _)) in plan.loads.iter().enumerate() {
+        let cr = func.ops[cvt].results[0];
+        let ty = *func.ty(cr);
+        let view = func.create_op(
+            OpKind::LocalView {
+                buf: bufs[k],
+                stages: stages as u8,
+            },
+            vec![slot_read],
+            &[ty],
+            func.ops[l].loc,
+        );
+        let vr = func.ops[view].results[0];
+        let b = &mut func.blocks[body].ops;
+        let lp = b.iter().position(|&o| o == l).expect("load in body");
+        b[lp] = view;
+        b.retain(|&o| o != cvt);
+        func.replace_uses(cr, vr);
+    }
+    // End of the body: the copies of iteration i + S - 1.
+    let ypos = func.blocks[body]
+        .ops
+        .iter()
+        .position(|&o| o == yield_op)
+        .expect("yield");
+    let mut end = Cursor {
+        block: body,
+        pos: ypos,
+        loc,
+    };
+    let dc = end.int(func, ahead as i64, ivd);
+    let off = end.push(
+        func,
+        OpKind::Binary(BinaryOp::Mul),
+        vec![dc, step],
+        Some(ivt),
+    );
+    let iv_ahead = end.push(
+        func,
+        OpKind::Binary(BinaryOp::Add),
+        vec![args[0], off],
+        Some(ivt),
+    );
+    let valid = end.push(
+        func,
+        OpKind::Compare(CmpPred::Lt),
+        vec![iv_ahead, ub],
+        Some(Type::num(DType::I1)),
+    );
+    let mut env: HashMap<Value, Value> = HashMap::new();
+    env.insert(args[0], iv_ahead);
+    for (&k, &a) in &ahead_arg {
+        env.insert(args[k], a);
+    }
+    end.clone_ops(func, &plan.stage0, &mut env);
+    end.copies(func, &plan.loads, &bufs, stages, &env, slot_write, valid);
+    let one = end.int(func, 1, DType::I32);
+    let s_c = end.int(func, stages as i64, DType::I32);
+    let zero_in = end.int(func, 0, DType::I32);
+    let next_slot = |end: &mut Cursor, func: &mut Function, s: Value| {
+        let n = end.push(
+            func,
+            OpKind::Binary(BinaryOp::Add),
+            vec![s, one],
+            Some(i32t),
+        );
+        let wrap = end.push(
+            func,
+            OpKind::Compare(CmpPred::Eq),
+            vec![n, s_c],
+            Some(Type::num(DType::I1)),
+        );
+        end.push(func, OpKind::Select, vec![wrap, zero_in, n], Some(i32t))
+    };
+    let read_next = next_slot(&mut end, func, slot_read);
+    let write_next = next_slot(&mut end, func, slot_write);
+    // The yield: advanced values continue ahead; extras follow the original values.
+    let mut ys = func.ops[yield_op].operands.clone();
+    let mut extra = Vec::new();
+    for &(k, shared) in &plan.carried {
+        let y = ys[k - 1];
+        let next = *env.get(&y).unwrap_or(&y);
+        if shared {
+            extra.push(next);
+        } else {
+            ys[k - 1] = next;
+        }
+    }
+    ys.extend(extra);
+    ys.push(read_next);
+    ys.push(write_next);
+    func.ops[yield_op].operands = ys;
+    // After the loop: retire the copies past its end before the memory is reused.
+    let pos = func.blocks[parent]
+        .ops
+        .iter()
+        .position(|&o| o == for_op)
+        .expect("loop in its block");
+    let mut after = Cursor {
+        block: parent,
+        pos: pos + 1,
+        loc,
+    };
+    after.push(func, OpKind::AsyncWait { pending: 0 }, vec![], None);
+}
