@@ -2,7 +2,7 @@
 
 The kernel is the Triton tutorial's, written once and run by both compilers: grouped
 ordering of program ids (GROUP_M 8), 128x256x64 tiles, 8 warps, 3 stages (tf32: 128x128x32,
-4 warps, 3 stages). FLOPs = 2 M N K.
+8 warps, 3 stages). FLOPs = 2 M N K.
 
 Usage (GPU machine): python benchmarks/bench_matmul.py [--json out.json] [--quick]
                                                        [--config BM,BN,BK,WARPS,STAGES]
@@ -80,7 +80,7 @@ def main():
     if a.config:
         big = tuple(int(x) for x in a.config.split(","))
     cases = [("fp16", 4096, big), ("fp16", 8192, big), ("bf16", 4096, big), ("bf16", 8192, big),
-             ("tf32", 4096, (128, 128, 32, 4, 3))]
+             ("tf32", 4096, (128, 128, 32, 8, 3))]
     if a.quick:
         cases = cases[:1]
     res = {"gpu": torch.cuda.get_device_name(), "cases": []}

@@ -241,3 +241,32 @@ def test_dot_int8_with_k16_is_exact(dev, rng):
     c = dev.put(np.zeros((32, 32), np.int32))
     int8_k16_kernel[(1,)](dev.put(a), dev.put(b), c)
     np.testing.assert_array_equal(dev.get(c), a.astype(np.int32) @ b.astype(np.int32))
+
+
+@pytest.mark.parametrize("dt,config", [("fp16", (128, 256, 64, 8, 3)), ("bf16", (128, 256, 64, 8, 3)),
+                                       ("fp32", (128, 128, 32, 8, 3))])
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_benchmark_configs_have_no_spills(ptxas, dt, config, target):
+    # The matmul benchmark's kernel and configurations, specialised as a launch on contiguous
+    # 4096x4096 matrices specialises them: zero spills, pipelined, shared memory > 48 KB.
+    import os
+    import sys
+
+    from test_compile import assemble
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import bench_matmul
+
+    bm, bn, bk, warps, stages = config
+    p = f"*{dt}:16"
+    sig = {"a_ptr": p, "b_ptr": p, "c_ptr": p, "M": "i32:16", "N": "i32:16", "K": "i32:16", "stride_am": "i32:16",
+           "stride_ak": "i32", "stride_bk": "i32:16", "stride_bn": "i32", "stride_cm": "i32:16", "stride_cn": "i32"}
+    k = tiles.compile(bench_matmul.load("tiles").matmul_kernel, signature=sig,
+                      constexprs={"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8},
+                      equal_to_1=("stride_ak", "stride_bn", "stride_cn"), target=target, num_warps=warps,
+                      num_stages=stages)
+    ptx = k.asm["ptx"]
+    assert "cp.async.cg.shared.global" in ptx and "ldmatrix" in ptx and "mma.sync.aligned" in ptx
+    assert k.metadata.shared > 48 * 1024
+    report = assemble(ptxas, ptx, target)
+    assert "0 bytes spill stores" in report, report

@@ -51,6 +51,21 @@ KERNELS = [
                                         "eps": "fp32"}, {"BLOCK_SIZE": 1024}, 4),
     ("05_online_softmax", "online_softmax_kernel", {"out_ptr": "*fp32", "in_ptr": "*fp32", "stride": "i32",
                                                     "n_cols": "i32"}, {"BLOCK": 1024}, 4),
+    ("06_matmul", "matmul_kernel", {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16", "M": "i32:16",
+                                    "N": "i32:16", "K": "i32:16", "stride_am": "i32:16", "stride_ak": "i32",
+                                    "stride_bk": "i32:16", "stride_bn": "i32", "stride_cm": "i32:16",
+                                    "stride_cn": "i32"},
+     {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "ACTIVATION": "leaky_relu"},
+     8),
+    ("07_batched_matmul", "bmm_kernel", {"a_ptr": "*bf16:16", "b_ptr": "*bf16:16", "c_ptr": "*bf16:16", "M": "i32",
+                                         "N": "i32", "K": "i32:16", "stride_ab": "i32:16", "stride_am": "i32:16",
+                                         "stride_ak": "i32", "stride_bb": "i32:16", "stride_bk": "i32",
+                                         "stride_bn": "i32:16", "stride_cb": "i32:16", "stride_cm": "i32:16",
+                                         "stride_cn": "i32"}, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, 4),
+    ("08_int8_matmul", "int8_matmul_kernel", {"a_ptr": "*i8:16", "b_ptr": "*i8:16", "c_ptr": "*i32:16",
+                                              "y_ptr": "*fp16:16", "sa_ptr": "*fp32:16", "sb_ptr": "*fp32:16",
+                                              "M": "i32", "N": "i32:16", "K": "i32:16"},
+     {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, 4),
 ]
 
 

@@ -401,10 +401,12 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
-    /// Moves a tile to another layout: every thread writes its elements to shared memory at
-    /// their row-major index, then reads the elements the new layout gives it. Like every user
-    /// of the shared buffer, it starts with a barrier (the previous user's reads are done) and
-    /// needs none at the end.
+    /// Moves a tile to another layout through shared memory: every thread writes its elements
+    /// at their row-major index, then reads the elements the new layout gives it. Rows of 128
+    /// bytes or more are padded by 16 bytes (so column-wise accesses spread over the banks),
+    /// and runs of registers contiguous along the last dimension move as one vector of up to
+    /// 16 bytes. Like every user of the shared buffer, it starts with a barrier (the previous
+    /// user's reads are done) and needs none at the end.
     pub fn convert_layout(&mut self, src: Value, rty: &Type) -> R<Vec<BasicValueEnum<'ctx>>> {
         let sty = *self.func.ty(src);
         let regs = self.get(src)?.clone();
@@ -414,14 +416,49 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let dtype = sty.elem.dtype();
         let shape = sty.shape.dims().to_vec();
-        let mut strides = vec![1u32; shape.len()];
-        for d in (0..shape.len().saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * shape[d + 1];
+        let rank = shape.len();
+        let pad = match rank {
+            0 | 1 => 0,
+            _ if shape[rank - 1] * ebytes >= 128 => 16 / ebytes,
+            _ => 0,
+        };
+        let mut strides = vec![1u32; rank];
+        for d in (0..rank.saturating_sub(1)).rev() {
+            let row = if d + 1 == rank - 1 {
+                shape[d + 1] + pad
+            } else {
+                shape[d + 1]
+            };
+            strides[d] = strides[d + 1] * row;
         }
-        let bytes = (sty.shape.numel() as u32) * ebytes;
-        let smem = self.shared_scratch(bytes)?;
+        let total = if rank == 0 { 1 } else { strides[0] * shape[0] };
+        let smem = self.shared_scratch(total * ebytes)?;
         let sg = self.geometry(&sty)?;
         let rg = self.geometry(rty)?;
+        // Widest vector of registers contiguous and aligned along the last dimension.
+        let widest = |regs: &[Vec<u32>]| -> usize {
+            if rank == 0 || dtype.is_none() {
+                return 1;
+            }
+            let mut v = (16 / ebytes).max(1) as usize;
+            while v > 1 {
+                let ok = regs.len().is_multiple_of(v)
+                    && regs.chunks(v).all(|ch| {
+                        ch[0][rank - 1] % v as u32 == 0
+                            && ch.iter().enumerate().all(|(k, c)| {
+                                let mut want = ch[0].clone();
+                                want[rank - 1] += k as u32;
+                                *c == want
+                            })
+                    });
+                if ok {
+                    break;
+                }
+                v /= 2;
+            }
+            v
+        };
+        let (vs, vl) = (widest(&sg.regs), widest(&rg.regs));
         let base = |lw: &Self, thread: &[IntValue<'ctx>]| -> R<IntValue<'ctx>> {
             let mut acc = lw.i32(0);
             for (d, &t) in thread.iter().enumerate() {
@@ -434,28 +471,62 @@ impl<'ctx> Lowering<'ctx, '_> {
             |c: &[u32]| -> u64 { c.iter().zip(&strides).map(|(&x, &s)| (x * s) as u64).sum() };
         self.fence_before_shared_write()?;
         let sb = base(self, &sg.thread)?;
-        for (i, c) in sg.regs.iter().enumerate() {
-            let idx = self.b.build_int_add(sb, self.i32(offset(c)), "i")?;
+        for (k, chunk) in sg.regs.chunks(vs).enumerate() {
+            let idx = self.b.build_int_add(sb, self.i32(offset(&chunk[0])), "i")?;
             // SAFETY of the GEP: indices stay inside the buffer sized for this tile.
             let p = unsafe { self.b.build_gep(et, smem, &[idx], "sp")? };
-            let x = match dtype {
-                Some(d) => self.register_to_memory(d, regs[i])?,
-                None => regs[i],
-            };
-            self.b.build_store(p, x)?;
+            let vals = &regs[k * vs..(k + 1) * vs];
+            match dtype {
+                Some(d) if vs > 1 => {
+                    let packed = self.pack_bits(d, vals)?;
+                    let st = self.b.build_store(p, packed)?;
+                    st.set_alignment(vs as u32 * ebytes)
+                        .map_err(|e| crate::CodegenError::Internal(e.to_string()))?;
+                }
+                Some(d) => {
+                    let x = self.register_to_memory(d, vals[0])?;
+                    self.b.build_store(p, x)?;
+                }
+                None => {
+                    self.b.build_store(p, vals[0])?;
+                }
+            }
         }
         self.barrier_sync()?;
         let rb = base(self, &rg.thread)?;
         let mut out = Vec::with_capacity(rg.regs.len());
-        for c in rg.regs.iter() {
-            let idx = self.b.build_int_add(rb, self.i32(offset(c)), "i")?;
+        for chunk in rg.regs.chunks(vl) {
+            let idx = self.b.build_int_add(rb, self.i32(offset(&chunk[0])), "i")?;
             // SAFETY of the GEP: as above.
             let p = unsafe { self.b.build_gep(et, smem, &[idx], "sp")? };
-            let x = self.b.build_load(et, p, "sl")?;
-            out.push(match dtype {
-                Some(d) => self.memory_to_register(d, x)?,
-                None => x,
-            });
+            match dtype {
+                Some(d) if vl > 1 => {
+                    let bits = d.bits().max(8) * vl as u32;
+                    let wt: BasicTypeEnum = if bits >= 32 {
+                        vector_of(self.cx.i32_type().into(), bits / 32).into()
+                    } else {
+                        int_type(self.cx, bits).into()
+                    };
+                    let ld = self.b.build_load(wt, p, "sl")?;
+                    if let Some(inst) = ld.as_instruction_value() {
+                        inst.set_alignment(vl as u32 * ebytes)
+                            .map_err(|e| crate::CodegenError::Internal(e.to_string()))?;
+                    }
+                    let v = self
+                        .b
+                        .build_bit_cast(ld, vector_of(memory_type(self.cx, d), vl as u32), "sv")?
+                        .into_vector_value();
+                    for k in 0..vl {
+                        let x = self.b.build_extract_element(v, self.i32(k as u64), "se")?;
+                        out.push(self.memory_to_register(d, x)?);
+                    }
+                }
+                Some(d) => {
+                    let x = self.b.build_load(et, p, "sl")?;
+                    out.push(self.memory_to_register(d, x)?);
+                }
+                None => out.push(self.b.build_load(et, p, "sl")?),
+            }
         }
         self.smem_busy = true;
         Ok(out)

@@ -198,7 +198,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Elements packed into one vector of 32-bit words (or one narrower integer).
-    fn pack_bits(&self, d: DType, vals: &[BasicValueEnum<'ctx>]) -> R<BasicValueEnum<'ctx>> {
+    pub fn pack_bits(&self, d: DType, vals: &[BasicValueEnum<'ctx>]) -> R<BasicValueEnum<'ctx>> {
         let mt = crate::lower::memory_type(self.cx, d);
         let mut v = crate::lower::vector_of(mt, vals.len() as u32).get_undef();
         for (k, &x) in vals.iter().enumerate() {
