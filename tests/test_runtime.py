@@ -176,3 +176,68 @@ def test_do_bench_and_perf_report(tmp_path, monkeypatch):
     rows = bench.run(save_path=str(tmp_path), print_data=True)
     assert rows == [[1, 1.0, 2.0], [2, 2.0, 4.0], [4, 4.0, 8.0]]
     assert (tmp_path / "demo.csv").read_text().startswith("n,one,two")
+
+
+def test_driver_active_reports_target_and_properties():
+    # What Triton's tutorials read first: `triton.runtime.driver.active`.
+    from tiles.runtime import driver
+
+    target = tiles.runtime.driver.active.get_current_target()
+    assert target.backend == "cuda" and target.warp_size == 32 and target.arch >= 80
+    props = driver.active.utils.get_device_properties(0)
+    for key in ("multiprocessor_count", "max_num_regs", "max_shared_mem", "warpSize"):
+        assert props[key] > 0, key
+    assert callable(driver.active.get_benchmarker())
+
+
+@tiles.jit
+def persistent_softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
+                              BLOCK_SIZE: tl.constexpr, num_stages: tl.constexpr):
+    row_start = tl.program_id(0)
+    row_step = tl.num_programs(0)
+    for row_idx in tl.range(row_start, n_rows, row_step, num_stages=num_stages):
+        col_offsets = tl.arange(0, BLOCK_SIZE)
+        mask = col_offsets < n_cols
+        row = tl.load(input_ptr + row_idx * input_row_stride + col_offsets, mask=mask, other=-float("inf"))
+        row_minus_max = row - tl.max(row, axis=0)
+        numerator = tl.exp(row_minus_max)
+        out = numerator / tl.sum(numerator, axis=0)
+        tl.store(output_ptr + row_idx * output_row_stride + col_offsets, out, mask=mask)
+
+
+@pytest.mark.gpu
+def test_warmup_then_launch_the_compiled_kernel_with_every_argument():
+    # The fused-softmax tutorial's flow: warmup, read registers and shared memory, then launch
+    # the compiled kernel with all arguments, constexprs included, on a persistent grid.
+    import torch
+
+    x = torch.randn(1823, 781, device="cuda")
+    y = torch.empty_like(x)
+    kernel = persistent_softmax_kernel.warmup(y, x, x.stride(0), y.stride(0), 1823, 781, BLOCK_SIZE=1024,
+                                              num_stages=4, num_warps=8, grid=(1,))
+    kernel._init_handles()
+    assert kernel.n_regs > 0 and kernel.n_spills == 0 and kernel.metadata.shared >= 0
+    kernel[(132, 1, 1)](y, x, x.stride(0), y.stride(0), 1823, 781, 1024, 4)
+    torch.testing.assert_close(y, torch.softmax(x, dim=1))
+
+
+@pytest.mark.gpu
+def test_interpreter_takes_gpu_tensors(monkeypatch):
+    # As Triton's interpreter: CUDA tensors are copied to the host, and results copied back.
+    import torch
+
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    x = torch.randn(300, 200, device="cuda")
+    y = torch.empty_like(x)
+    persistent_softmax_kernel[(7,)](y, x, x.stride(0), y.stride(0), 300, 200, BLOCK_SIZE=256, num_stages=2)
+    torch.testing.assert_close(y, torch.softmax(x, dim=1))
+
+
+def test_persistent_softmax_over_tl_range_with_runtime_bounds(dev):
+    rng = np.random.default_rng()
+    x = rng.standard_normal((123, 81)).astype(np.float32)
+    dx, dy = dev.put(x), dev.put(np.zeros_like(x))
+    persistent_softmax_kernel[(10,)](dy, dx, 81, 81, 123, 81, BLOCK_SIZE=128, num_stages=3)
+    ref = np.exp(x - x.max(1, keepdims=True))
+    ref /= ref.sum(1, keepdims=True)
+    np.testing.assert_allclose(dev.get(dy), ref, rtol=1e-5, atol=1e-6)

@@ -34,6 +34,7 @@ class CompiledKernel:
         self.signature = signature
         self.constexprs = constexprs
         self.params = [n for n, t in signature.items() if n not in constexprs and t != "constexpr"]
+        self.arg_names: list = []
         self._loaded = None
         self.cache_key: Optional[str] = None
 
@@ -68,6 +69,55 @@ class CompiledKernel:
         if line:
             msg = self.metadata.asserts.get(line, "")
             raise AssertionError(f"device_assert failed in {self.function_name} at {self.file}:{line}: {msg}")
+
+    def _init_handles(self) -> None:
+        """Loads the kernel on the GPU (Triton's name for it)."""
+        self.load()
+
+    @property
+    def function(self) -> int:
+        return self.load().handle
+
+    def __getitem__(self, grid):
+        """`kernel[grid](*args)`: launches with every parameter of the kernel in order,
+        constexprs included (their values must match the compiled ones; they are not passed)."""
+        def runner(*args, stream: Optional[int] = None):
+            self._launch(grid, args, stream)
+
+        return runner
+
+    def _launch(self, grid, args, stream) -> None:
+        import ctypes
+
+        from .errors import LaunchError
+        from .runtime import driver
+        from .runtime.jit import _CTYPES, _pointer_info
+
+        names = self.arg_names or self.params
+        if len(args) != len(names):
+            raise LaunchError(f"{self.function_name} takes {len(names)} arguments ({', '.join(names)}), "
+                              f"got {len(args)}")
+        vals = dict(zip(names, args))
+        cargs = []
+        for n in self.params:
+            ty = self.signature[n]
+            v = vals[n]
+            if ty.startswith("*"):
+                info = _pointer_info(v, n)
+                if info is None:
+                    raise LaunchError(f"argument '{n}' must be a device tensor for {ty}, got {type(v).__name__}")
+                cargs.append(ctypes.c_uint64(info[0]))
+            else:
+                cargs.append(_CTYPES[ty](v))
+        g = grid(vals) if callable(grid) else grid
+        g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
+        g = g + (1,) * (3 - len(g))
+        if min(g) <= 0:
+            return
+        loaded = self.load()
+        ptrs = (ctypes.c_void_p * max(1, len(cargs)))(*[ctypes.addressof(c) for c in cargs])
+        s = driver.current_stream() if stream is None else int(stream)
+        loaded.launch(g, self.metadata.num_threads, s, ctypes.addressof(ptrs))
 
     @property
     def n_regs(self) -> int:
@@ -160,6 +210,7 @@ def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] 
         out = dict(hit["stages"], name=hit["name"], shared=hit["shared"], num_threads=hit["num_threads"],
                    asserts=[tuple(a) for a in hit["asserts"]])
         ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file)
+        ck.arg_names = list(fn.param_names)
         if "cubin" in hit:
             ck.asm["cubin"] = hit["cubin"]
         ck.cache_key = key
@@ -180,6 +231,7 @@ def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] 
               f"(passes + LLVM + PTX {(t2 - t1) * 1e3:.2f} ms)", file=sys.stderr)
     _dump(out["name"], out)
     ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file)
+    ck.arg_names = list(fn.param_names)
     if not dump:
         cache.store(key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
                           "asserts": out["asserts"], "target": target},

@@ -195,3 +195,103 @@ def current_stream() -> int:
 def synchronize() -> None:
     init()
     check(_state["cu"].cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+# -- Triton's `triton.runtime.driver.active` ------------------------------------------------------
+
+class GPUTarget(tuple):
+    """(backend, arch, warp_size), as Triton's `GPUTarget`."""
+
+    def __new__(cls, backend: str, arch: int, warp_size: int):
+        return super().__new__(cls, (backend, arch, warp_size))
+
+    backend = property(lambda self: self[0])
+    arch = property(lambda self: self[1])
+    warp_size = property(lambda self: self[2])
+
+    def __repr__(self) -> str:
+        return f"GPUTarget(backend={self.backend!r}, arch={self.arch}, warp_size={self.warp_size})"
+
+
+# What tutorials read when no GPU is present (the interpreter behaves as an H100 would).
+_NO_GPU_PROPERTIES = {"max_shared_mem": 232448, "max_num_regs": 65536, "multiprocessor_count": 132,
+                      "warpSize": 32, "sm_clock_rate": 1980000, "mem_clock_rate": 2619000, "mem_bus_width": 5120,
+                      "max_threads_per_sm": 2048}
+
+
+class _Utils:
+    def get_device_properties(self, device: Any = None) -> dict:
+        """The properties Triton reports: `multiprocessor_count`, `max_shared_mem`,
+        `max_num_regs`, `warpSize`, clocks and bus width."""
+        if not available():
+            return dict(_NO_GPU_PROPERTIES)
+        cu = _state["cu"]
+        a = cu.CUdevice_attribute
+        dev = _state["dev"]
+
+        def get(attr):
+            return check(cu.cuDeviceGetAttribute(attr, dev), "cuDeviceGetAttribute")
+
+        return {"max_shared_mem": get(a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+                "max_num_regs": get(a.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK),
+                "multiprocessor_count": get(a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                "warpSize": get(a.CU_DEVICE_ATTRIBUTE_WARP_SIZE),
+                "sm_clock_rate": get(a.CU_DEVICE_ATTRIBUTE_CLOCK_RATE),
+                "mem_clock_rate": get(a.CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
+                "mem_bus_width": get(a.CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
+                "max_threads_per_sm": get(a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)}
+
+
+class ActiveDriver:
+    """`triton.runtime.driver.active`: the device, target, stream and properties."""
+
+    utils = _Utils()
+
+    def is_active(self) -> bool:
+        return True
+
+    def get_current_target(self) -> GPUTarget:
+        if not available():
+            return GPUTarget("cuda", 90, 32)
+        major, minor = capability()
+        return GPUTarget("cuda", major * 10 + minor, 32)
+
+    def get_active_torch_device(self):
+        try:
+            import torch
+        except ImportError:
+            return "cuda" if available() else "cpu"
+        if available() and torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def set_current_device(self, device: int) -> None:
+        if int(device) != 0:
+            raise LaunchError("tiles runs on device 0 only")
+
+    def get_current_stream(self, device: Any = None) -> int:
+        return current_stream()
+
+    def get_device_interface(self):
+        import torch
+
+        return torch.cuda
+
+    def get_benchmarker(self):
+        from ..testing import do_bench
+
+        return do_bench
+
+    def get_empty_cache_for_benchmark(self):
+        import torch
+
+        return torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device="cuda")
+
+    def clear_cache(self, cache) -> None:
+        cache.zero_()
+
+
+active = ActiveDriver()

@@ -548,8 +548,7 @@ def _host_array(v: Any, name: str):
         return v
     if hasattr(v, "data_ptr") and hasattr(v, "is_cuda"):  # torch
         if v.is_cuda:
-            raise LaunchError(f"argument '{name}' is a CUDA tensor; the interpreter needs CPU tensors or numpy "
-                              "arrays (unset TILES_INTERPRET to run on the GPU)")
+            raise LaunchError(f"argument '{name}' is a CUDA tensor")
         import torch
 
         t = v.detach()
@@ -588,6 +587,14 @@ def run(jitfn, vals: Sequence[Any], grid) -> None:
 
     mem = Memory()
     args: List[Any] = []
+    # GPU tensors (as Triton's interpreter does): copied to the host, run, copied back.
+    copies: List[Tuple[Any, Any]] = []
+    vals = list(vals)
+    for i, (p, v) in enumerate(zip(jitfn.params, vals)):
+        if not p.is_constexpr and getattr(v, "is_cuda", False) and hasattr(v, "cpu"):
+            host = v.detach().cpu()
+            copies.append((v, host))
+            vals[i] = host
     for p, v in zip(jitfn.params, vals):
         if p.is_constexpr:
             args.append(v.value if isinstance(v, constexpr) else v)
@@ -620,6 +627,8 @@ def run(jitfn, vals: Sequence[Any], grid) -> None:
                         file, line = _frame_of(e)
                         raise InterpreterError(f"in {jitfn.__name__} at {file}:{line} (program id {be.pid}): "
                                                f"{type(e).__name__}: {e}") from e
+    for dev, host in copies:
+        dev.copy_(host)
 
 
 def _frame_of(e: BaseException) -> Tuple[str, int]:

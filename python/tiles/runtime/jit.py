@@ -176,6 +176,16 @@ class JITFunction:
         return f"JITFunction({self.__module__}:{self.__name__})"
 
     # -- binding ------------------------------------------------------------------------------------
+    def _options(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        """Takes the launch options out of `kwargs`. An option that is also a parameter's name
+        (a `num_stages: tl.constexpr`, say) is both, as in Triton."""
+        opts = {}
+        for k in _LAUNCH_OPTIONS:
+            if k in kwargs:
+                opts[k] = kwargs[k] if k in self.param_names else kwargs.pop(k)
+        return opts
+
+
     def bind(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
         params = self.params
         if len(args) > len(params):
@@ -258,7 +268,7 @@ class JITFunction:
 
     def run(self, *args, grid, _learn: bool = False, **kwargs):
         orig_kwargs = dict(kwargs) if _learn else None
-        opts = {k: kwargs.pop(k) for k in _LAUNCH_OPTIONS if k in kwargs}
+        opts = self._options(kwargs)
         num_warps = int(opts.get("num_warps") or 4)
         num_stages = int(opts.get("num_stages") or 3)
         vals = self.bind(args, kwargs)
@@ -315,7 +325,7 @@ class JITFunction:
 
     def warmup(self, *args, grid=None, **kwargs):
         """Compiles (and loads) without launching; returns the compiled kernel."""
-        opts = {k: kwargs.pop(k) for k in _LAUNCH_OPTIONS if k in kwargs}
+        opts = self._options(kwargs)
         vals = self.bind(args, kwargs)
         key, info = self._specialize(vals)
         num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
