@@ -57,6 +57,9 @@ class Device:
 
         if a.dtype.name == "bfloat16":
             return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).cuda()
+        if a.dtype.name in ("float8_e5m2", "float8_e4m3fn"):
+            fp8 = torch.float8_e5m2 if a.dtype.name == "float8_e5m2" else torch.float8_e4m3fn
+            return torch.from_numpy(a.view(np.uint8).copy()).cuda().view(fp8)
         return torch.from_numpy(a.copy()).cuda()
 
     def get(self, t) -> np.ndarray:
@@ -69,6 +72,11 @@ class Device:
             import ml_dtypes
 
             return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        if t.dtype in (torch.float8_e5m2, torch.float8_e4m3fn):
+            import ml_dtypes
+
+            fp8 = ml_dtypes.float8_e5m2 if t.dtype == torch.float8_e5m2 else ml_dtypes.float8_e4m3fn
+            return t.view(torch.uint8).numpy().view(fp8)
         return t.numpy()
 
 

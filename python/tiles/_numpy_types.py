@@ -8,8 +8,10 @@ try:
     import ml_dtypes
 
     _BF16 = np.dtype(ml_dtypes.bfloat16)
+    _FP8 = {"fp8e5": np.dtype(ml_dtypes.float8_e5m2), "fp8e4nv": np.dtype(ml_dtypes.float8_e4m3fn)}
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency
     _BF16 = None
+    _FP8 = {}
 
 _MAP = {"int1": np.dtype(np.bool_), "int8": np.dtype(np.int8), "int16": np.dtype(np.int16),
         "int32": np.dtype(np.int32), "int64": np.dtype(np.int64), "uint8": np.dtype(np.uint8),
@@ -24,6 +26,10 @@ def numpy_dtype(dt) -> np.dtype:
         if _BF16 is None:
             raise TypeError("bf16 needs the ml_dtypes package")
         return _BF16
+    if dt.name in ("fp8e5", "fp8e4nv"):
+        if dt.name not in _FP8:
+            raise TypeError("fp8 needs the ml_dtypes package")
+        return _FP8[dt.name]
     return _MAP[dt.name]
 
 
@@ -33,6 +39,9 @@ def from_numpy(npdt: np.dtype):
     npdt = np.dtype(npdt)
     if _BF16 is not None and npdt == _BF16:
         return core.bfloat16
+    for name, d in _FP8.items():
+        if d == npdt:
+            return core.dtype(name)
     for name, d in _MAP.items():
         if d == npdt:
             return core.dtype(name)

@@ -15,6 +15,7 @@ _IR_NAMES = {
     "int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
     "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
     "fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64",
+    "fp8e5": "fp8e5", "fp8e4nv": "fp8e4nv",
 }
 _FROM_IR = {v: k for k, v in _IR_NAMES.items()}
 _KIND = {"bool": 0, "uint": 1, "int": 2, "float": 3}
@@ -25,7 +26,7 @@ class dtype:
 
     SINT_TYPES = ("int8", "int16", "int32", "int64")
     UINT_TYPES = ("int1", "uint8", "uint16", "uint32", "uint64")
-    FP_TYPES = ("fp16", "bf16", "fp32", "fp64")
+    FP_TYPES = ("fp8e5", "fp8e4nv", "fp16", "bf16", "fp32", "fp64")
 
     def __init__(self, name: str):
         if name not in _IR_NAMES:
@@ -88,6 +89,15 @@ class dtype:
         return self.name == "uint64"
 
     def is_fp8(self) -> bool:
+        return self.name in ("fp8e5", "fp8e4nv")
+
+    def is_fp8e5(self) -> bool:
+        return self.name == "fp8e5"
+
+    def is_fp8e4nv(self) -> bool:
+        return self.name == "fp8e4nv"
+
+    def is_fp8e4b15(self) -> bool:
         return False
 
     def is_block(self) -> bool:
@@ -104,8 +114,8 @@ class dtype:
 
     @property
     def primitive_bitwidth(self) -> int:
-        return {"int1": 1, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "fp16": 16, "bf16": 16,
-                "int32": 32, "uint32": 32, "fp32": 32}.get(self.name, 64)
+        return {"int1": 1, "int8": 8, "uint8": 8, "fp8e5": 8, "fp8e4nv": 8, "int16": 16, "uint16": 16, "fp16": 16,
+                "bf16": 16, "int32": 32, "uint32": 32, "fp32": 32}.get(self.name, 64)
 
     @property
     def int_bitwidth(self) -> int:
@@ -113,7 +123,7 @@ class dtype:
 
     @property
     def fp_mantissa_width(self) -> int:
-        return {"fp16": 10, "bf16": 7, "fp32": 23, "fp64": 52}[self.name]
+        return {"fp8e5": 2, "fp8e4nv": 3, "fp16": 10, "bf16": 7, "fp32": 23, "fp64": 52}[self.name]
 
     @property
     def scalar(self) -> "dtype":

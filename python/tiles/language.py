@@ -34,7 +34,8 @@ from .core import (  # noqa: F401  (re-exported names)
 )
 
 bool_ = int1
-float8e4nv = None  # fp8 types are not supported yet
+float8e5 = dtype("fp8e5")
+float8e4nv = dtype("fp8e4nv")
 
 
 def builtin(fn):
@@ -183,7 +184,7 @@ def fma(x, y, z, _semantic=None):
 
 @builtin
 def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
-        out_dtype=float32, _semantic=None):
+        out_dtype=None, _semantic=None):
     """The matrix product `input @ other`, plus `acc` when given (tensor cores where the
     dtypes allow)."""
     return semantic.dot(input, other, acc, input_precision, allow_tf32, out_dtype)

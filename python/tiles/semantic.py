@@ -116,6 +116,10 @@ def computation_type(a: dtype, a_lit: bool, b: dtype, b_lit: bool, div_or_mod: b
         return core.bfloat16
     if a.is_bf16() or b.is_bf16():
         return core.float32
+    if a.is_fp8() and b.is_fp8():
+        return a if a == b else core.float16
+    if a.is_floating() or b.is_floating():
+        raise TilesTypeError(f"cannot combine {a} and {b}; cast one of them first")
     if div_or_mod and a.is_int_signed() != b.is_int_signed():
         raise TilesTypeError(
             f"cannot use /, // or % with {a} and {b}: their signedness differs; cast one of them first")
@@ -344,6 +348,11 @@ def bitcast(x: Any, dt: Any) -> tensor:
 # -- arithmetic -----------------------------------------------------------------------------
 
 def _binary(op: str, a: tensor, b: tensor) -> tensor:
+    if a.dtype.is_fp8():
+        # fp8 arithmetic happens in fp16, rounded back to the operands' fp8 type.
+        dt = a.dtype
+        r = _binary(op, cast(a, core.float16), cast(b, core.float16))
+        return cast(r, dt)
     return make(_be().binary(op, a, b), a.dtype, a.shape)
 
 
@@ -454,6 +463,8 @@ def not_(a: Any) -> tensor:
 
 def _compare(pred: str, a: Any, b: Any) -> tensor:
     a, b = binary_operands(a, b, True, True)
+    if a.dtype.is_fp8():
+        a, b = cast(a, core.float16), cast(b, core.float16)
     return make(_be().compare(pred, a, b), core.int1, a.shape)
 
 
@@ -508,7 +519,7 @@ def fma(a: Any, b: Any, c: Any) -> tensor:
     a, c = binary_operands(a, c)
     b, c = binary_operands(b, c)
     a = broadcast_to(a, c.shape)
-    if not a.dtype.is_floating():
+    if not a.dtype.is_floating() or a.dtype.is_fp8():
         return add(mul(a, b), c)
     return make(_be().fma(a, b, c), a.dtype, a.shape)
 
@@ -522,7 +533,12 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32
     fp16), fp32 in fp32 (as tf32 unless `input_precision="ieee"`), int8 in int32, fp64 in fp64."""
     a, b = to_tensor(a), to_tensor(b)
     input_precision, allow_tf32 = _unwrap(input_precision), _unwrap(allow_tf32)
-    out_dtype = _unwrap(out_dtype) or core.float32
+    out_dtype = _unwrap(out_dtype)
+    if out_dtype is None:
+        out_dtype = acc.dtype if isinstance(acc, tensor) else core.float32
+    if a.dtype.is_fp8() and b.dtype.is_fp8():
+        # Any pair of fp8 types: exact in fp16, multiplied on fp16 tensor cores.
+        a, b = cast(a, core.float16), cast(b, core.float16)
     if input_precision is None:
         input_precision = "tf32" if allow_tf32 in (None, True) else "ieee"
     if input_precision not in _DOT_PRECISIONS:
@@ -571,6 +587,8 @@ def unary_math(op: str, x: Any) -> tensor:
     x = to_tensor(x)
     if not x.dtype.is_floating():
         raise TilesTypeError(f"{op} needs a floating-point tensor (fp16, bf16, fp32 or fp64), got {x.dtype}")
+    if x.dtype.is_fp8():
+        return cast(unary_math(op, cast(x, core.float16)), x.dtype)
     return make(_be().unary(op, x), x.dtype, x.shape)
 
 
@@ -578,6 +596,8 @@ def abs_(x: Any) -> tensor:
     x = to_tensor(x)
     if x.dtype.is_int_unsigned():
         return x
+    if x.dtype.is_fp8():
+        return cast(abs_(cast(x, core.float16)), x.dtype)
     return make(_be().unary("abs", x), x.dtype, x.shape)
 
 

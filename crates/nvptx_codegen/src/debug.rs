@@ -88,8 +88,19 @@ impl<'ctx> Lowering<'ctx, '_> {
             .collect::<R<_>>()?;
         let many = data.operands.len() > 1;
         for (k, &v) in data.operands.iter().enumerate() {
-            let ty = *self.func.ty(v);
-            let regs = self.get(v)?.clone();
+            let mut ty = *self.func.ty(v);
+            let mut regs = self.get(v)?.clone();
+            if let Elem::Num(d) = ty.elem {
+                if d.is_fp8() {
+                    // Printed as the fp32 value it encodes.
+                    let f32e = Elem::Num(tile_ir::DType::F32);
+                    regs = regs
+                        .into_iter()
+                        .map(|x| self.cast(ty.elem, f32e, x))
+                        .collect::<R<_>>()?;
+                    ty.elem = f32e;
+                }
+            }
             let (value_fmt, widen): (&str, Widen<'ctx, '_>) = match ty.elem {
                 Elem::Num(d) if d.is_float() => ("%f", |lw, x, _| {
                     Ok(lw

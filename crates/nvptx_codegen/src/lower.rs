@@ -253,7 +253,7 @@ pub(crate) fn llvm_type(cx: &Context, e: Elem) -> BasicTypeEnum<'_> {
 pub(crate) fn dtype_type(cx: &Context, d: DType) -> BasicTypeEnum<'_> {
     match d {
         DType::I1 => cx.bool_type().into(),
-        DType::I8 | DType::U8 => cx.i8_type().into(),
+        DType::I8 | DType::U8 | DType::F8E5M2 | DType::F8E4M3 => cx.i8_type().into(),
         DType::I16 | DType::U16 => cx.i16_type().into(),
         DType::I32 | DType::U32 => cx.i32_type().into(),
         DType::I64 | DType::U64 => cx.i64_type().into(),
@@ -612,6 +612,17 @@ impl<'ctx> Lowering<'ctx, '_> {
             return self.internal("pointer constant");
         };
         let t = dtype_type(self.cx, d);
+        if d.is_fp8() {
+            let x = match c {
+                Const::Int(i) => i as f64,
+                Const::Float(f) => f,
+            };
+            return Ok(self
+                .cx
+                .i8_type()
+                .const_int(tile_ir::f64_to_fp8(x, d) as u64, false)
+                .into());
+        }
         Ok(match (c, t) {
             (Const::Int(i), BasicTypeEnum::IntType(it)) => {
                 it.const_int(i as u64, d.is_signed()).into()

@@ -6,7 +6,7 @@ use crate::lower::{dtype_type, memory_type, Lowering, R};
 use inkwell::intrinsics::Intrinsic;
 use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
 use inkwell::values::{
-    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FastMathFlags, FloatValue,
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FastMathFlags, FloatValue, IntValue,
 };
 use inkwell::{FloatPredicate, IntPredicate};
 use tile_ir::{BinaryOp, CmpPred, DType, Elem, OpKind, UnaryOp};
@@ -414,6 +414,16 @@ impl<'ctx> Lowering<'ctx, '_> {
             (Elem::Num(s), Elem::Num(t)) => (s, t),
             _ => return self.unsupported("casts between pointers and numbers"),
         };
+        if s != t && (s.is_fp8() || t.is_fp8()) {
+            // fp8 converts through fp16 (exact from fp8; one rounding into it).
+            let f16 = Elem::Num(DType::F16);
+            if s.is_fp8() {
+                let h = self.fp8_to_f16(s, v.into_int_value())?;
+                return self.cast(f16, to, h.into());
+            }
+            let h = self.cast(from, f16, v)?;
+            return Ok(self.f16_to_fp8(t, h.into_float_value())?.into());
+        }
         let b = &self.b;
         let tt = dtype_type(self.cx, t);
         Ok(match (s.is_float(), t.is_float()) {
@@ -480,5 +490,98 @@ impl<'ctx> Lowering<'ctx, '_> {
                 }
             }
         })
+    }
+}
+
+impl<'ctx> Lowering<'ctx, '_> {
+    /// fp8 bits -> fp16, exactly. E5M2 is the top byte of an fp16; E4M3FN rebiases its
+    /// exponent (subnormals via an fp32 multiply; 0x7F/0xFF are NaN).
+    fn fp8_to_f16(&self, d: DType, x: IntValue<'ctx>) -> R<FloatValue<'ctx>> {
+        let b = &self.b;
+        let i16t = self.cx.i16_type();
+        let c16 = |v: u64| i16t.const_int(v, false);
+        let w = b.build_int_z_extend(x, i16t, "f8")?;
+        let bits = if d == DType::F8E5M2 {
+            b.build_left_shift(w, c16(8), "h")?
+        } else {
+            let sign = b.build_left_shift(b.build_and(w, c16(0x80), "s")?, c16(8), "s")?;
+            let e = b.build_and(b.build_right_shift(w, c16(3), false, "e")?, c16(0xF), "e")?;
+            let m = b.build_and(w, c16(7), "m")?;
+            let normal = b.build_or(
+                b.build_left_shift(b.build_int_add(e, c16(8), "e")?, c16(10), "e")?,
+                b.build_left_shift(m, c16(7), "m")?,
+                "n",
+            )?;
+            // e == 0: m * 2^-9, normal in fp16.
+            let mf = b.build_unsigned_int_to_float(m, self.cx.f32_type(), "mf")?;
+            let sub = b.build_float_mul(mf, self.cx.f32_type().const_float(1.0 / 512.0), "sub")?;
+            let sub = b.build_float_trunc(sub, self.cx.f16_type(), "sub")?;
+            let sub = b.build_bit_cast(sub, i16t, "sub")?.into_int_value();
+            let is_sub = b.build_int_compare(IntPredicate::EQ, e, c16(0), "z")?;
+            let mag = b.build_select(is_sub, sub, normal, "mag")?.into_int_value();
+            let low7 = b.build_and(w, c16(0x7F), "l")?;
+            let nan = b.build_int_compare(IntPredicate::EQ, low7, c16(0x7F), "nan")?;
+            let mag = b
+                .build_select(nan, c16(0x7E00), mag, "mag")?
+                .into_int_value();
+            b.build_or(sign, mag, "h")?
+        };
+        Ok(b.build_bit_cast(bits, self.cx.f16_type(), "h")?
+            .into_float_value())
+    }
+
+    /// fp16 -> fp8 bits, rounded to nearest even: E5M2 overflows to infinity, E4M3FN
+    /// saturates to ±448; NaN stays NaN.
+    fn f16_to_fp8(&self, d: DType, h: FloatValue<'ctx>) -> R<IntValue<'ctx>> {
+        let b = &self.b;
+        let i8t = self.cx.i8_type();
+        if d == DType::F8E5M2 {
+            let i16t = self.cx.i16_type();
+            let c16 = |v: u64| i16t.const_int(v, false);
+            let w = b.build_bit_cast(h, i16t, "w")?.into_int_value();
+            let odd = b.build_and(b.build_right_shift(w, c16(8), false, "o")?, c16(1), "o")?;
+            let r = b.build_int_add(b.build_int_add(w, c16(0x7F), "r")?, odd, "r")?;
+            let r = b.build_int_truncate(b.build_right_shift(r, c16(8), false, "r")?, i8t, "r")?;
+            let mag = b.build_and(w, c16(0x7FFF), "a")?;
+            let nan = b.build_int_compare(IntPredicate::UGT, mag, c16(0x7C00), "nan")?;
+            let q = b.build_or(
+                b.build_int_truncate(b.build_right_shift(w, c16(8), false, "q")?, i8t, "q")?,
+                i8t.const_int(0x02, false),
+                "q",
+            )?;
+            return Ok(b.build_select(nan, q, r, "f8")?.into_int_value());
+        }
+        // E4M3FN through fp32 bits.
+        let i32t = self.cx.i32_type();
+        let c32 = |v: u64| i32t.const_int(v, false);
+        let x = b.build_float_ext(h, self.cx.f32_type(), "x")?;
+        let w = b.build_bit_cast(x, i32t, "w")?.into_int_value();
+        let sign = b.build_int_truncate(b.build_right_shift(w, c32(24), false, "s")?, i8t, "s")?;
+        let sign = b.build_and(sign, i8t.const_int(0x80, false), "s")?;
+        let mag = b.build_and(w, c32(0x7FFF_FFFF), "m")?;
+        let magf = b
+            .build_bit_cast(mag, self.cx.f32_type(), "mf")?
+            .into_float_value();
+        // Normal: round the 23-bit mantissa to 3 bits (ties to even), rebias 127 -> 7.
+        let odd = b.build_and(b.build_right_shift(mag, c32(20), false, "o")?, c32(1), "o")?;
+        let r = b.build_int_add(b.build_int_add(mag, c32(0x7FFFF), "r")?, odd, "r")?;
+        let r = b.build_int_sub(r, c32(120 << 23), "r")?;
+        let normal = b.build_right_shift(r, c32(20), false, "n")?;
+        // Subnormal (|x| < 2^-6): round(|x| * 2^9), ties to even, 0..8 (8 is the smallest normal).
+        let scaled = b.build_float_mul(magf, self.cx.f32_type().const_float(512.0), "sc")?;
+        let rounded = self.call_intrinsic(
+            "llvm.roundeven",
+            &[self.cx.f32_type().into()],
+            &[scaled.into()],
+        )?;
+        let sub = b.build_float_to_unsigned_int(rounded.into_float_value(), i32t, "sub")?;
+        let is_sub = b.build_int_compare(IntPredicate::ULT, mag, c32(0x3C80_0000), "z")?;
+        let v = b.build_select(is_sub, sub, normal, "v")?.into_int_value();
+        let big = b.build_int_compare(IntPredicate::UGT, v, c32(0x7E), "big")?;
+        let v = b.build_select(big, c32(0x7E), v, "v")?.into_int_value();
+        let nan = b.build_int_compare(IntPredicate::UGT, mag, c32(0x7F80_0000), "nan")?;
+        let v = b.build_select(nan, c32(0x7F), v, "v")?.into_int_value();
+        let v = b.build_int_truncate(v, i8t, "v")?;
+        Ok(b.build_or(sign, v, "f8")?)
     }
 }

@@ -47,7 +47,7 @@ pub use ops::{
     MemScope, MemSem, OpKind, UnaryOp,
 };
 pub use parser::{parse, ParseError};
-pub use types::{DType, Elem, Shape, Type, MAX_RANK};
+pub use types::{f64_to_fp8, DType, Elem, Shape, Type, MAX_RANK};
 pub use verifier::{verify, VerifyError, VerifyErrors};
 
 impl Type {

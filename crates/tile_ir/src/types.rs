@@ -23,11 +23,15 @@ pub enum DType {
     BF16,
     F32,
     F64,
+    /// OCP fp8 E5M2 (Triton's `fp8e5`): 5 exponent bits, 2 mantissa bits, infinities.
+    F8E5M2,
+    /// OCP fp8 E4M3FN (Triton's `fp8e4nv`): 4 exponent bits, 3 mantissa bits, no infinities.
+    F8E4M3,
 }
 
 impl DType {
     /// Every dtype, for tables and tests.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 15] = [
         DType::I1,
         DType::I8,
         DType::I16,
@@ -41,6 +45,8 @@ impl DType {
         DType::BF16,
         DType::F32,
         DType::F64,
+        DType::F8E5M2,
+        DType::F8E4M3,
     ];
 
     /// Triton's name for the dtype (`fp32`, `i64`, ...).
@@ -59,6 +65,8 @@ impl DType {
             DType::BF16 => "bf16",
             DType::F32 => "fp32",
             DType::F64 => "fp64",
+            DType::F8E5M2 => "fp8e5",
+            DType::F8E4M3 => "fp8e4nv",
         }
     }
 
@@ -78,6 +86,8 @@ impl DType {
             "bf16" | "bfloat16" => DType::BF16,
             "fp32" | "f32" | "float32" => DType::F32,
             "fp64" | "f64" | "float64" => DType::F64,
+            "fp8e5" | "float8e5" | "float8_e5m2" => DType::F8E5M2,
+            "fp8e4nv" | "float8e4nv" | "float8_e4m3fn" => DType::F8E4M3,
             _ => return None,
         })
     }
@@ -86,7 +96,7 @@ impl DType {
     pub fn bits(self) -> u32 {
         match self {
             DType::I1 => 1,
-            DType::I8 | DType::U8 => 8,
+            DType::I8 | DType::U8 | DType::F8E5M2 | DType::F8E4M3 => 8,
             DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 16,
             DType::I32 | DType::U32 | DType::F32 => 32,
             DType::I64 | DType::U64 | DType::F64 => 64,
@@ -100,7 +110,15 @@ impl DType {
 
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+        matches!(
+            self,
+            DType::F16 | DType::BF16 | DType::F32 | DType::F64 | DType::F8E5M2 | DType::F8E4M3
+        )
+    }
+
+    /// Whether this is an 8-bit float (stored as bytes; arithmetic goes through fp16).
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::F8E5M2 | DType::F8E4M3)
     }
 
     /// Whether this is an integer type (`i1` included).
@@ -303,5 +321,81 @@ impl Type {
     /// Whether two types agree but for their layouts.
     pub fn same_but_layout(&self, other: &Type) -> bool {
         self.elem == other.elem && self.shape == other.shape
+    }
+}
+
+/// The fp8 bits of `x`, rounded to nearest even: E5M2 overflows to infinity, E4M3FN saturates
+/// to ±448 (as `cvt.rn.satfinite` does); NaN stays NaN. For constants and tests.
+pub fn f64_to_fp8(x: f64, d: DType) -> u8 {
+    let (man, bias, max_exp) = match d {
+        DType::F8E5M2 => (2u32, 15i32, 15i32),
+        DType::F8E4M3 => (3, 7, 8),
+        _ => return 0,
+    };
+    let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
+    if x.is_nan() {
+        return sign | if d == DType::F8E5M2 { 0x7E } else { 0x7F };
+    }
+    let a = x.abs();
+    let max_finite = match d {
+        DType::F8E5M2 => 57344.0,
+        _ => 448.0,
+    };
+    let saturate = |s: u8| -> u8 {
+        if d == DType::F8E5M2 {
+            s | 0x7C
+        } else {
+            s | 0x7E
+        }
+    };
+    if a.is_infinite() {
+        return saturate(sign);
+    }
+    if a == 0.0 {
+        return sign;
+    }
+    // Exponent of the leading bit, clamped to the smallest normal's (subnormals share it).
+    let mut e = a.log2().floor() as i32;
+    e = e.max(1 - bias);
+    let scale = 2f64.powi(e - man as i32);
+    let q = a / scale;
+    let mut m = q.round_ties_even() as u64;
+    if m >= 1u64 << (man + 1) {
+        m >>= 1;
+        e += 1;
+    }
+    if e > max_exp || (d == DType::F8E4M3 && a > max_finite) {
+        return saturate(sign);
+    }
+    let normal = m >= 1u64 << man;
+    let exp_field = if normal { (e + bias) as u64 } else { 0 };
+    let bits = (exp_field << man) | (m & ((1u64 << man) - 1));
+    let bits = bits as u8;
+    if d == DType::F8E4M3 && bits == 0x7F {
+        // 0x7F is NaN in E4M3FN; the largest finite is 0x7E.
+        return sign | 0x7E;
+    }
+    sign | bits
+}
+
+#[cfg(test)]
+mod fp8_tests {
+    use super::*;
+
+    #[test]
+    fn fp8_encodings_match_the_ocp_tables() {
+        let e5 = |x| f64_to_fp8(x, DType::F8E5M2);
+        let e4 = |x| f64_to_fp8(x, DType::F8E4M3);
+        assert_eq!(e5(1.0), 0x3C);
+        assert_eq!(e5(-2.0), 0xC0);
+        assert_eq!(e5(57344.0), 0x7B);
+        assert_eq!(e5(1e9), 0x7C);
+        assert_eq!(e5(2f64.powi(-16)), 0x01);
+        assert_eq!(e4(1.0), 0x38);
+        assert_eq!(e4(448.0), 0x7E);
+        assert_eq!(e4(1e6), 0x7E);
+        assert_eq!(e4(-0.5), 0xB0);
+        assert_eq!(e4(2f64.powi(-9)), 0x01);
+        assert_eq!(e4(0.0), 0x00);
     }
 }

@@ -571,6 +571,12 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
                     .all(|(&a, &b)| a == b || a == 1);
             (!ok).then(|| "broadcast repeats size-1 dimensions of one element type".into())
         }
+        _ if matches!(data.kind, K::Binary(_) | K::Unary(_) | K::Fma | K::Compare(_) | K::Atomic(_))
+            && ops.iter().any(|t| t.dtype().is_some_and(|d| d.is_fp8())
+                || matches!(t.elem, E::Ptr(d) if d.is_fp8() && matches!(data.kind, K::Atomic(_)))) =>
+        {
+            bad("fp8 values are only loaded, stored, converted and selected: cast them to fp16 first")
+        }
         K::Binary(b) => {
             let ok = same(&ops[0], &ops[1])
                 && same(&ops[0], &res[0])

@@ -242,6 +242,15 @@ class NumpyBackend:
             return np.asarray(a != 0)
         npdt = numpy_dtype(dt)
         with np.errstate(all="ignore"):
+            if dt.is_fp8() and x.dtype != dt:
+                # As on the GPU: through fp16; E4M3FN saturates at 448.
+                src = a.astype(np.float64) if x.dtype.is_int() else a.astype(np.float32)
+                h = np.asarray(src).astype(np.float16).astype(np.float32)
+                if dt.is_fp8e4nv():
+                    h = np.where(np.isnan(h), h, np.clip(h, -448.0, 448.0))
+                return np.asarray(h).astype(npdt)
+            if x.dtype.is_fp8() and x.dtype != dt:
+                a = a.astype(np.float32)
             if x.dtype.is_floating() and dt.is_int():
                 return np.asarray(np.trunc(a.astype(np.float64))).astype(npdt)
             if x.dtype.is_bf16() or dt.is_bf16():
@@ -556,6 +565,11 @@ def _host_array(v: Any, name: str):
             import ml_dtypes
 
             return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        if str(t.dtype) in ("torch.float8_e5m2", "torch.float8_e4m3fn"):
+            import ml_dtypes
+
+            np_fp8 = ml_dtypes.float8_e5m2 if str(t.dtype) == "torch.float8_e5m2" else ml_dtypes.float8_e4m3fn
+            return t.view(torch.uint8).numpy().view(np_fp8)
         return t.numpy()
     if hasattr(v, "__cuda_array_interface__"):
         raise LaunchError(f"argument '{name}' lives in GPU memory; the interpreter needs host arrays")

@@ -23,6 +23,7 @@ _TORCH_DTYPES = {
     "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float64": "fp64",
     "torch.int8": "i8", "torch.int16": "i16", "torch.int32": "i32", "torch.int64": "i64",
     "torch.uint8": "u8", "torch.uint16": "u16", "torch.uint32": "u32", "torch.uint64": "u64", "torch.bool": "i1",
+    "torch.float8_e5m2": "fp8e5", "torch.float8_e4m3fn": "fp8e4nv",
 }
 _TYPESTR = {"f2": "fp16", "f4": "fp32", "f8": "fp64", "i1": "i8", "i2": "i16", "i4": "i32", "i8": "i64",
             "u1": "u8", "u2": "u16", "u4": "u32", "u8": "u64", "b1": "i1"}

@@ -1,0 +1,116 @@
+"""fp8 (`tl.float8e5`, `tl.float8e4nv`): loads, stores, conversions through fp16 (round to
+nearest even; E4M3FN saturates at 448), arithmetic in fp16, and `dot` of fp8 operands (fp16
+tensor cores, fp32 accumulation) as in Triton's matmul tutorial — in both modes."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tiles
+import tiles.language as tl
+
+FP8 = {"fp8e5": (ml_dtypes.float8_e5m2, tl.float8e5), "fp8e4nv": (ml_dtypes.float8_e4m3fn, tl.float8e4nv)}
+
+
+@tiles.jit
+def fp8_roundtrip_kernel(x_ptr, wide_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    w = x.to(tl.float32)
+    tl.store(wide_ptr + offs, w, mask=mask)
+    y = (w * 2.5).to(x_ptr.dtype.element_ty)
+    z = tl.maximum(y, x)  # fp8 arithmetic runs in fp16
+    tl.store(out_ptr + offs, z, mask=mask)
+
+
+def _fp8_values(rng, np_fp8, n):
+    v = rng.standard_normal(n) * 8.0
+    v[:8] = [0.0, -0.0, 1e-4, -3e-3, 200.0, -300.0, 0.5, 2.0 ** -7]
+    return v.astype(np.float32).astype(np_fp8)
+
+
+def _to_fp8(x, name):
+    # The GPU's rounding: through fp16, to nearest even; E4M3FN saturates.
+    h = x.astype(np.float16).astype(np.float32)
+    if name == "fp8e4nv":
+        h = np.clip(h, -448.0, 448.0)
+    return h.astype(FP8[name][0])
+
+
+@pytest.mark.parametrize("name", list(FP8))
+def test_fp8_load_convert_store(dev, rng, name):
+    np_fp8 = FP8[name][0]
+    n = 1000
+    x = _fp8_values(rng, np_fp8, n)
+    wide = dev.put(np.zeros(n, np.float32))
+    out = dev.put(np.zeros(n, np_fp8))
+    fp8_roundtrip_kernel[(1,)](dev.put(x), wide, out, n, BLOCK=1024)
+    xf = x.astype(np.float32)
+    np.testing.assert_array_equal(dev.get(wide), xf)
+    y = _to_fp8(xf * np.float32(2.5), name).astype(np.float32)
+    want = _to_fp8(np.maximum(y, xf), name)
+    np.testing.assert_array_equal(dev.get(out).view(np.uint8), want.view(np.uint8))
+
+
+@tiles.jit
+def fp8_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k * BLOCK_K), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k * BLOCK_K) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c = acc.to(tl.float16)
+    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@pytest.mark.parametrize("name", list(FP8))
+def test_fp8_dot_with_transposed_b(dev, rng, name):
+    # The matmul tutorial's fp8 case: B pre-transposed (K contiguous), fp32 accumulation.
+    np_fp8 = FP8[name][0]
+    M, N, K = 96, 80, 128
+    a = rng.standard_normal((M, K)).astype(np.float32).astype(np_fp8)
+    bt = rng.standard_normal((N, K)).astype(np.float32).astype(np_fp8)
+    c = dev.put(np.zeros((M, N), np.float16))
+    fp8_matmul_kernel[(2, 2)](dev.put(a), dev.put(bt), c, M, N, K, K, 1, 1, K, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
+    ref = a.astype(np.float64) @ bt.astype(np.float64).T
+    out = dev.get(c).astype(np.float64)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
+
+
+@pytest.mark.parametrize("name", list(FP8))
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_fp8_kernels_assemble(ptxas, name, target):
+    from test_compile import assemble
+
+    p = "*" + name
+    k = tiles.compile(fp8_roundtrip_kernel, signature={"x_ptr": p, "wide_ptr": "*fp32", "out_ptr": p, "n": "i32"},
+                      constexprs={"BLOCK": 1024}, target=target)
+    assemble(ptxas, k.asm["ptx"], target)
+    sig = {"a_ptr": p, "b_ptr": p, "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32:16", "stride_am": "i32:16",
+           "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32:16"}
+    k = tiles.compile(fp8_matmul_kernel, signature=sig, constexprs={"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},
+                      equal_to_1=("stride_ak", "stride_bk"), target=target)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], target)
+
+
+def test_fp8_constant_encodings_match_ml_dtypes():
+    # Compile-time constants use the same rounding as the converters.
+    for name in FP8:
+        for v in (1.0, -2.5, 0.1, 300.0, 1e-3, 6e4 if name == "fp8e5" else 448.0):
+            want = int(_to_fp8(np.array([v], np.float32), name).view(np.int8)[0])
+            ir = "\n".join([f'kernel @k(%0: *{name} {{name = "p"}}) num_warps = 1 {{',
+                             f"  %1 = constant {{value = {v!r}}} : {name}", "  store %0, %1", "  return", "}"])
+            llir = tiles._tiles.parse_ir(ir).compile("sm_90a")["llir"]
+            assert f"i16 {want & 0xFF})" in llir, (name, v, want)
