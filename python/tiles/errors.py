@@ -31,3 +31,12 @@ class LaunchError(Exception):
 
 class InterpreterError(Exception):
     """An op failed while interpreting a kernel; names the kernel's line and program id."""
+
+
+class OutOfResources(LaunchError):
+    """A kernel needs more of a GPU resource (shared memory) than the GPU has (Triton's
+    `triton.runtime.errors.OutOfResources`)."""
+
+    def __init__(self, required: int, limit: int, name: str):
+        self.required, self.limit, self.name = required, limit, name
+        super().__init__(f"out of resource: {name} needs {required} bytes of shared memory; the GPU allows {limit}")

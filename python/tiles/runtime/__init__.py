@@ -1,5 +1,5 @@
 """Runtime: the JIT decorator and launcher, the CUDA driver layer, the interpreter."""
 
-from . import driver  # noqa: F401  (`triton.runtime.driver.active`; loads no CUDA library)
+from . import driver, errors  # noqa: F401  (`triton.runtime.driver.active`; loads no CUDA library)
 from .autotuner import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: F401
 from .jit import JITFunction, jit  # noqa: F401

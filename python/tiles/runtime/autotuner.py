@@ -181,8 +181,12 @@ class Autotuner(KernelInterface):
         except Exception as e:  # a config that does not compile or launch is skipped, not fatal
             if self.user_post_hook:
                 self.user_post_hook(full, e)
-            msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
-            print(msg.splitlines()[0] if not _printing() else msg, file=sys.stderr)
+            # Configs beyond the GPU's resources are skipped quietly, as Triton does; others
+            # (or all, with TILES_PRINT_AUTOTUNING=1) are reported.
+            out_of_resources = "shared memory" in str(e) or "out of resources" in str(e).lower()
+            if _printing() or not out_of_resources:
+                msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
+                print(msg.splitlines()[0] if not _printing() else msg, file=sys.stderr)
             return float("inf")
 
     def run(self, *args, grid, **kwargs):

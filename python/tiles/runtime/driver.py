@@ -120,8 +120,9 @@ class LoadedKernel:
         self.shared = shared
         if shared > 48 * 1024:
             if shared > _state["max_shared"]:
-                limit = _state["max_shared"]
-                raise LaunchError(f"{name} needs {shared} bytes of shared memory; the GPU allows {limit}")
+                from ..errors import OutOfResources
+
+                raise OutOfResources(shared, _state["max_shared"], name)
             check(cu.cuFuncSetAttribute(self.function, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
                   "cuFuncSetAttribute")
         self.handle = int(self.function)
