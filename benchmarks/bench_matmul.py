@@ -71,6 +71,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true", help="fp16 4096^3 only")
     ap.add_argument("--config", help="BM,BN,BK,WARPS,STAGES for fp16/bf16")
+    ap.add_argument("--only", help="run only these cases, e.g. fp16:4096,bf16:4096")
     a = ap.parse_args()
     import torch
     import triton.testing
@@ -83,6 +84,9 @@ def main():
              ("tf32", 4096, (128, 128, 32, 8, 3))]
     if a.quick:
         cases = cases[:1]
+    if a.only:
+        wanted = {tuple(c.split(":")) for c in a.only.split(",")}
+        cases = [c for c in cases if (c[0], str(c[1])) in wanted]
     res = {"gpu": torch.cuda.get_device_name(), "cases": []}
     mods = {"tiles": load("tiles"), "triton": load("triton")}
     print(f"GPU: {res['gpu']}")
