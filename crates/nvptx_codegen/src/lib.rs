@@ -5,7 +5,9 @@
 //! in the register order its layout defines (`Layout::register_offsets`); scalars are one
 //! value that every thread computes alike. Loads and stores move `vector` elements per
 //! instruction (predicated inline PTX when masked), layout conversions go through shared
-//! memory, and structured control flow becomes basic blocks with phis.
+//! memory, and structured control flow becomes basic blocks with phis. `dot` runs on
+//! `mma.sync` with operands read by `ldmatrix` from swizzled shared memory (staged there by
+//! the `dot` itself, or by `cp.async` ring buffers the pipelining pass creates).
 //!
 //! Architecture invariant: this is the only crate that uses inkwell (LLVM). It reads
 //! `tile_ir` and never changes it; every failure is a [`CodegenError`], never a panic.
@@ -39,6 +41,9 @@
 //! let op = b.addptr(os, offs)?;
 //! b.store(op, y, Some(mask))?;
 //! let mut kernel = b.finish();
+//! // Options live on the kernel: warps per program (given to `Builder::new`) and the
+//! // pipeline depth of loops that feed `dot` (Triton's `num_stages`; 1 turns it off).
+//! kernel.num_stages = 3;
 //!
 //! // Or parse the same kernel from text: `let mut kernel = tile_ir::parse(&text)?;`
 //! let target = Target::parse("sm_90a")?;
