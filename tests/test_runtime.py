@@ -42,6 +42,35 @@ def test_second_compile_is_a_disk_hit(cache_dir, capfd, monkeypatch):
     assert c.cache_key != a.cache_key and len(entries(cache_dir)) == 2
 
 
+CROSS_PROCESS = """
+import sys, tiles as tt
+import tiles.language as lang
+
+def scale(x):
+    return (lambda y: y * 2)(x)
+
+@tt.jit
+def k(x_ptr, out_ptr, n, BLOCK: lang.constexpr):
+    offs = lang.arange(0, BLOCK)
+    lang.store(out_ptr + offs, lang.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+c = tt.compile(k, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}, constexprs={"BLOCK": 128})
+print(c.cache_key)
+"""
+
+
+def test_the_disk_cache_hits_in_a_new_process(cache_dir, tmp_path):
+    # The key must not depend on the process: an aliased decorator (`@tt.jit`) and helpers
+    # with nested code objects used to put memory addresses into it.
+    script = tmp_path / "cross.py"
+    script.write_text(CROSS_PROCESS)
+    env = dict(os.environ, TILES_CACHE_DIR=str(cache_dir), TILES_TIMING="1")
+    runs = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    assert runs[0].stdout == runs[1].stdout
+    assert "disk cache hit" in runs[1].stderr and "disk cache hit" not in runs[0].stderr
+
+
 def write_module(path, body):
     path.write_text(textwrap.dedent(body))
     spec = importlib.util.spec_from_file_location(path.stem + str(abs(hash(body))), path)

@@ -66,8 +66,21 @@ def _value_fingerprint(v: Any) -> Optional[str]:
         return None if None in parts else f"{type(v).__name__}({','.join(parts)})"
     code = getattr(v, "__code__", None)
     if code is not None and not getattr(v, "_tiles_builtin", False):
-        return "code:" + hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:16]
+        return "code:" + _code_fingerprint(code)
     return None
+
+
+def _code_fingerprint(code) -> str:
+    """A hash of a code object that is the same in every process (nested code objects are
+    hashed by their contents, not by their repr, which holds addresses)."""
+    h = hashlib.sha256(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for c in code.co_consts:
+        if hasattr(c, "co_code"):
+            h.update(_code_fingerprint(c).encode())
+        else:
+            h.update(repr(c).encode())
+    return h.hexdigest()[:16]
 
 
 def function_fingerprint(jitfn) -> str:
@@ -88,7 +101,10 @@ def function_fingerprint(jitfn) -> str:
         h.update(f"{fn.__module__}.{fn.__name__}\n".encode())
         h.update("".join(src.lines).encode())
         g = src.globals()
-        names = sorted({n.id for n in ast.walk(src.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
+        # The body and the parameters' defaults and annotations; decorators are not the kernel.
+        parts = list(src.node.body) + [src.node.args]
+        nodes = [n for part in parts for n in ast.walk(part)]
+        names = sorted({n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
         for name in names:
             if name not in g:
                 continue
@@ -99,7 +115,7 @@ def function_fingerprint(jitfn) -> str:
             fpv = _value_fingerprint(v)
             if fpv is not None:
                 h.update(f"{name}={fpv}\n".encode())
-        for node in ast.walk(src.node):
+        for node in nodes:
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in g:
                 base = g[node.value.id]
                 v = getattr(base, node.attr, None)
