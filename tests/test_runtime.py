@@ -270,3 +270,50 @@ def test_persistent_softmax_over_tl_range_with_runtime_bounds(dev):
     ref = np.exp(x - x.max(1, keepdims=True))
     ref /= ref.sum(1, keepdims=True)
     np.testing.assert_allclose(dev.get(dy), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_no_driver_is_a_clear_error_not_a_crash():
+    from tiles.runtime import driver
+
+    if driver.available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(RuntimeError, match="CUDA"):
+        tiles._tiles.cuda_primary_context()
+
+
+@pytest.mark.gpu
+def test_native_driver_agrees_with_cuda_python_and_skips_its_import(tmp_path):
+    # The runtime talks to libcuda.so.1 itself: a launch imports no cuda-python, and what it
+    # reads matches cuda-python's view of the device.
+    code = textwrap.dedent("""
+        import sys, torch, tiles, tiles.language as tl
+        @tiles.jit
+        def k(x_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, offs.to(tl.float32), mask=offs < n)
+        x = torch.zeros(100, device="cuda")
+        k[(1,)](x, 100, BLOCK=128)
+        torch.cuda.synchronize()
+        assert x[99].item() == 99.0
+        print("cuda.bindings" in sys.modules)
+    """)
+    script = tmp_path / "no_cuda_python.py"
+    script.write_text(code)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+    cu = pytest.importorskip("cuda.bindings.driver")
+    from tiles.runtime import driver
+
+    props = driver.active.utils.get_device_properties(0)
+    cu.cuInit(0)
+    _, dev = cu.cuDeviceGet(0)
+    a = cu.CUdevice_attribute
+    for key, name in (("multiprocessor_count", "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+                      ("max_shared_mem", "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+                      ("max_num_regs", "CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK"),
+                      ("warpSize", "CU_DEVICE_ATTRIBUTE_WARP_SIZE")):
+        assert props[key] == cu.cuDeviceGetAttribute(getattr(a, name), dev)[1], key
+    _, major = cu.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+    _, minor = cu.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+    assert driver.capability() == (major, minor)

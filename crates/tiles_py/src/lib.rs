@@ -4,6 +4,7 @@
 //! Architecture invariant: this is the only crate that uses pyo3, and it holds no compiler
 //! logic: each method checks its arguments, calls one Rust function and converts the result.
 
+mod cuda;
 mod errors;
 mod launch;
 
@@ -622,6 +623,7 @@ fn _tiles(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_ir, m)?)?;
     m.add_class::<launch::Dispatcher>()?;
     m.add_class::<launch::BoundLauncher>()?;
+    cuda::py::register(m)?;
     m.add("IrError", m.py().get_type::<IrError>())?;
     m.add("BackendError", m.py().get_type::<BackendError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

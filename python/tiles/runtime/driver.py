@@ -1,9 +1,9 @@
-"""The CUDA driver, through cuda-python (`cuda.bindings.driver`): context, PTX -> cubin,
-module load and launch. Imported lazily: machines without a GPU never load it."""
+"""The CUDA driver: context, PTX -> cubin, module load and launch, through the native module's
+`cuda_*` functions (libcuda.so.1 loaded at run time; neither the CUDA toolkit nor cuda-python is
+needed, and a first launch from a warm cache imports nothing heavy)."""
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from typing import Any, Tuple
 
@@ -11,30 +11,20 @@ from ..errors import LaunchError
 
 _lock = threading.Lock()
 _state: dict = {}
+_tls = threading.local()
 
 
-def _cu():
+def _native():
+    from .. import _tiles
+
+    return _tiles
+
+
+def _call(fn, *args):
     try:
-        from cuda.bindings import driver as cu  # cuda-python >= 12.6
-    except ImportError:
-        try:
-            from cuda import cuda as cu  # older cuda-python
-        except ImportError as e:
-            raise LaunchError("cuda-python is not installed: `pip install cuda-bindings` (or cuda-python)") from e
-    return cu
-
-
-def check(result: Any, what: str) -> Any:
-    """Unpacks a cuda-python `(err, *values)` result, raising `LaunchError` on failure."""
-    cu = _state["cu"]
-    err, *rest = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        _, name = cu.cuGetErrorName(err)
-        _, desc = cu.cuGetErrorString(err)
-        raise LaunchError(f"{what} failed: {name.decode() if name else err}: {desc.decode() if desc else ''}")
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else tuple(rest)
+        return fn(*args)
+    except RuntimeError as e:
+        raise LaunchError(str(e)) from None
 
 
 def available() -> bool:
@@ -51,30 +41,26 @@ def init() -> None:
     each new thread gets the context made current on first use)."""
     if "ctx" in _state:
         if not getattr(_tls, "bound", False):
-            check(_state["cu"].cuCtxSetCurrent(_state["ctx"]), "cuCtxSetCurrent")
+            _call(_native().cuda_set_current, _state["ctx"])
             _tls.bound = True
         return
     with _lock:
+        if "error" in _state:
+            raise LaunchError(_state["error"])
         if "ctx" not in _state:
-            cu = _cu()
-            _state["cu"] = cu
-            check(cu.cuInit(0), "cuInit")
-            n = check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
-            if n == 0:
-                raise LaunchError("no CUDA GPU found")
-            dev = check(cu.cuDeviceGet(0), "cuDeviceGet")
-            ctx = check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-            attr = cu.CUdevice_attribute
-            major = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "attr")
-            minor = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "attr")
-            smem = check(cu.cuDeviceGetAttribute(
-                attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "attr")
-            _state.update(dev=dev, capability=(major, minor), max_shared=smem, ctx=ctx)
-    check(_state["cu"].cuCtxSetCurrent(_state["ctx"]), "cuCtxSetCurrent")
+            t = _native()
+            try:
+                ctx = _call(t.cuda_primary_context)
+            except LaunchError as e:
+                _state["error"] = str(e)
+                raise
+            a = t.CUDA_DEVICE_ATTRIBUTES
+            major = _call(t.cuda_device_attribute, a["cc_major"])
+            minor = _call(t.cuda_device_attribute, a["cc_minor"])
+            smem = _call(t.cuda_device_attribute, a["max_shared_mem"])
+            _state.update(capability=(major, minor), max_shared=smem, ctx=ctx)
+    _call(_native().cuda_set_current, _state["ctx"])
     _tls.bound = True
-
-
-_tls = threading.local()
 
 
 def capability() -> Tuple[int, int]:
@@ -91,18 +77,7 @@ def default_target() -> str:
 def link_ptx(ptx: str, name: str) -> bytes:
     """Assembles PTX into a cubin with the driver's JIT linker (no CUDA toolkit needed)."""
     init()
-    cu = _state["cu"]
-    state = check(cu.cuLinkCreate(0, [], []), "cuLinkCreate")
-    try:
-        data = ptx.encode() + b"\0"
-        res = cu.cuLinkAddData(state, cu.CUjitInputType.CU_JIT_INPUT_PTX, data, len(data), name.encode(), 0, [], [])
-        if int(res[0]) != 0:
-            _, err = cu.cuGetErrorName(res[0])
-            raise LaunchError(f"the driver rejected the PTX of {name}: {err.decode() if err else res[0]}")
-        cubin_ptr, size = check(cu.cuLinkComplete(state), "cuLinkComplete")
-        return ctypes.string_at(int(cubin_ptr), int(size))
-    finally:
-        cu.cuLinkDestroy(state)
+    return _call(_native().cuda_link_ptx, ptx, name)
 
 
 class LoadedKernel:
@@ -110,66 +85,36 @@ class LoadedKernel:
 
     def __init__(self, cubin: bytes, name: str, shared: int):
         init()
-        cu = _state["cu"]
-        self._cubin = cubin  # the driver may read it lazily
-        self.module = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
-        self.function = check(cu.cuModuleGetFunction(self.module, name.encode()), "cuModuleGetFunction")
-        fa = cu.CUfunction_attribute
-        self.n_regs = check(cu.cuFuncGetAttribute(fa.CU_FUNC_ATTRIBUTE_NUM_REGS, self.function), "attr")
-        self.n_spills = check(cu.cuFuncGetAttribute(fa.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, self.function), "attr")
-        self.shared = shared
-        if shared > 48 * 1024:
-            if shared > _state["max_shared"]:
-                from ..errors import OutOfResources
+        if shared > 48 * 1024 and shared > _state["max_shared"]:
+            from ..errors import OutOfResources
 
-                raise OutOfResources(shared, _state["max_shared"], name)
-            check(cu.cuFuncSetAttribute(self.function, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
-                  "cuFuncSetAttribute")
+            raise OutOfResources(shared, _state["max_shared"], name)
+        self._cubin = cubin
+        self.module, self.function, self.n_regs, self.n_spills = _call(_native().cuda_load, cubin, name, shared)
+        self.shared = shared
         self.handle = int(self.function)
-        self._launch = cu.cuLaunchKernel
-        self._assert_ptr = None
+        self._assert_addr = None
 
     def read_assert_flag(self) -> int:
         """Synchronises, returns the line of a failed device_assert (0 if none) and clears it."""
-        cu = _state["cu"]
-        if self._assert_ptr is None:
-            from .. import _tiles
-
-            res = cu.cuModuleGetGlobal(self.module, _tiles.ASSERT_GLOBAL.encode())
-            if int(res[0]) != 0:
-                self._assert_ptr = 0
-                return 0
-            self._assert_ptr = res[1]
-        if not self._assert_ptr:
+        t = _native()
+        if self._assert_addr is None:
+            self._assert_addr = _call(t.cuda_global_address, self.module, t.ASSERT_GLOBAL)
+        if not self._assert_addr:
             return 0
-        check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
-        buf = ctypes.c_uint32(0)
-        check(cu.cuMemcpyDtoH(ctypes.addressof(buf), self._assert_ptr, 4), "cuMemcpyDtoH")
-        if buf.value:
-            check(cu.cuMemsetD32(self._assert_ptr, 0, 1), "cuMemsetD32")
-        return int(buf.value)
+        return int(_call(t.cuda_read_and_clear_u32, self._assert_addr))
 
     def launch(self, grid: Tuple[int, int, int], threads: int, stream: int, params_addr: int) -> None:
-        err = self._launch(self.function, grid[0], grid[1], grid[2], threads, 1, 1, self.shared, stream,
-                           params_addr, 0)
-        if int(err[0]) != 0:
-            check(err, "cuLaunchKernel")
+        _call(_native().cuda_launch, self.function, grid[0], grid[1], grid[2], threads, self.shared, int(stream or 0),
+              params_addr)
 
 
 def launch_address() -> int:
     """The address of the driver's cuLaunchKernel, for the native launch path (0 if unknown)."""
     init()
-    cu = _state["cu"]
     try:
-        res = cu.cuGetProcAddress(b"cuLaunchKernel", 12000, 0)
-        if int(res[0]) == 0 and int(res[1]):
-            return int(res[1])
-    except Exception:
-        pass
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-        return ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value or 0
-    except OSError:
+        return int(_native().cuda_launch_address())
+    except RuntimeError:
         return 0
 
 
@@ -195,7 +140,7 @@ def current_stream() -> int:
 
 def synchronize() -> None:
     init()
-    check(_state["cu"].cuCtxSynchronize(), "cuCtxSynchronize")
+    _call(_native().cuda_synchronize)
 
 
 # -- Triton's `triton.runtime.driver.active` ------------------------------------------------------
@@ -226,21 +171,10 @@ class _Utils:
         `max_num_regs`, `warpSize`, clocks and bus width."""
         if not available():
             return dict(_NO_GPU_PROPERTIES)
-        cu = _state["cu"]
-        a = cu.CUdevice_attribute
-        dev = _state["dev"]
-
-        def get(attr):
-            return check(cu.cuDeviceGetAttribute(attr, dev), "cuDeviceGetAttribute")
-
-        return {"max_shared_mem": get(a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
-                "max_num_regs": get(a.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK),
-                "multiprocessor_count": get(a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
-                "warpSize": get(a.CU_DEVICE_ATTRIBUTE_WARP_SIZE),
-                "sm_clock_rate": get(a.CU_DEVICE_ATTRIBUTE_CLOCK_RATE),
-                "mem_clock_rate": get(a.CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
-                "mem_bus_width": get(a.CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
-                "max_threads_per_sm": get(a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)}
+        t = _native()
+        keys = ("max_shared_mem", "max_num_regs", "multiprocessor_count", "warpSize", "sm_clock_rate",
+                "mem_clock_rate", "mem_bus_width", "max_threads_per_sm")
+        return {k: _call(t.cuda_device_attribute, t.CUDA_DEVICE_ATTRIBUTES[k]) for k in keys}
 
 
 class ActiveDriver:

@@ -1,0 +1,485 @@
+//! The CUDA driver API, loaded at run time from `libcuda.so.1` (the driver; no toolkit):
+//! primary context, PTX -> cubin with the driver's JIT linker, module load, function
+//! attributes, the assert flag, and the address of `cuLaunchKernel` for the launch fast path.
+//!
+//! Loading it here rather than through cuda-python keeps a fresh process's first launch from a
+//! warm cache free of cuda-python's import (measured at 27 ms next to torch on the H200 host).
+//! Every call checks its `CUresult` and turns failures into `CudaError` values with the
+//! driver's error name.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+extern "C" {
+    fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+const RTLD_NOW: c_int = 2;
+const RTLD_GLOBAL: c_int = 0x100;
+
+type CuResult = c_int;
+
+/// A driver call that failed, or a driver that could not be loaded.
+#[derive(Debug, Clone)]
+pub struct CudaError(pub String);
+
+type R<T> = Result<T, CudaError>;
+
+macro_rules! api {
+    ($( $field:ident : $sym:literal => fn($($arg:ty),*) ),* $(,)?) => {
+        /// The driver entry points tiles uses.
+        pub struct Api {
+            $( $field: unsafe extern "C" fn($($arg),*) -> CuResult, )*
+        }
+
+        impl Api {
+            fn load() -> R<Api> {
+                let lib = CString::new("libcuda.so.1").expect("no NUL");
+                // SAFETY: dlopen with a valid C string; a null result is handled.
+                let h = unsafe { dlopen(lib.as_ptr(), RTLD_NOW | RTLD_GLOBAL) };
+                if h.is_null() {
+                    return Err(CudaError("the CUDA driver (libcuda.so.1) could not be loaded".into()));
+                }
+                Ok(Api {
+                    $( $field: {
+                        let name = CString::new($sym).expect("no NUL");
+                        // SAFETY: dlsym on a live handle; a null result is handled.
+                        let p = unsafe { dlsym(h, name.as_ptr()) };
+                        if p.is_null() {
+                            return Err(CudaError(format!("the CUDA driver has no {}", $sym)));
+                        }
+                        // SAFETY: the symbol is the driver function with this C signature
+                        // (from cuda.h for the API versions named in the symbol).
+                        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> CuResult>(p) }
+                    }, )*
+                })
+            }
+        }
+    };
+}
+
+api! {
+    init: "cuInit" => fn(c_uint),
+    device_get_count: "cuDeviceGetCount" => fn(*mut c_int),
+    device_get: "cuDeviceGet" => fn(*mut c_int, c_int),
+    device_get_attribute: "cuDeviceGetAttribute" => fn(*mut c_int, c_int, c_int),
+    primary_ctx_retain: "cuDevicePrimaryCtxRetain" => fn(*mut *mut c_void, c_int),
+    ctx_set_current: "cuCtxSetCurrent" => fn(*mut c_void),
+    ctx_synchronize: "cuCtxSynchronize" => fn(),
+    get_error_name: "cuGetErrorName" => fn(CuResult, *mut *const c_char),
+    module_load_data: "cuModuleLoadData" => fn(*mut *mut c_void, *const c_void),
+    module_get_function: "cuModuleGetFunction" => fn(*mut *mut c_void, *mut c_void, *const c_char),
+    module_get_global: "cuModuleGetGlobal_v2" => fn(*mut u64, *mut usize, *mut c_void, *const c_char),
+    func_get_attribute: "cuFuncGetAttribute" => fn(*mut c_int, c_int, *mut c_void),
+    func_set_attribute: "cuFuncSetAttribute" => fn(*mut c_void, c_int, c_int),
+    link_create: "cuLinkCreate_v2" => fn(c_uint, *mut c_int, *mut *mut c_void, *mut *mut c_void),
+    link_add_data: "cuLinkAddData_v2" => fn(*mut c_void, c_int, *mut c_void, usize, *const c_char, c_uint, *mut c_int, *mut *mut c_void),
+    link_complete: "cuLinkComplete" => fn(*mut c_void, *mut *mut c_void, *mut usize),
+    link_destroy: "cuLinkDestroy" => fn(*mut c_void),
+    memcpy_dtoh: "cuMemcpyDtoH_v2" => fn(*mut c_void, u64, usize),
+    memset_d32: "cuMemsetD32_v2" => fn(u64, c_uint, usize),
+    launch_kernel: "cuLaunchKernel" => fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, *mut c_void, *mut *mut c_void, *mut *mut c_void),
+}
+
+// Attribute numbers from cuda.h.
+/// `CU_DEVICE_ATTRIBUTE_*` numbers tiles reads.
+pub mod attr {
+    pub const WARP_SIZE: i32 = 10;
+    pub const MAX_REGISTERS_PER_BLOCK: i32 = 12;
+    pub const CLOCK_RATE: i32 = 13;
+    pub const MULTIPROCESSOR_COUNT: i32 = 16;
+    pub const MEMORY_CLOCK_RATE: i32 = 36;
+    pub const GLOBAL_MEMORY_BUS_WIDTH: i32 = 37;
+    pub const MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
+    pub const COMPUTE_CAPABILITY_MAJOR: i32 = 75;
+    pub const COMPUTE_CAPABILITY_MINOR: i32 = 76;
+    pub const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
+}
+const FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: c_int = 3;
+const FUNC_ATTRIBUTE_NUM_REGS: c_int = 4;
+const FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
+const JIT_INPUT_PTX: c_int = 1;
+
+static API: OnceLock<Result<Api, CudaError>> = OnceLock::new();
+
+/// The loaded driver (loaded once per process).
+pub fn api() -> R<&'static Api> {
+    API.get_or_init(Api::load).as_ref().map_err(|e| e.clone())
+}
+
+fn check(a: &Api, r: CuResult, what: &str) -> R<()> {
+    if r == 0 {
+        return Ok(());
+    }
+    let mut name: *const c_char = std::ptr::null();
+    // SAFETY: cuGetErrorName writes a pointer to a static string (or leaves it null).
+    unsafe { (a.get_error_name)(r, &mut name) };
+    let name = if name.is_null() {
+        format!("CUDA error {r}")
+    } else {
+        // SAFETY: the driver returns a NUL-terminated static string.
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    Err(CudaError(format!("{what} failed: {name}")))
+}
+
+/// Initialises the driver and retains device 0's primary context; returns the context.
+pub fn primary_context() -> R<usize> {
+    let a = api()?;
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        check(a, (a.init)(0), "cuInit")?;
+        let mut n = 0;
+        check(a, (a.device_get_count)(&mut n), "cuDeviceGetCount")?;
+        if n == 0 {
+            return Err(CudaError("no CUDA GPU found".into()));
+        }
+        let mut dev = 0;
+        check(a, (a.device_get)(&mut dev, 0), "cuDeviceGet")?;
+        let mut ctx = std::ptr::null_mut();
+        check(
+            a,
+            (a.primary_ctx_retain)(&mut ctx, dev),
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        Ok(ctx as usize)
+    }
+}
+
+/// Makes `ctx` current on this thread.
+pub fn set_current(ctx: usize) -> R<()> {
+    let a = api()?;
+    // SAFETY: ctx came from `primary_context`.
+    unsafe {
+        check(
+            a,
+            (a.ctx_set_current)(ctx as *mut c_void),
+            "cuCtxSetCurrent",
+        )
+    }
+}
+
+/// A device-0 attribute (`attr::*`).
+pub fn device_attribute(which: i32) -> R<i32> {
+    let a = api()?;
+    let mut dev = 0;
+    let mut v = 0;
+    // SAFETY: valid out-pointers.
+    unsafe {
+        check(a, (a.device_get)(&mut dev, 0), "cuDeviceGet")?;
+        check(
+            a,
+            (a.device_get_attribute)(&mut v, which, dev),
+            "cuDeviceGetAttribute",
+        )?;
+    }
+    Ok(v)
+}
+
+/// PTX -> cubin with the driver's JIT linker.
+pub fn link_ptx(ptx: &str, name: &str) -> R<Vec<u8>> {
+    let a = api()?;
+    let mut data = ptx.as_bytes().to_vec();
+    data.push(0);
+    let cname = CString::new(name).map_err(|_| CudaError("kernel name has a NUL".into()))?;
+    // SAFETY: the link state is created, used and destroyed here; the cubin is copied out
+    // before the state (which owns it) is destroyed.
+    unsafe {
+        let mut state = std::ptr::null_mut();
+        check(
+            a,
+            (a.link_create)(0, std::ptr::null_mut(), std::ptr::null_mut(), &mut state),
+            "cuLinkCreate",
+        )?;
+        let r = (a.link_add_data)(
+            state,
+            JIT_INPUT_PTX,
+            data.as_mut_ptr() as *mut c_void,
+            data.len(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        if let Err(e) = check(a, r, "cuLinkAddData") {
+            (a.link_destroy)(state);
+            return Err(CudaError(format!(
+                "the driver rejected the PTX of {name}: {}",
+                e.0
+            )));
+        }
+        let mut cubin = std::ptr::null_mut();
+        let mut size = 0usize;
+        let r = (a.link_complete)(state, &mut cubin, &mut size);
+        let out = check(a, r, "cuLinkComplete")
+            .map(|_| std::slice::from_raw_parts(cubin as *const u8, size).to_vec());
+        (a.link_destroy)(state);
+        out
+    }
+}
+
+/// A loaded kernel: module and function handles and the resources ptxas reported.
+pub struct Loaded {
+    pub module: usize,
+    pub function: usize,
+    pub n_regs: i32,
+    pub n_spills: i32,
+}
+
+/// Loads a cubin and finds `name` in it; allows `shared` bytes of dynamic shared memory.
+pub fn load(cubin: &[u8], name: &str, shared: u32) -> R<Loaded> {
+    let a = api()?;
+    let cname = CString::new(name).map_err(|_| CudaError("kernel name has a NUL".into()))?;
+    // SAFETY: the cubin buffer outlives the call (the driver copies it); out-pointers valid.
+    unsafe {
+        let mut module = std::ptr::null_mut();
+        check(
+            a,
+            (a.module_load_data)(&mut module, cubin.as_ptr() as *const c_void),
+            "cuModuleLoadData",
+        )?;
+        let mut f = std::ptr::null_mut();
+        check(
+            a,
+            (a.module_get_function)(&mut f, module, cname.as_ptr()),
+            "cuModuleGetFunction",
+        )?;
+        let (mut regs, mut local) = (0, 0);
+        check(
+            a,
+            (a.func_get_attribute)(&mut regs, FUNC_ATTRIBUTE_NUM_REGS, f),
+            "cuFuncGetAttribute",
+        )?;
+        check(
+            a,
+            (a.func_get_attribute)(&mut local, FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f),
+            "cuFuncGetAttribute",
+        )?;
+        if shared > 48 * 1024 {
+            check(
+                a,
+                (a.func_set_attribute)(
+                    f,
+                    FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared as c_int,
+                ),
+                "cuFuncSetAttribute",
+            )?;
+        }
+        Ok(Loaded {
+            module: module as usize,
+            function: f as usize,
+            n_regs: regs,
+            n_spills: local,
+        })
+    }
+}
+
+/// The device address of a module global, or 0 if the module has none by that name.
+pub fn global_address(module: usize, name: &str) -> R<u64> {
+    let a = api()?;
+    let cname = CString::new(name).map_err(|_| CudaError("global name has a NUL".into()))?;
+    let (mut ptr, mut size) = (0u64, 0usize);
+    // SAFETY: module from `load`; out-pointers valid.
+    let r = unsafe {
+        (a.module_get_global)(&mut ptr, &mut size, module as *mut c_void, cname.as_ptr())
+    };
+    Ok(if r == 0 { ptr } else { 0 })
+}
+
+/// Synchronises, reads a `u32` at `addr` and zeroes it.
+pub fn read_and_clear_u32(addr: u64) -> R<u32> {
+    let a = api()?;
+    let mut v: u32 = 0;
+    // SAFETY: addr is a live 4-byte device global; the host buffer is 4 bytes.
+    unsafe {
+        check(a, (a.ctx_synchronize)(), "cuCtxSynchronize")?;
+        check(
+            a,
+            (a.memcpy_dtoh)(&mut v as *mut u32 as *mut c_void, addr, 4),
+            "cuMemcpyDtoH",
+        )?;
+        if v != 0 {
+            check(a, (a.memset_d32)(addr, 0, 1), "cuMemsetD32")?;
+        }
+    }
+    Ok(v)
+}
+
+/// Waits for the current context's work.
+pub fn synchronize() -> R<()> {
+    let a = api()?;
+    // SAFETY: no arguments.
+    unsafe { check(a, (a.ctx_synchronize)(), "cuCtxSynchronize") }
+}
+
+/// The address of `cuLaunchKernel`, for the launch paths.
+pub fn launch_address() -> R<usize> {
+    Ok(api()?.launch_kernel as usize)
+}
+
+/// Launches `function` with parameters at `params` (an array of pointers to values).
+#[allow(clippy::too_many_arguments)]
+pub fn launch(
+    function: usize,
+    grid: (u32, u32, u32),
+    threads: u32,
+    shared: u32,
+    stream: usize,
+    params: usize,
+) -> R<()> {
+    let a = api()?;
+    // SAFETY: function from `load`; params points at one pointer per kernel parameter, each to
+    // a value of that parameter's type (packed by the caller).
+    unsafe {
+        check(
+            a,
+            (a.launch_kernel)(
+                function as *mut c_void,
+                grid.0,
+                grid.1,
+                grid.2,
+                threads,
+                1,
+                1,
+                shared,
+                stream as *mut c_void,
+                params as *mut *mut c_void,
+                std::ptr::null_mut(),
+            ),
+            "cuLaunchKernel",
+        )
+    }
+}
+
+/// The Python functions over this module (`tiles._tiles.cuda_*`); `tiles.runtime.driver`
+/// wraps them and raises `LaunchError` for a `CudaError` (raised here as `RuntimeError`).
+pub mod py {
+    use super::*;
+    use pyo3::exceptions::PyRuntimeError;
+    use pyo3::prelude::*;
+    use pyo3::types::PyBytes;
+
+    fn err(e: CudaError) -> PyErr {
+        PyRuntimeError::new_err(e.0)
+    }
+
+    /// Loads the driver, initialises it and retains device 0's primary context.
+    #[pyfunction]
+    pub fn cuda_primary_context(py: Python<'_>) -> PyResult<usize> {
+        py.detach(primary_context).map_err(err)
+    }
+
+    /// Makes a context current on the calling thread.
+    #[pyfunction]
+    pub fn cuda_set_current(ctx: usize) -> PyResult<()> {
+        set_current(ctx).map_err(err)
+    }
+
+    /// A device-0 attribute by its `CU_DEVICE_ATTRIBUTE_*` number.
+    #[pyfunction]
+    pub fn cuda_device_attribute(which: i32) -> PyResult<i32> {
+        device_attribute(which).map_err(err)
+    }
+
+    /// PTX -> cubin (the driver's JIT linker), without the GIL.
+    #[pyfunction]
+    pub fn cuda_link_ptx<'py>(
+        py: Python<'py>,
+        ptx: &str,
+        name: &str,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (ptx, name) = (ptx.to_string(), name.to_string());
+        let cubin = py.detach(move || link_ptx(&ptx, &name)).map_err(err)?;
+        Ok(PyBytes::new(py, &cubin))
+    }
+
+    /// Loads a cubin: `(module, function, n_regs, n_spills)`.
+    #[pyfunction]
+    pub fn cuda_load(
+        py: Python<'_>,
+        cubin: &[u8],
+        name: &str,
+        shared: u32,
+    ) -> PyResult<(usize, usize, i32, i32)> {
+        let (cubin, name) = (cubin.to_vec(), name.to_string());
+        let l = py
+            .detach(move || load(&cubin, &name, shared))
+            .map_err(err)?;
+        Ok((l.module, l.function, l.n_regs, l.n_spills))
+    }
+
+    /// The device address of a module global (0 if absent).
+    #[pyfunction]
+    pub fn cuda_global_address(module: usize, name: &str) -> PyResult<u64> {
+        global_address(module, name).map_err(err)
+    }
+
+    /// Synchronises, returns the `u32` at `addr` and zeroes it.
+    #[pyfunction]
+    pub fn cuda_read_and_clear_u32(py: Python<'_>, addr: u64) -> PyResult<u32> {
+        py.detach(move || read_and_clear_u32(addr)).map_err(err)
+    }
+
+    /// Waits for the context's work.
+    #[pyfunction]
+    pub fn cuda_synchronize(py: Python<'_>) -> PyResult<()> {
+        py.detach(synchronize).map_err(err)
+    }
+
+    /// The address of `cuLaunchKernel`.
+    #[pyfunction]
+    pub fn cuda_launch_address() -> PyResult<usize> {
+        launch_address().map_err(err)
+    }
+
+    /// Launches with pre-packed parameters (`params`: address of an array of pointers).
+    #[pyfunction]
+    #[allow(clippy::too_many_arguments)]
+    pub fn cuda_launch(
+        function: usize,
+        gx: u32,
+        gy: u32,
+        gz: u32,
+        threads: u32,
+        shared: u32,
+        stream: usize,
+        params: usize,
+    ) -> PyResult<()> {
+        launch(function, (gx, gy, gz), threads, shared, stream, params).map_err(err)
+    }
+
+    /// Registers the functions on the module.
+    pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add_function(wrap_pyfunction!(cuda_primary_context, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_set_current, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_device_attribute, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_link_ptx, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_load, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_global_address, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_read_and_clear_u32, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_synchronize, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_launch_address, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_launch, m)?)?;
+        let attrs = pyo3::types::PyDict::new(m.py());
+        for (name, v) in [
+            ("warpSize", attr::WARP_SIZE),
+            ("max_num_regs", attr::MAX_REGISTERS_PER_BLOCK),
+            ("sm_clock_rate", attr::CLOCK_RATE),
+            ("multiprocessor_count", attr::MULTIPROCESSOR_COUNT),
+            ("mem_clock_rate", attr::MEMORY_CLOCK_RATE),
+            ("mem_bus_width", attr::GLOBAL_MEMORY_BUS_WIDTH),
+            ("max_threads_per_sm", attr::MAX_THREADS_PER_MULTIPROCESSOR),
+            ("cc_major", attr::COMPUTE_CAPABILITY_MAJOR),
+            ("cc_minor", attr::COMPUTE_CAPABILITY_MINOR),
+            ("max_shared_mem", attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        ] {
+            attrs.set_item(name, v)?;
+        }
+        m.add("CUDA_DEVICE_ATTRIBUTES", attrs)?;
+        Ok(())
+    }
+}
