@@ -19,6 +19,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from bench_matmul import SRC as MATMUL_SRC  # noqa: E402
 from bench_norms import SRC as NORMS_SRC  # noqa: E402
 from bench_vector_add import KERNEL_SRC as ADD_SRC  # noqa: E402
 
@@ -30,12 +31,16 @@ KERNELS = {
     "layernorm": ("layer_norm_fwd", {"X": "*fp16", "Y": "*fp16", "W": "*fp16", "B": "*fp16", "Mean": "*fp32",
                                      "Rstd": "*fp32", "stride": "i32", "N": "i32", "eps": "fp32"},
                   {"BLOCK_SIZE": 1024}, 4),
+    "matmul": ("matmul_kernel", {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32",
+                                 "K": "i32", "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32",
+                                 "stride_bn": "i32", "stride_cm": "i32", "stride_cn": "i32"},
+               {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}, 4),
 }
 
 
 def load(mod: str):
     src = (f"import {mod} as triton\nimport {mod}.language as tl\n" + ADD_SRC.format(mod="triton")
-           + NORMS_SRC.format(mod=mod).split("\n", 3)[3])
+           + NORMS_SRC.format(mod=mod).split("\n", 3)[3] + MATMUL_SRC.format(mod=mod).split("\n", 3)[3])
     path = os.path.join(tempfile.mkdtemp(), f"cc_{mod}.py")
     with open(path, "w") as f:
         f.write(src)

@@ -217,7 +217,37 @@ fn codegen_level() -> OptimizationLevel {
 
 fn init_llvm() {
     static INIT: Once = Once::new();
-    INIT.call_once(|| LlvmTarget::initialize_nvptx(&InitializationConfig::default()));
+    INIT.call_once(|| {
+        LlvmTarget::initialize_nvptx(&InitializationConfig::default());
+        llvm_args_from_env();
+    });
+}
+
+extern "C" {
+    fn LLVMParseCommandLineOptions(
+        argc: std::ffi::c_int,
+        argv: *const *const std::ffi::c_char,
+        overview: *const std::ffi::c_char,
+    );
+}
+
+/// `TILES_LLVM_ARGS="-time-passes ..."` hands options to LLVM once per process (for compiler
+/// developers: LLVM's options are process-wide).
+fn llvm_args_from_env() {
+    let Ok(args) = std::env::var("TILES_LLVM_ARGS") else {
+        return;
+    };
+    let mut owned = vec![std::ffi::CString::new("tiles").expect("no NUL")];
+    for a in args.split_whitespace() {
+        if let Ok(c) = std::ffi::CString::new(a) {
+            owned.push(c);
+        }
+    }
+    let ptrs: Vec<*const std::ffi::c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+    let overview = std::ffi::CString::new("tiles").expect("no NUL");
+    // SAFETY: argv holds `ptrs.len()` valid C strings that outlive the call; LLVM copies what
+    // it keeps. Called once, before any other LLVM use in this process.
+    unsafe { LLVMParseCommandLineOptions(ptrs.len() as _, ptrs.as_ptr(), overview.as_ptr()) };
 }
 
 /// Runs the pass pipeline on `func`, then generates PTX. `dump(stage, text)` sees the IR
