@@ -249,5 +249,12 @@ def compile_many(jobs, max_workers: Optional[int] = None):
     from concurrent.futures import ThreadPoolExecutor
 
     jobs = list(jobs)
-    with ThreadPoolExecutor(max_workers=max_workers or os.cpu_count()) as pool:
-        return list(pool.map(lambda kw: compile(**kw), jobs))
+    # A thread back from the Rust stages waits for the GIL up to the switch interval while
+    # another runs its frontend; a short interval keeps those waits short.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, 0.0002))
+    try:
+        with ThreadPoolExecutor(max_workers=max_workers or os.cpu_count()) as pool:
+            return list(pool.map(lambda kw: compile(**kw), jobs))
+    finally:
+        sys.setswitchinterval(interval)
