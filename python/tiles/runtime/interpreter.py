@@ -555,6 +555,8 @@ def _host_array(v: Any, name: str):
     """A numpy view of a host array argument (numpy, torch CPU, array interface), or None."""
     if isinstance(v, np.ndarray):
         return v
+    if isinstance(v, np.generic):  # numpy scalars are scalars, not buffers
+        return None
     if hasattr(v, "data_ptr") and hasattr(v, "is_cuda"):  # torch
         if v.is_cuda:
             raise LaunchError(f"argument '{name}' is a CUDA tensor")
@@ -620,6 +622,8 @@ def run(jitfn, vals: Sequence[Any], grid) -> None:
         elif v is None:
             args.append(None)
         else:
+            if isinstance(v, np.generic):
+                v = v.item()
             ty = _scalar_type(v, p.name)
             dt = core.dtype_from_ir(ty)
             args.append(tensor(np.array(v, dtype=numpy_dtype(dt)), dt, ()))

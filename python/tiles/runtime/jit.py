@@ -60,6 +60,8 @@ def interpreting(jitfn: "JITFunction") -> bool:
 def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
     """(address, dtype) of a device array argument, or None if `v` is not an array."""
     t = type(v)
+    if isinstance(v, (bool, int, float)) or (t.__module__ == "numpy" and t.__name__ != "ndarray"):
+        return None  # Python and numpy scalars
     if hasattr(v, "data_ptr") and hasattr(v, "dtype") and hasattr(v, "is_cuda"):  # torch
         if not v.is_cuda:
             raise LaunchError(f"argument '{name}' is a CPU tensor; the GPU kernel needs a CUDA tensor "
@@ -225,6 +227,8 @@ class JITFunction:
                 key.append(("p", dt, div))
                 info.append(("ptr", "*" + dt, div, addr))
                 continue
+            if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+                v = v.item()  # numpy scalars pass as Python scalars
             ty = _scalar_type(v, p.name)
             div = 0
             if ty in ("i32", "i64", "u64") and not p.do_not_specialize:
