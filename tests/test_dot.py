@@ -325,3 +325,23 @@ def test_attention_forward_assembles_without_spills(ptxas, target):
     assert k.asm["ptx"].count("mma.sync.aligned") > 0
     report = assemble(ptxas, k.asm["ptx"], target)
     assert "0 bytes spill stores" in report, report
+
+
+@tiles.jit
+def dot_in_while_kernel(a_ptr, c_ptr, n):
+    r = tl.arange(0, 16)
+    a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
+    acc = tl.zeros((16, 16), dtype=tl.float32)
+    i = 0
+    while i < n:
+        acc = tl.dot(a, a, acc)
+        i += 1
+    tl.store(c_ptr + r[:, None] * 16 + r[None, :], acc)
+
+
+def test_dot_inside_a_while_loop(dev, rng):
+    a = random(rng, (16, 16), "float16", -1, 1)
+    c = dev.put(np.zeros((16, 16), np.float32))
+    dot_in_while_kernel[(1,)](dev.put(a), c, 3)
+    af = a.astype(np.float64)
+    assert _rel_err(dev.get(c), 3 * (af @ af)) < 1e-2

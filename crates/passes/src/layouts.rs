@@ -213,6 +213,13 @@ impl Assigner<'_> {
                         }
                     }
                 }
+                _ if !data.regions.is_empty() => {
+                    // `while`, reductions and scans: dots inside still need their anchors.
+                    for i in 0..data.regions.len() {
+                        let body = self.func.region_block(op, i);
+                        self.find_dot_anchors(body);
+                    }
+                }
                 kind if kind.is_elementwise() => {
                     let r = data.results[0];
                     let shape = self.func.ty(r).shape;
@@ -349,7 +356,13 @@ impl Assigner<'_> {
             OpKind::Dot { .. } => {
                 let data = self.func.ops[op].clone();
                 let r = data.results[0];
-                let l = self.dot_anchor.get(r).expect("every dot has an anchor");
+                let l = match *self.dot_anchor.get(r) {
+                    Some(l) => l,
+                    None => {
+                        let shape = self.func.ty(r).shape;
+                        self.default_layout(shape)
+                    }
+                };
                 self.decided.set(r, Some(l));
                 let kw = match self.func.layouts[l] {
                     Layout::Mma(_) => k_width(self.func.ty(data.operands[0]).elem),
