@@ -7,6 +7,7 @@ the compiler and the interpreter.
 
 from __future__ import annotations
 
+import builtins as _builtins
 import math as _pymath
 from types import SimpleNamespace
 from typing import Any
@@ -33,6 +34,7 @@ from .core import (  # noqa: F401  (re-exported names)
     uint64,
 )
 
+_builtin_range = _builtins.range
 bool_ = int1
 float8e5 = dtype("fp8e5")
 float8e4nv = dtype("fp8e4nv")
@@ -480,6 +482,197 @@ def debug_barrier(_semantic=None):
 
     current_backend().barrier()
 
+
+@builtin
+def cat(input, other, can_reorder=False, dim=0, _semantic=None):
+    """Concatenates two tiles of one shape along `dim`."""
+    a, b = semantic.to_tensor(input), semantic.to_tensor(other)
+    rank = len(a.shape)
+    dim = int(_v(dim)) % max(rank, 1)
+    if tuple(a.shape) != tuple(b.shape):
+        raise ValueError(f"cat needs tiles of one shape, got {list(a.shape)} and {list(b.shape)}")
+    j = semantic.join(a, b)  # [..., 2]
+    order = list(_builtin_range(rank))
+    order.insert(dim, rank)  # the pair axis goes in front of `dim`
+    j = semantic.permute(j, order)
+    shape = list(a.shape)
+    shape[dim] *= 2
+    return semantic.reshape(j, tuple(shape))
+
+
+@builtin
+def assume(cond, _semantic=None):
+    """A fact the compiler may rely on; tiles checks nothing and uses nothing from it."""
+    return None
+
+
+@builtin
+def squeeze(x, dim, _semantic=None):
+    """Removes the length-1 dimension `dim`."""
+    x = semantic.to_tensor(x)
+    d = int(_v(dim)) % len(x.shape)
+    if x.shape[d] != 1:
+        raise ValueError(f"squeeze: dimension {d} has length {x.shape[d]}, not 1")
+    return semantic.reshape(x, tuple(x.shape[:d]) + tuple(x.shape[d + 1:]))
+
+
+@builtin
+def unsqueeze(x, dim, _semantic=None):
+    """Inserts a length-1 dimension at `dim`."""
+    x = semantic.to_tensor(x)
+    d = int(_v(dim))
+    d = d + len(x.shape) + 1 if d < 0 else d
+    return semantic.expand_dims(x, d)
+
+
+@builtin
+def softmax(x, dim=None, keep_dims=None, ieee_rounding=False, _semantic=None):
+    """`exp(x - max) / sum(exp(x - max))` along `dim` (default 0, as in Triton)."""
+    x = semantic.to_tensor(x)
+    d = 0 if _v(dim) is None else int(_v(dim))
+    z = semantic.sub(x, semantic.reduce([x], d, _max_combine, True)[0])
+    num = semantic.unary_math("exp", z)
+    den = semantic.reduce([num], d, _sum_combine, True)[0]
+    return semantic.truediv(num, den)
+
+
+@builtin
+def swizzle2d(i, j, size_i, size_j, size_g, _semantic=None):
+    """Maps row-major indices of a `size_i x size_j` grid to column-major order within groups
+    of `size_g` rows (the grouped program ordering of matmul kernels)."""
+    ij = semantic.add(semantic.mul(i, size_j), j)
+    size_gj = semantic.mul(size_g, size_j)
+    group = semantic.floordiv(ij, size_gj)
+    off_i = semantic.mul(group, size_g)
+    g = semantic.minimum(semantic.sub(size_i, off_i), size_g)
+    ij = semantic.mod(ij, size_gj)
+    return semantic.add(off_i, semantic.mod(ij, g)), semantic.floordiv(ij, g)
+
+
+def _u32(x):
+    """`x` as uint32 bits (integers of 32 bits or fewer)."""
+    x = semantic.to_tensor(x)
+    if x.dtype == uint32:
+        return x
+    if x.dtype.primitive_bitwidth == 32:
+        return semantic.bitcast(x, uint32)
+    return semantic.cast(x, uint32)
+
+
+@builtin
+def umulhi(x, y, _semantic=None):
+    """The high 32 bits of the 64-bit product of two 32-bit integers (unsigned)."""
+    x, y = semantic.to_tensor(x), semantic.to_tensor(y, x.dtype if isinstance(x, tensor) else None)
+    dt = x.dtype if isinstance(x, tensor) else y.dtype
+    a = semantic.cast(_u32(x), uint64)
+    b = semantic.cast(_u32(y), uint64)
+    hi = semantic.cast(semantic.shr(semantic.mul(a, b), 32), uint32)
+    return hi if dt == uint32 else semantic.bitcast(hi, dt)
+
+
+# Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11): the
+# multipliers and Weyl increments of the published generator, so streams match Triton's.
+_PHILOX_MUL_A, _PHILOX_MUL_B = 0xD2511F53, 0xCD9E8D57
+_PHILOX_WEYL_A, _PHILOX_WEYL_B = 0x9E3779B9, 0xBB67AE85
+_PHILOX_ROUNDS = 10
+
+
+def _philox_rounds(c0, c1, c2, c3, k0, k1, n_rounds):
+    ka, kb = semantic.scalar_constant(_PHILOX_WEYL_A, uint32), semantic.scalar_constant(_PHILOX_WEYL_B, uint32)
+    ma, mb = semantic.scalar_constant(_PHILOX_MUL_A, uint32), semantic.scalar_constant(_PHILOX_MUL_B, uint32)
+    for _ in _builtin_range(int(_v(n_rounds))):
+        hi_b, lo_b = umulhi(mb, c2), semantic.mul(mb, c2)
+        hi_a, lo_a = umulhi(ma, c0), semantic.mul(ma, c0)
+        c0, c1, c2, c3 = (semantic.xor_(semantic.xor_(hi_b, c1), k0), lo_b,
+                          semantic.xor_(semantic.xor_(hi_a, c3), k1), lo_a)
+        k0, k1 = semantic.add(k0, ka), semantic.add(k1, kb)
+    return c0, c1, c2, c3
+
+
+@builtin
+def philox(seed, c0, c1, c2, c3, n_rounds=_PHILOX_ROUNDS, _semantic=None):
+    """Philox4x32 of the counters `c0..c3` under the 64-bit key `seed`; four uint32 tiles."""
+    seed = semantic.cast(semantic.to_tensor(seed), uint64)
+    k_lo = semantic.cast(semantic.and_(seed, 0xFFFFFFFF), uint32)
+    k_hi = semantic.cast(semantic.and_(semantic.shr(seed, 32), 0xFFFFFFFF), uint32)
+    cs = [_u32(c) for c in (c0, c1, c2, c3)]
+    shape = next((c.shape for c in cs if c.shape), ())
+    cs = [semantic.broadcast_to(c, shape) for c in cs]
+    k_lo, k_hi = semantic.broadcast_to(k_lo, shape), semantic.broadcast_to(k_hi, shape)
+    return _philox_rounds(*cs, k_lo, k_hi, n_rounds)
+
+
+@builtin
+def randint4x(seed, offset, n_rounds=_PHILOX_ROUNDS, _semantic=None):
+    """Four tiles of random uint32, a function of `seed` and each element of `offset`."""
+    offset = semantic.to_tensor(offset)
+    lo = semantic.cast(offset, uint32)
+    zero = semantic.mul(lo, 0)
+    hi = semantic.cast(semantic.shr(offset, 32), uint32) if offset.dtype.primitive_bitwidth > 32 else zero
+    return philox(seed, lo, hi, zero, zero, n_rounds)
+
+
+@builtin
+def randint(seed, offset, n_rounds=_PHILOX_ROUNDS, _semantic=None):
+    """One tile of random uint32 (the first of `randint4x`)."""
+    return randint4x(seed, offset, n_rounds)[0]
+
+
+@builtin
+def uint_to_uniform_float(x, _semantic=None):
+    """Random 32-bit integers to floats uniform in [0, 1)."""
+    x = semantic.to_tensor(x)
+    if x.dtype.primitive_bitwidth == 64:
+        i = semantic.bitcast(x, int64)
+        scale = 1.0842020432385337e-19
+    else:
+        i = semantic.bitcast(x, int32) if x.dtype != int32 else x
+        scale = 4.6566127342e-10
+    i = semantic.where(semantic.less(i, 0), semantic.invert(i), i)
+    return semantic.mul(i, scale)
+
+
+@builtin
+def rand(seed, offset, n_rounds=_PHILOX_ROUNDS, _semantic=None):
+    """A tile of random float32 uniform in [0, 1)."""
+    return uint_to_uniform_float(randint(seed, offset, n_rounds))
+
+
+@builtin
+def rand4x(seed, offsets, n_rounds=_PHILOX_ROUNDS, _semantic=None):
+    """Four tiles of random float32 uniform in [0, 1)."""
+    return tuple(uint_to_uniform_float(r) for r in randint4x(seed, offsets, n_rounds))
+
+
+@builtin
+def pair_uniform_to_normal(u1, u2, _semantic=None):
+    """Box-Muller: two uniform tiles to two standard normal tiles."""
+    u1 = semantic.maximum(1.0e-7, u1)
+    th = semantic.mul(6.283185307179586, u2)
+    r = semantic.unary_math("sqrt", semantic.mul(-2.0, semantic.unary_math("log", u1)))
+    return semantic.mul(r, semantic.unary_math("cos", th)), semantic.mul(r, semantic.unary_math("sin", th))
+
+
+@builtin
+def randn(seed, offset, n_rounds=_PHILOX_ROUNDS, _semantic=None):
+    """A tile of random float32, standard normal."""
+    i1, i2, _, _ = randint4x(seed, offset, n_rounds)
+    return pair_uniform_to_normal(uint_to_uniform_float(i1), uint_to_uniform_float(i2))[0]
+
+
+@builtin
+def randn4x(seed, offset, n_rounds=_PHILOX_ROUNDS, _semantic=None):
+    """Four tiles of random float32, standard normal."""
+    u = rand4x(seed, offset, n_rounds)
+    n1, n2 = pair_uniform_to_normal(u[0], u[1])
+    n3, n4 = pair_uniform_to_normal(u[2], u[3])
+    return n1, n2, n3, n4
+
+
+math.umulhi = umulhi
+random = SimpleNamespace(philox=philox, randint=randint, randint4x=randint4x, rand=rand, rand4x=rand4x, randn=randn,
+                         randn4x=randn4x, uint_to_uniform_float=uint_to_uniform_float,
+                         pair_uniform_to_normal=pair_uniform_to_normal)
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "Any", "SimpleNamespace")]
 _ = _pymath
