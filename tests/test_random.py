@@ -130,3 +130,17 @@ def test_standard_library_builtins(dev, rng):
     np.testing.assert_array_equal(dev.get(sw), [0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15])
     want = ((a.astype(np.uint64) * b.astype(np.uint64)) >> np.uint64(32)).astype(np.uint32).view(np.int32)
     np.testing.assert_array_equal(dev.get(hi), want)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_random_and_stdlib_kernels_assemble(ptxas, target):
+    from test_compile import assemble
+
+    k = tiles.compile(random_kernel, signature={"out_i": "*i32", "out_f": "*fp32", "out_n": "*fp32", "seed": "i64"},
+                      constexprs={"BLOCK": 256}, target=target)
+    assert "mul.hi.u32" in k.asm["ptx"] or "mul.wide.u32" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(stdlib_kernel, signature={n: "*fp32" if n in ("x_ptr", "out_ptr") else "*i32" for n in
+                                                ("x_ptr", "a_ptr", "b_ptr", "out_ptr", "cat_ptr", "sw_ptr", "hi_ptr")},
+                      target=target)
+    assemble(ptxas, k.asm["ptx"], target)

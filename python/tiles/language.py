@@ -488,7 +488,7 @@ def cat(input, other, can_reorder=False, dim=0, _semantic=None):
     """Concatenates two tiles of one shape along `dim`."""
     a, b = semantic.to_tensor(input), semantic.to_tensor(other)
     rank = len(a.shape)
-    dim = int(_v(dim)) % max(rank, 1)
+    dim = int(_v(dim)) % _builtins.max(rank, 1)
     if tuple(a.shape) != tuple(b.shape):
         raise ValueError(f"cat needs tiles of one shape, got {list(a.shape)} and {list(b.shape)}")
     j = semantic.join(a, b)  # [..., 2]
