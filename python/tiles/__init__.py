@@ -8,6 +8,7 @@ from __future__ import annotations
 from . import (
     language,  # noqa: F401
     testing,  # noqa: F401,E402
+    tools,  # noqa: F401
 )
 from .compiler import CompiledKernel, compile, compile_many  # noqa: F401
 from .core import constexpr  # noqa: F401
@@ -16,6 +17,16 @@ from .runtime.autotuner import Config, autotune, heuristics  # noqa: F401
 from .runtime.jit import JITFunction, jit  # noqa: F401
 
 __version__ = "0.1.0"
+
+
+def set_allocator(allocator) -> None:
+    """Triton's hook for the global scratch memory of device-side TMA descriptors; tiles lowers
+    descriptors to plain loads and stores and needs none, so this only records it."""
+    global _allocator
+    _allocator = allocator
+
+
+_allocator = None
 
 
 def cdiv(x: int, y: int) -> int:
@@ -31,4 +42,4 @@ def next_power_of_2(n: int) -> int:
 
 __all__ = ["autotune", "heuristics", "Config", "testing", "jit", "JITFunction", "compile", "compile_many",
            "CompiledKernel", "CompilationError", "OutOfBoundsError", "InterpreterError", "LaunchError", "constexpr",
-           "cdiv", "next_power_of_2", "language"]
+           "cdiv", "next_power_of_2", "language", "set_allocator", "tools"]

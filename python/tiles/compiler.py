@@ -102,6 +102,11 @@ class CompiledKernel:
         for n in self.params:
             ty = self.signature[n]
             v = vals[n]
+            if ty.startswith("tensordesc<"):
+                from .runtime.jit import _desc_packers
+
+                cargs.extend(pack(v) for _, pack in _desc_packers(0, len(v.block_shape)))
+                continue
             if ty.startswith("*"):
                 info = _pointer_info(v, n)
                 if info is None:

@@ -782,6 +782,9 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
                 raise CompilationError(f"no type given for parameter '{p.name}'", src.file, src.first_line)
             if ty == "constexpr":
                 raise CompilationError(f"parameter '{p.name}' is constexpr but has no value", src.file, src.first_line)
+            if ty.startswith("tensordesc<"):
+                scope[p.name] = _descriptor_param(builder, p.name, ty, specialization, src)
+                continue
             try:
                 dt = core.dtype_from_ir(_normalize_type(ty))
             except (KeyError, ValueError):
@@ -800,6 +803,36 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
 _TYPE_ALIASES = {"int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
                  "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "fp16", "bfloat16": "bf16",
                  "float32": "fp32", "float64": "fp64", "f16": "fp16", "f32": "fp32", "f64": "fp64", "B": "i1"}
+
+
+def parse_descriptor_type(ty: str):
+    """`tensordesc<fp16[64, 64]>` (optionally `, nan` before `>`) -> (dtype name, block, padding)."""
+    import re
+
+    m = re.fullmatch(r"tensordesc<\s*(\w+)\s*\[([\d,\s]+)\]\s*(,\s*nan\s*)?>", ty.strip())
+    if not m:
+        raise ValueError(f"malformed descriptor type {ty!r}")
+    block = [int(b) for b in m.group(2).split(",") if b.strip()]
+    return m.group(1), block, "nan" if m.group(3) else "zero"
+
+
+def _descriptor_param(builder, name: str, ty: str, specialization: Dict[str, int], src):
+    """The kernel parameters of a host TensorDescriptor (base pointer, i32 shape, i64 strides)
+    and the `tl.tensor_descriptor` the kernel body sees."""
+    try:
+        dt_name, block, padding = parse_descriptor_type(ty)
+        dt = core.dtype_from_ir(_normalize_type(dt_name))
+    except (KeyError, ValueError) as e:
+        raise CompilationError(f"parameter '{name}': {e}", src.file, src.first_line) from None
+    pt = core.pointer_type(dt)
+    base = tensor(builder.param(f"{name}_base", pt.ir, specialization.get(name, 1)), pt, ())
+    shape = [tensor(builder.param(f"{name}_shape{i}", "i32", 1), core.int32, ()) for i in range(len(block))]
+    strides = []
+    for i in range(len(block)):
+        h = builder.param(f"{name}_stride{i}", "i64", specialization.get(f"{name}.stride{i}", 1))
+        strides.append(tensor(h, core.int64, ()))
+    strides[-1] = 1  # checked on the host: the last dimension is contiguous
+    return language.tensor_descriptor(base, shape, strides, block, padding)
 
 
 def _normalize_type(ty: str) -> str:

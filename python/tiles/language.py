@@ -669,6 +669,81 @@ def randn4x(seed, offset, n_rounds=_PHILOX_ROUNDS, _semantic=None):
     return n1, n2, n3, n4
 
 
+# -- tensor descriptors (Triton >= 3.6) ----------------------------------------------------------
+# A descriptor names a strided N-d tensor (base pointer, shape, strides) and the block shape moved
+# at once. tiles lowers `load`/`store` of a block to a masked pointer-tile access: elements
+# outside the tensor read as zeros (padding "zero") or NaN (padding "nan") and are not written.
+
+
+class tensor_descriptor:
+    """A device-side tensor descriptor (what `tl.make_tensor_descriptor` returns and what a host
+    `TensorDescriptor` argument becomes inside the kernel)."""
+
+    def __init__(self, base, shape, strides, block_shape, padding="zero"):
+        self.base = base
+        self.shape = list(shape)
+        self.strides = list(strides)
+        self.block_shape = [int(_v(b)) for b in block_shape]
+        self.padding = _v(padding) or "zero"
+        if len(self.shape) != len(self.strides) or len(self.shape) != len(self.block_shape):
+            raise ValueError("a tensor descriptor needs one shape, stride and block size per dimension")
+        for b in self.block_shape:
+            if b <= 0 or b & (b - 1):
+                raise ValueError(f"block dimensions must be powers of 2, got {self.block_shape}")
+
+    @property
+    def dtype(self):
+        return self.base.dtype.element_ty
+
+    def _pointers(self, offsets):
+        offsets = list(_v(offsets)) if isinstance(_v(offsets), (list, tuple)) else [offsets]
+        rank = len(self.block_shape)
+        if len(offsets) != rank:
+            raise ValueError(f"this descriptor takes {rank} offsets, got {len(offsets)}")
+        ptr, mask = self.base, None
+        for d in _builtin_range(rank):
+            idx = semantic.add(semantic.arange(0, self.block_shape[d]), offsets[d])
+            for e in _builtin_range(rank):
+                if e < d:
+                    idx = semantic.expand_dims(idx, 0)
+                elif e > d:
+                    idx = semantic.expand_dims(idx, len(idx.shape))
+            stride = semantic.cast(semantic.to_tensor(self.strides[d]), int64)
+            ptr = semantic.add(ptr, semantic.mul(semantic.cast(idx, int64), stride))
+            inside = semantic.logical_and(semantic.greater_equal(idx, 0), semantic.less(idx, self.shape[d]))
+            mask = inside if mask is None else semantic.logical_and(mask, inside)
+        return ptr, mask
+
+    @builtin
+    def load(self, offsets, _semantic=None):
+        """The block at `offsets` (out-of-range elements per the padding)."""
+        ptr, mask = self._pointers(offsets)
+        other = float("nan") if self.padding == "nan" else 0
+        return semantic.load(ptr, mask, other)
+
+    @builtin
+    def store(self, offsets, value, _semantic=None):
+        """Writes the block at `offsets` (out-of-range elements are not written)."""
+        ptr, mask = self._pointers(offsets)
+        return semantic.store(ptr, value, mask)
+
+
+@builtin
+def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="zero", _semantic=None):
+    """A descriptor for the strided tensor at `base` moving blocks of `block_shape`."""
+    return tensor_descriptor(base, _v(shape), _v(strides), _v(block_shape), padding_option)
+
+
+@builtin
+def load_tensor_descriptor(desc, offsets, _semantic=None):
+    return desc.load(offsets)
+
+
+@builtin
+def store_tensor_descriptor(desc, offsets, value, _semantic=None):
+    return desc.store(offsets, value)
+
+
 math.umulhi = umulhi
 random = SimpleNamespace(philox=philox, randint=randint, randint4x=randint4x, rand=rand, rand4x=rand4x, randn=randn,
                          randn4x=randn4x, uint_to_uniform_float=uint_to_uniform_float,

@@ -615,6 +615,21 @@ def run(jitfn, vals: Sequence[Any], grid) -> None:
         if p.is_constexpr:
             args.append(v.value if isinstance(v, constexpr) else v)
             continue
+        if type(v).__name__ == "TensorDescriptor" and hasattr(v, "block_shape"):
+            from ..language import tensor_descriptor
+
+            base = v.base
+            if getattr(base, "is_cuda", False):
+                host = base.detach().cpu()
+                copies.append((base, host))
+                base = host
+            arr = _host_array(base, p.name)
+            if arr is None:
+                raise LaunchError(f"argument '{p.name}': the descriptor's base must be an array")
+            addr = _register(mem, arr, p.name)
+            ptr = tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(arr.dtype)), ())
+            args.append(tensor_descriptor(ptr, list(v.shape), list(v.strides), list(v.block_shape), v.padding))
+            continue
         arr = _host_array(v, p.name) if v is not None else None
         if arr is not None:
             addr = _register(mem, arr, p.name)

@@ -107,6 +107,14 @@ def _scalar_type(v: Any, name: str) -> str:
 _SLOT_KINDS = {"i1": "i1", "i32": "i32", "i64": "i64", "u64": "u64", "fp32": "fp32"}
 
 
+def _desc_packers(index: int, rank: int):
+    """Packers for a TensorDescriptor argument: base address, shape (i32) and strides (i64)."""
+    out = [(index, lambda d: ctypes.c_uint64(_pointer_info(d.base, "descriptor")[0]))]
+    out += [(index, lambda d, i=i: ctypes.c_int32(d.shape[i])) for i in range(rank)]
+    out += [(index, lambda d, i=i: ctypes.c_int64(d.strides[i])) for i in range(rank)]
+    return out
+
+
 class _Specialization:
     """A compiled kernel plus how to pack its arguments."""
 
@@ -220,6 +228,17 @@ class JITFunction:
                 key.append(("none",))
                 info.append(("constexpr", None, 0, None))
                 continue
+            if type(v).__name__ == "TensorDescriptor" and hasattr(v, "block_shape"):
+                ptr = _pointer_info(v.base, p.name)
+                if ptr is None:
+                    raise LaunchError(f"argument '{p.name}': the descriptor's base must be a device tensor")
+                addr, dt = ptr
+                div = 16 if addr % 16 == 0 else 1
+                nan = ", nan" if v.padding == "nan" else ""
+                ty = f"tensordesc<{dt}[{', '.join(str(b) for b in v.block_shape)}]{nan}>"
+                key.append(("d", ty, div, v.padding, tuple(s % 16 == 0 for s in v.strides[:-1])))
+                info.append(("desc", ty, div, v))
+                continue
             ptr = _pointer_info(v, p.name)
             if ptr is not None:
                 addr, dt = ptr
@@ -255,6 +274,12 @@ class JITFunction:
                 constexprs[p.name] = raw
                 continue
             signature[p.name] = ty
+            if kind == "desc":
+                spec[p.name] = div
+                spec.update({f"{p.name}.stride{i}": 16 for i, st in enumerate(raw.strides[:-1]) if st % 16 == 0})
+                packers.extend(_desc_packers(p.index, len(raw.block_shape)))
+                slots.append((p.index, "?"))  # several parameters: the Python launch path
+                continue
             if kind == "ptr":
                 spec[p.name] = div
                 packers.append((p.index, ctypes.c_uint64))

@@ -1,0 +1,41 @@
+"""Host tensor descriptors (Triton's `triton.tools.tensor_descriptor.TensorDescriptor`).
+
+A descriptor names a strided tensor and the block shape a kernel moves at once. Passed to a
+kernel, it becomes a `tl.tensor_descriptor` there: the base pointer, the shape (i32 per
+dimension) and the strides (i64 per dimension) are kernel parameters; the block shape is part of
+the compiled kernel's type (`tensordesc<fp16[64, 64]>`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List
+
+
+@dataclass
+class TensorDescriptor:
+    base: Any
+    shape: List[int]
+    strides: List[int]
+    block_shape: List[int]
+    padding: str = "zero"
+
+    def __post_init__(self):
+        self.shape = [int(s) for s in self.shape]
+        self.strides = [int(s) for s in self.strides]
+        self.block_shape = [int(b) for b in self.block_shape]
+        rank = len(self.shape)
+        if not (len(self.strides) == len(self.block_shape) == rank) or rank == 0:
+            raise ValueError("TensorDescriptor needs one shape, stride and block size per dimension")
+        if self.strides[-1] != 1:
+            raise ValueError(f"the last dimension must be contiguous (stride 1), got strides {self.strides}")
+        for b in self.block_shape:
+            if b <= 0 or b & (b - 1):
+                raise ValueError(f"block dimensions must be powers of 2, got {self.block_shape}")
+        if self.padding not in ("zero", "nan"):
+            raise ValueError(f"padding must be 'zero' or 'nan', got {self.padding!r}")
+
+    @staticmethod
+    def from_tensor(tensor: Any, block_shape: List[int], padding: str = "zero") -> "TensorDescriptor":
+        strides = tensor.stride() if callable(getattr(tensor, "stride", None)) else [
+            s // tensor.itemsize for s in tensor.strides]
+        return TensorDescriptor(tensor, list(tensor.shape), list(strides), list(block_shape), padding)
