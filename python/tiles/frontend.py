@@ -754,9 +754,9 @@ def inline_call(jitfn, builder, args: List[Any], kwargs: Dict[str, Any]) -> Any:
             if p.default is inspect.Parameter.empty:
                 raise TypeError(f"{jitfn.__name__}() missing argument '{p.name}'")
             scope[p.name] = p.default
-        if p.is_constexpr:
-            if _is_tensor(scope[p.name]):
-                raise TypeError(f"argument '{p.name}' of {jitfn.__name__} is tl.constexpr but got a tensor")
+        if p.is_constexpr and not _is_tensor(scope[p.name]):
+            # A tensor given for a constexpr-annotated parameter of a device function stays a
+            # tensor (as Triton allows: its attention tutorial passes offset tiles that way).
             scope[p.name] = constexpr(scope[p.name])
     gen = CodeGenerator(src, builder, scope, is_kernel=False)
     gen.visit(src.node)
