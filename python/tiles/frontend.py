@@ -826,7 +826,8 @@ def _descriptor_param(builder, name: str, ty: str, specialization: Dict[str, int
         raise CompilationError(f"parameter '{name}': {e}", src.file, src.first_line) from None
     pt = core.pointer_type(dt)
     base = tensor(builder.param(f"{name}_base", pt.ir, specialization.get(name, 1)), pt, ())
-    shape = [tensor(builder.param(f"{name}_shape{i}", "i32", 1), core.int32, ()) for i in range(len(block))]
+    shape = [tensor(builder.param(f"{name}_shape{i}", "i32", specialization.get(f"{name}.shape{i}", 1)), core.int32, ())
+             for i in range(len(block))]
     strides = []
     for i in range(len(block)):
         h = builder.param(f"{name}_stride{i}", "i64", specialization.get(f"{name}.stride{i}", 1))

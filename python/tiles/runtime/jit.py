@@ -236,7 +236,8 @@ class JITFunction:
                 div = 16 if addr % 16 == 0 else 1
                 nan = ", nan" if v.padding == "nan" else ""
                 ty = f"tensordesc<{dt}[{', '.join(str(b) for b in v.block_shape)}]{nan}>"
-                key.append(("d", ty, div, v.padding, tuple(s % 16 == 0 for s in v.strides[:-1])))
+                key.append(("d", ty, div, tuple(s % 16 == 0 for s in v.strides[:-1]),
+                            tuple(n % 16 == 0 for n in v.shape)))
                 info.append(("desc", ty, div, v))
                 continue
             ptr = _pointer_info(v, p.name)
@@ -277,6 +278,7 @@ class JITFunction:
             if kind == "desc":
                 spec[p.name] = div
                 spec.update({f"{p.name}.stride{i}": 16 for i, st in enumerate(raw.strides[:-1]) if st % 16 == 0})
+                spec.update({f"{p.name}.shape{i}": 16 for i, n in enumerate(raw.shape) if n % 16 == 0})
                 packers.extend(_desc_packers(p.index, len(raw.block_shape)))
                 slots.append((p.index, "?"))  # several parameters: the Python launch path
                 continue
