@@ -217,11 +217,16 @@ def test_dot_ptx_is_accepted(ptxas, dt, acc, out_dt, precision, bound, target):
                       equal_to_1=("stride_ak", "stride_bn", "stride_cn"), target=target, num_warps=4)
     ptx = k.asm["ptx"]
     tensor_cores = not (dt == "float64" or precision == "ieee")
-    assert ("mma.sync.aligned" in ptx) == tensor_cores
-    # Tensor-core operands are pipelined through shared memory with cp.async (3 stages) and
-    # read with ldmatrix (here `a` is K-contiguous, which ldmatrix serves for every type).
+    # On sm_90a 16-bit dots run on warpgroups (wgmma, operands read from shared memory through
+    # descriptors); elsewhere on mma.sync with operands read by ldmatrix (here `a` is
+    # K-contiguous, which ldmatrix serves for every type).
+    warpgroup = tensor_cores and target == "sm_90a" and dt in ("float16", "bfloat16")
+    assert ("wgmma.mma_async.sync.aligned.m64n64k16" in ptx) == warpgroup
+    assert ("mma.sync.aligned" in ptx) == (tensor_cores and not warpgroup)
+    assert ("ldmatrix.sync.aligned" in ptx) == (tensor_cores and not warpgroup)
+    # Tensor-core operands are pipelined through shared memory with cp.async (3 stages).
     assert ("cp.async.cg.shared.global" in ptx) == tensor_cores
-    assert ("ldmatrix.sync.aligned" in ptx) == tensor_cores
+    assert ("fence.proxy.async.shared::cta" in ptx) == warpgroup
     report = assemble(ptxas, ptx, target)
     assert "0 bytes spill stores" in report, report
 
@@ -266,7 +271,12 @@ def test_benchmark_configs_have_no_spills(ptxas, dt, config, target):
                       equal_to_1=("stride_ak", "stride_bn", "stride_cn"), target=target, num_warps=warps,
                       num_stages=stages)
     ptx = k.asm["ptx"]
-    assert "cp.async.cg.shared.global" in ptx and "ldmatrix" in ptx and "mma.sync.aligned" in ptx
+    assert "cp.async.cg.shared.global" in ptx
+    if target == "sm_90a" and dt != "fp32":
+        # One warpgroup instruction per 64 rows, K step of 16 and 256 columns.
+        assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16") == 4 and "ldmatrix" not in ptx
+    else:
+        assert "ldmatrix" in ptx and "mma.sync.aligned" in ptx
     assert k.metadata.shared > 48 * 1024
     report = assemble(ptxas, ptx, target)
     assert "0 bytes spill stores" in report, report
@@ -322,7 +332,7 @@ def test_attention_forward_assembles_without_spills(ptxas, target):
            "sm_scale": "fp32"}
     k = tiles.compile(attention_fwd_kernel, signature=sig, constexprs={"D": 64, "BLOCK_M": 64, "BLOCK_N": 64},
                       target=target, num_warps=4)
-    assert k.asm["ptx"].count("mma.sync.aligned") > 0
+    assert k.asm["ptx"].count("wgmma.mma_async" if target == "sm_90a" else "mma.sync.aligned") > 0
     report = assemble(ptxas, k.asm["ptx"], target)
     assert "0 bytes spill stores" in report, report
 

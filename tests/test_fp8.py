@@ -101,7 +101,10 @@ def test_fp8_kernels_assemble(ptxas, name, target):
            "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32:16"}
     k = tiles.compile(fp8_matmul_kernel, signature=sig, constexprs={"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},
                       equal_to_1=("stride_ak", "stride_bk"), target=target)
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in k.asm["ptx"]
+    # fp8 operands are widened to fp16 for the tensor cores (warpgroups on sm_90a).
+    want = ("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" if target == "sm_90a"
+            else "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+    assert want in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], target)
 
 

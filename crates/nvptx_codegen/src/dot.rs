@@ -60,30 +60,51 @@ impl<'ctx> Lowering<'ctx, '_> {
         let Some(lc) = cty.layout else {
             return self.internal("dot without a layout");
         };
-        // Operands whose conversion was deferred to here are staged in shared memory.
-        let (sa, sb) = (self.staged.get(&a).copied(), self.staged.get(&b).copied());
+        let warpgroup = matches!(&self.func.layouts[lc], Layout::Mma(m) if m.version == 3);
+        // Operands whose conversion was deferred to here are staged in shared memory; so are
+        // register operands of a warpgroup dot (wgmma reads both from shared memory here).
+        let stage_of = |v: Value| -> Option<Value> {
+            match self.staged.get(&v) {
+                Some(&src) => Some(src),
+                None if warpgroup && !self.views.contains_key(&v) => Some(v),
+                None => None,
+            }
+        };
+        let (sa, sb) = (stage_of(a), stage_of(b));
         let mut srcs = Vec::with_capacity(2);
         if sa.is_some() || sb.is_some() {
             self.fence_before_shared_write()?;
         }
+        let align = if warpgroup { 1024 } else { 128 };
         let mut offset = 0u32;
         for (v, staged) in [(a, sa), (b, sb)] {
             srcs.push(match staged {
                 Some(src) => {
                     let t = self.stage_tile(src, offset)?;
-                    offset += SmemTile::bytes(t.dims, t.elem).next_multiple_of(128);
+                    offset += SmemTile::bytes(t.dims, t.elem).next_multiple_of(align);
                     Src::Smem(t)
                 }
                 None => self.reg_src(v)?,
             });
         }
         if sa.is_some() || sb.is_some() {
+            if warpgroup {
+                // Written by ordinary stores, read by the tensor cores' async proxy.
+                self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;
+            }
             self.barrier_sync()?;
         }
         let src_b = srcs.pop().expect("two operands");
         let src_a = srcs.pop().expect("two operands");
-        let out = match &self.func.layouts[lc] {
-            Layout::Mma(_) => self.dot_mma(a, b, c, &src_a, &src_b, precision)?,
+        let out = match (&self.func.layouts[lc], &src_a, &src_b) {
+            (Layout::Mma(m), Src::Smem(ta), Src::Smem(tb)) if m.version == 3 => {
+                let (ta, tb) = (*ta, *tb);
+                self.dot_wgmma(a, c, &ta, &tb)?
+            }
+            (Layout::Mma(m), _, _) if m.version == 3 => {
+                return self.internal("warpgroup dot with an operand outside shared memory")
+            }
+            (Layout::Mma(_), _, _) => self.dot_mma(a, b, c, &src_a, &src_b, precision)?,
             _ => self.dot_fma(a, b, c, &src_a, &src_b)?,
         };
         if sa.is_some() || sb.is_some() {
@@ -565,6 +586,262 @@ impl<'ctx> Lowering<'ctx, '_> {
         (0..n_acc as u32)
             .map(|i| Ok(self.b.build_extract_value(sv, i, "acc")?))
             .collect()
+    }
+}
+
+/// How `wgmma` reads one operand tile from shared memory: the constant bits of its matrix
+/// descriptors and the byte offset of a sub-block.
+struct WgmmaOperand {
+    /// K contiguous in storage (otherwise M or N is: the instruction's "transposed" form).
+    k_major: bool,
+    /// Bytes per element, columns per 128-byte block, rows, bytes per block row.
+    eb: u32,
+    block_cols: u32,
+    rows: u32,
+    row_bytes: u32,
+}
+
+impl WgmmaOperand {
+    fn new(t: &SmemTile<'_>, k_dim: usize) -> Option<WgmmaOperand> {
+        let (rows, _) = t.storage();
+        let eb = t.elem.bytes();
+        let block_cols = t.block_cols();
+        let row_bytes = block_cols * eb;
+        let ok = matches!(row_bytes, 32 | 64 | 128) && rows.is_multiple_of(8);
+        ok.then_some(WgmmaOperand {
+            k_major: t.contig == k_dim,
+            eb,
+            block_cols,
+            rows,
+            row_bytes,
+        })
+    }
+
+    fn block_bytes(&self) -> u32 {
+        self.rows * self.row_bytes
+    }
+
+    /// Descriptor bits other than the start address: the leading byte offset (between 64-column
+    /// blocks along M/N; unused for K-major swizzled tiles), the stride byte offset (between
+    /// groups of 8 rows) and the swizzle mode.
+    fn desc_bits(&self) -> u64 {
+        let lbo = if self.k_major {
+            1
+        } else {
+            (self.block_bytes() >> 4) as u64
+        };
+        let sbo = ((8 * self.row_bytes) >> 4) as u64;
+        let mode: u64 = match self.row_bytes {
+            128 => 1,
+            64 => 2,
+            _ => 3,
+        };
+        (lbo << 16) | (sbo << 32) | (mode << 62)
+    }
+
+    /// Byte offset of the sub-tile starting at row `mn0` of M (or N) and column `k0` of K.
+    fn offset(&self, mn0: u32, k0: u32) -> u32 {
+        if self.k_major {
+            (k0 / self.block_cols) * self.block_bytes()
+                + mn0 * self.row_bytes
+                + (k0 % self.block_cols) * self.eb
+        } else {
+            (mn0 / self.block_cols) * self.block_bytes() + k0 * self.row_bytes
+        }
+    }
+}
+
+impl<'ctx> Lowering<'ctx, '_> {
+    /// Hopper's warpgroup MMA: each group of four warps multiplies its 64-row blocks of `a`
+    /// (shared memory, read through matrix descriptors) by all of `b`, `instr_n` columns and
+    /// 16 K per instruction, accumulating in registers; the dot waits for its group before
+    /// the result is used.
+    fn dot_wgmma(
+        &mut self,
+        a: Value,
+        c: Value,
+        ta_s: &SmemTile<'ctx>,
+        tb_s: &SmemTile<'ctx>,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let (ta, tc) = (*self.func.ty(a), *self.func.ty(c));
+        let (Some(din), Some(dacc)) = (ta.elem.dtype(), tc.elem.dtype()) else {
+            return self.internal("dot of non-numbers");
+        };
+        let Layout::Mma(m) = self.func.layouts[tc.layout.expect("checked")].clone() else {
+            return self.internal("dot_wgmma on a non-mma layout");
+        };
+        let in_name = match din {
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            _ => return self.unsupported(format!("a warpgroup dot of {din}")),
+        };
+        let acc_name = match dacc {
+            DType::F32 => "f32",
+            DType::F16 if din == DType::F16 => "f16",
+            _ => return self.unsupported(format!("a warpgroup dot of {din} into {dacc}")),
+        };
+        let (Some(oa), Some(ob)) = (WgmmaOperand::new(ta_s, 1), WgmmaOperand::new(tb_s, 0)) else {
+            return self.internal("dot operand tile unfit for wgmma");
+        };
+        let wm = m.warps_per_cta[0];
+        let inst_n = m.instr_n;
+        let sc = tc.shape.dims().to_vec();
+        let k = ta.shape.dims()[1];
+        let reps_m = sc[0] / (16 * wm);
+        let n_instr = sc[1] / inst_n;
+        let ic: HashMap<Vec<u32>, usize> = {
+            let g = self.geometry(&tc)?;
+            g.regs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.clone(), i))
+                .collect()
+        };
+        let mut rc = self.get(c)?.clone();
+        let acc_elem_t = crate::lower::dtype_type(self.cx, dacc);
+        let packed = dacc == DType::F16;
+        let i64t = self.cx.i64_type();
+        // Descriptor of each tile's start; the warpgroup's rows of `a` are a run-time offset.
+        let desc_base = |lw: &Self, t: &SmemTile<'ctx>, o: &WgmmaOperand| -> R<IntValue<'ctx>> {
+            let addr = lw.b.build_ptr_to_int(t.base, lw.cx.i32_type(), "sa")?;
+            let enc = lw.b.build_right_shift(addr, lw.i32(4), false, "sa")?;
+            let enc = lw.b.build_int_z_extend(enc, i64t, "sa")?;
+            Ok(lw
+                .b
+                .build_or(enc, i64t.const_int(o.desc_bits(), false), "desc")?)
+        };
+        let da = desc_base(self, ta_s, &oa)?;
+        let db = desc_base(self, tb_s, &ob)?;
+        let wg = self
+            .b
+            .build_right_shift(self.warp(), self.i32(2), false, "wg")?;
+        let wg_step = oa.offset(64, 0) >> 4;
+        let wg_off = self.b.build_int_mul(wg, self.i32(wg_step as u64), "wgo")?;
+        let wg_off = self.b.build_int_z_extend(wg_off, i64t, "wgo")?;
+        let da = self.b.build_int_add(da, wg_off, "desc")?;
+        let one = self.i32(1);
+        self.asm_void("wgmma.fence.sync.aligned;", "~{memory}", &[])?;
+        let instr =
+            format!("wgmma.mma_async.sync.aligned.m64n{inst_n}k16.{acc_name}.{in_name}.{in_name}");
+        let (ta_imm, tb_imm) = (u32::from(!oa.k_major), u32::from(!ob.k_major));
+        let mut all_slots = Vec::new();
+        for rm in 0..reps_m {
+            let m0 = rm * 16 * wm;
+            for nc in 0..n_instr {
+                let mut slots = Vec::with_capacity((inst_n / 2) as usize);
+                for i in 0..inst_n / 8 {
+                    let n0 = nc * inst_n + 8 * i;
+                    for p in [[m0, n0], [m0, n0 + 1], [m0 + 8, n0], [m0 + 8, n0 + 1]] {
+                        let key = vec![p[0] % sc[0], p[1] % sc[1]];
+                        match ic.get(&key) {
+                            Some(&i) => slots.push(i),
+                            None => return self.internal("wgmma accumulator layout"),
+                        }
+                    }
+                }
+                for kk in 0..k / 16 {
+                    let k0 = kk * 16;
+                    let a_off = i64t.const_int((oa.offset(m0, k0) >> 4) as u64, false);
+                    let b_off = i64t.const_int((ob.offset(nc * inst_n, k0) >> 4) as u64, false);
+                    let desc_a = self.b.build_int_add(da, a_off, "da")?;
+                    let desc_b = self.b.build_int_add(db, b_off, "db")?;
+                    let acc_in: Vec<BasicValueEnum> = if packed {
+                        slots
+                            .chunks(2)
+                            .map(|p| self.pack32(&[rc[p[0]], rc[p[1]]]))
+                            .collect::<R<_>>()?
+                    } else {
+                        slots.iter().map(|&i| rc[i]).collect()
+                    };
+                    let n_acc = acc_in.len();
+                    let regs: Vec<String> = (0..n_acc).map(|i| format!("${i}")).collect();
+                    let template = format!(
+                        "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\n{instr} {{{}}}, ${}, ${}, p, 1, 1, {ta_imm}, {tb_imm};\n}}",
+                        n_acc + 2,
+                        regs.join(", "),
+                        n_acc,
+                        n_acc + 1
+                    );
+                    let letter = if packed { 'r' } else { 'f' };
+                    let mut cons: Vec<String> = (0..n_acc).map(|_| format!("={letter}")).collect();
+                    cons.extend(["l".to_string(), "l".to_string(), "r".to_string()]);
+                    cons.extend((0..n_acc).map(|i| i.to_string()));
+                    let mut args: Vec<BasicValueEnum> =
+                        vec![desc_a.into(), desc_b.into(), one.into()];
+                    args.extend_from_slice(&acc_in);
+                    let out =
+                        self.asm_struct(acc_in[0].get_type(), n_acc, &template, &cons, &args)?;
+                    self.scatter_acc(&mut rc, &slots, out, packed, acc_elem_t)?;
+                }
+                all_slots.extend(slots);
+            }
+        }
+        self.asm_void("wgmma.commit_group.sync.aligned;", "~{memory}", &[])?;
+        // Wait, passing every accumulator through so nothing reads one before it is final.
+        let vals: Vec<BasicValueEnum> = if packed {
+            all_slots
+                .chunks(2)
+                .map(|p| self.pack32(&[rc[p[0]], rc[p[1]]]))
+                .collect::<R<_>>()?
+        } else {
+            all_slots.iter().map(|&i| rc[i]).collect()
+        };
+        let n = vals.len();
+        let letter = if packed { 'r' } else { 'f' };
+        let mut cons: Vec<String> = (0..n).map(|_| format!("={letter}")).collect();
+        cons.extend((0..n).map(|i| i.to_string()));
+        let out = self.asm_struct(
+            vals[0].get_type(),
+            n,
+            "wgmma.wait_group.sync.aligned 0;",
+            &cons,
+            &vals,
+        )?;
+        self.scatter_acc(&mut rc, &all_slots, out, packed, acc_elem_t)?;
+        Ok(rc)
+    }
+
+    /// An inline-asm statement (with side effects) returning `n` registers of type `t`.
+    fn asm_struct(
+        &self,
+        t: BasicTypeEnum<'ctx>,
+        n: usize,
+        template: &str,
+        cons: &[String],
+        args: &[BasicValueEnum<'ctx>],
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let ret = self.cx.struct_type(&vec![t; n], false);
+        let Some(r) = self.asm(ret.into(), template, &cons.join(","), args, true)? else {
+            return self.internal("asm returned nothing");
+        };
+        let sv = r.into_struct_value();
+        (0..n as u32)
+            .map(|i| Ok(self.b.build_extract_value(sv, i, "acc")?))
+            .collect()
+    }
+
+    /// Writes instruction results back to the accumulator registers `slots` (pairs of `f16`
+    /// packed in one register when `packed`).
+    fn scatter_acc(
+        &self,
+        rc: &mut [BasicValueEnum<'ctx>],
+        slots: &[usize],
+        out: Vec<BasicValueEnum<'ctx>>,
+        packed: bool,
+        elem_t: BasicTypeEnum<'ctx>,
+    ) -> R<()> {
+        if packed {
+            for (pair, w) in slots.chunks(2).zip(out) {
+                let v = self.unpack32(w, elem_t, 2)?;
+                rc[pair[0]] = v[0];
+                rc[pair[1]] = v[1];
+            }
+        } else {
+            for (&slot, v) in slots.iter().zip(out) {
+                rc[slot] = v;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -108,6 +108,14 @@ impl Target {
         })
     }
 
+    /// Whether `dot`s run on warpgroups (`wgmma`): `sm_90a`, unless the environment sets
+    /// `TILES_DISABLE_WGMMA` (to compare with the `mma.sync` path).
+    pub fn has_warpgroup_mma(&self) -> bool {
+        self.capability == 90
+            && self.arch_specific
+            && std::env::var_os("TILES_DISABLE_WGMMA").is_none_or(|v| v.is_empty() || v == "0")
+    }
+
     /// The LLVM CPU name (`sm_90a`).
     pub fn cpu(&self) -> String {
         format!(
@@ -271,7 +279,9 @@ pub fn compile_with(
 ) -> Result<PtxOutput, CompileError> {
     let mut timings = Vec::new();
     let mut last = std::time::Instant::now();
-    passes::run_pipeline(func, options, |pass, f| {
+    let mut options = options.clone();
+    options.warpgroup_mma |= target.has_warpgroup_mma();
+    passes::run_pipeline(func, &options, |pass, f| {
         timings.push((pass.to_string(), last.elapsed().as_secs_f64()));
         dump(pass, f);
         last = std::time::Instant::now();

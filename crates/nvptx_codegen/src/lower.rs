@@ -97,6 +97,9 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub loop_depth: u32,
     /// Results of such conversions (decided before lowering).
     deferrable: std::collections::HashSet<Value>,
+    /// Whether some `dot` runs on warpgroups (`wgmma`): shared tiles are then 1024-byte
+    /// aligned, and copies into them are fenced for the async proxy.
+    pub warpgroup: bool,
 }
 
 /// Conversions to a `#dot_op` layout whose every user is a `dot` in the same block: the `dot`
@@ -207,6 +210,10 @@ pub(crate) fn lower_kernel<'ctx>(
         ring_bytes: 0,
         scratch_base: 0,
         loop_depth: 0,
+        warpgroup: func
+            .layouts
+            .iter()
+            .any(|(_, l)| matches!(l, tile_ir::Layout::Mma(m) if m.version == 3)),
     };
     lw.plan_rings()?;
     for (i, &a) in entry_args.iter().enumerate() {
@@ -536,6 +543,10 @@ impl<'ctx> Lowering<'ctx, '_> {
             OpKind::AsyncCommit => self.asm_void("cp.async.commit_group;", "~{memory}", &[])?,
             OpKind::AsyncWait { pending } => {
                 self.asm_void(&format!("cp.async.wait_group {pending};"), "~{memory}", &[])?;
+                if self.warpgroup {
+                    // The landed tiles are read by wgmma (the async proxy) after the barrier.
+                    self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;
+                }
                 if pending == 0 && self.loop_depth == 0 {
                     // Every copy has landed: the rings' memory is free for scratch again
                     // (after a barrier, which the next writer takes since the rings were read).
@@ -663,7 +674,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     "tiles_smem",
                 );
                 g.set_linkage(Linkage::External);
-                g.set_alignment(16);
+                g.set_alignment(if self.warpgroup { 1024 } else { 16 });
                 self.smem = Some(g);
                 g
             }

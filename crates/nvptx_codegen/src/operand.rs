@@ -2,9 +2,13 @@
 //! read back fragment by fragment (`ldmatrix` where the shapes allow), one K step at a time,
 //! so registers hold only the fragments of the current step.
 //!
-//! Storage: the tile's memory-contiguous dimension is the row. A row is cut into 16-byte
-//! chunks; chunk `c` of row `r` is stored at chunk `c ^ ((r / per_phase) mod max_phase)`.
-//! The eight rows one `ldmatrix` phase reads then fall in eight different bank groups.
+//! Storage: the tile's memory-contiguous dimension is the row. Rows longer than 128 bytes are
+//! cut into 128-byte column blocks stored one after the other (block `b` holds columns
+//! `b·W .. (b+1)·W` of every row). A row (of a block) is cut into 16-byte chunks; chunk `c` of
+//! row `r` is stored at chunk `c ^ ((r / per_phase) mod max_phase)`. The eight rows one
+//! `ldmatrix` phase reads then fall in eight different bank groups, and the tile is exactly
+//! the canonical 128/64/32-byte swizzled layout `wgmma` reads through matrix descriptors
+//! (its start 1024-byte aligned).
 
 use crate::lower::{int_type, Lowering, R};
 use inkwell::types::BasicTypeEnum;
@@ -60,6 +64,17 @@ impl<'ctx> SmemTile<'ctx> {
         (r, c)
     }
 
+    /// Columns per 128-byte storage block (all of them for shorter rows).
+    pub fn block_cols(&self) -> u32 {
+        let (_, cols) = self.storage();
+        cols.min((128 / self.elem.bytes()).max(1))
+    }
+
+    /// The swizzle of tile rows of `cols` elements of `eb` bytes (its 128-byte blocks).
+    pub fn swizzle_for(cols: u32, eb: u32) -> Swizzle {
+        Swizzle::for_rows(cols.min((128 / eb).max(1)), eb)
+    }
+
     /// Bytes the tile takes.
     pub fn bytes(dims: [u32; 2], elem: DType) -> u32 {
         dims[0] * dims[1] * elem.bytes()
@@ -79,7 +94,20 @@ impl<'ctx> Lowering<'ctx, '_> {
         let i = b.build_and(i, self.i32((t.dims[0] - 1) as u64), "wi")?;
         let j = b.build_and(j, self.i32((t.dims[1] - 1) as u64), "wj")?;
         let (r, c) = if t.contig == 1 { (i, j) } else { (j, i) };
-        let (_, cols) = t.storage();
+        let (rows, cols) = t.storage();
+        let bc = t.block_cols();
+        // Column block of `c` (rows longer than 128 bytes), and the column inside it.
+        let block_base = if bc < cols {
+            let blk = b.build_right_shift(c, self.i32(bc.trailing_zeros() as u64), false, "cb")?;
+            Some(b.build_int_mul(blk, self.i32((rows * bc) as u64), "cb")?)
+        } else {
+            None
+        };
+        let c = if bc < cols {
+            b.build_and(c, self.i32((bc - 1) as u64), "cc")?
+        } else {
+            c
+        };
         let s = t.swz;
         let chunk = b.build_right_shift(c, self.i32(s.vec.trailing_zeros() as u64), false, "ch")?;
         let within = b.build_and(c, self.i32((s.vec - 1) as u64), "in")?;
@@ -96,8 +124,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             within,
             "sc",
         )?;
-        let row = b.build_left_shift(r, self.i32(cols.trailing_zeros() as u64), "sr")?;
-        Ok(b.build_int_add(row, col, "si")?)
+        let row = b.build_left_shift(r, self.i32(bc.trailing_zeros() as u64), "sr")?;
+        let idx = b.build_int_add(row, col, "si")?;
+        Ok(match block_base {
+            Some(base) => b.build_int_add(base, idx, "si")?,
+            None => idx,
+        })
     }
 
     /// A pointer to element index `idx` of the tile.
@@ -128,7 +160,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let dims = [dims[0], dims[1]];
         let layout = self.func.layouts[ty.layout.expect("tiles have layouts")].clone();
         let (contig, run) = layout.contiguous_dim().unwrap_or((1, 1));
-        let swz = Swizzle::for_rows(dims[contig], d.bytes());
+        let swz = SmemTile::swizzle_for(dims[contig], d.bytes());
         let total = offset + SmemTile::bytes(dims, d);
         let g = self.shared_scratch(total)?;
         // SAFETY of the GEP: the buffer was sized to hold the tile at `offset`.
@@ -316,7 +348,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             };
             let contig = layout.contiguous_dim().map_or(1, |c| c.0);
             let dims = [dims[0], dims[1]];
-            let slot_bytes = SmemTile::bytes(dims, e).next_multiple_of(128);
+            // wgmma's swizzle patterns repeat every 1024 bytes, from a 1024-byte boundary.
+            let align = if self.warpgroup { 1024 } else { 128 };
+            let slot_bytes = SmemTile::bytes(dims, e).next_multiple_of(align);
             self.rings.insert(
                 a.buf,
                 Ring {
@@ -358,7 +392,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             dims: r.dims,
             contig: r.contig,
             elem: r.elem,
-            swz: Swizzle::for_rows(r.dims[r.contig], r.elem.bytes()),
+            swz: SmemTile::swizzle_for(r.dims[r.contig], r.elem.bytes()),
         })
     }
 

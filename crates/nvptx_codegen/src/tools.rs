@@ -19,6 +19,7 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
     let mut pipeline = false;
     let mut emit = "tir".to_string();
     let mut target = "sm_90a".to_string();
+    let mut explicit_target = false;
     let mut options = CodegenOptions::default();
     for a in args {
         if let Some(p) = a.strip_prefix("--passes=") {
@@ -29,16 +30,24 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
             emit = e.to_string();
         } else if let Some(t) = a.strip_prefix("--target=") {
             target = t.to_string();
+            explicit_target = true;
         } else if a == "--fp-fusion" {
             options.fp_fusion = true;
         } else {
             return Err(format!("unknown option `{a}`\n{USAGE}"));
         }
     }
+    let t = Target::parse(&target).map_err(|e| format!("error: {e}"))?;
+    // The pipeline targets warpgroup MMA only where a target is named (file tests of the
+    // mma.sync layouts run without one).
+    let pipeline_options = passes::PipelineOptions {
+        warpgroup_mma: explicit_target && t.has_warpgroup_mma(),
+        ..Default::default()
+    };
     let mut func = tile_ir::parse(input).map_err(|e| format!("error: {e}"))?;
     tile_ir::verify(&func).map_err(|e| format!("error: {e}"))?;
     if pipeline {
-        passes::run_pipeline(&mut func, &Default::default(), |_, _| {})
+        passes::run_pipeline(&mut func, &pipeline_options, |_, _| {})
             .map_err(|e| format!("error: {e}"))?;
     }
     for p in &passes {
@@ -48,10 +57,9 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
         "tir" => Ok(func.to_string()),
         "llvm" | "ptx" => {
             if func.layouts.is_empty() {
-                passes::run_pipeline(&mut func, &Default::default(), |_, _| {})
+                passes::run_pipeline(&mut func, &pipeline_options, |_, _| {})
                     .map_err(|e| format!("error: {e}"))?;
             }
-            let t = Target::parse(&target).map_err(|e| format!("error: {e}"))?;
             let out = generate_ptx_with(&func, &t, &options).map_err(|e| format!("error: {e}"))?;
             Ok(if emit == "ptx" { out.ptx } else { out.llvm_ir })
         }

@@ -33,6 +33,8 @@ struct Assigner<'a> {
     /// Values computed from a `dot` result (through elementwise ops, loops and branches),
     /// with the dot's layout: they stay in it, so conversions happen as late as possible.
     dot_anchor: SecondaryMap<Value, Option<LayoutId>>,
+    /// Whether `dot`s may run on warpgroups (`wgmma`).
+    warpgroup_mma: bool,
 }
 
 /// Whether a `dot` of this element type and precision runs on tensor cores.
@@ -106,8 +108,14 @@ fn is_cheap(kind: &OpKind) -> bool {
     ) || (kind.is_elementwise() && !matches!(kind, OpKind::Unary(_)))
 }
 
-/// Assigns layouts to every tile of `func`.
+/// Assigns layouts to every tile of `func`, for tensor cores driven by warps (`mma.sync`).
 pub fn assign_layouts(func: &mut Function, axis: &AxisInfoMap) {
+    assign_layouts_for(func, axis, false)
+}
+
+/// [`assign_layouts`]; with `warpgroup_mma` (Hopper, `sm_90a`), 16-bit `dot`s whose shapes
+/// allow it get the warpgroup `#mma` layout (version 3) and run on `wgmma`.
+pub fn assign_layouts_for(func: &mut Function, axis: &AxisInfoMap, warpgroup_mma: bool) {
     let num_warps = func.num_warps;
     let mut op_block = HashMap::new();
     for (b, data) in func.blocks.iter() {
@@ -118,6 +126,7 @@ pub fn assign_layouts(func: &mut Function, axis: &AxisInfoMap) {
     let mut a = Assigner {
         func,
         num_warps,
+        warpgroup_mma,
         demands: HashMap::new(),
         decided: SecondaryMap::with_default(None),
         op_block,
@@ -179,7 +188,13 @@ impl Assigner<'_> {
                     let a = *self.func.ty(data.operands[0]);
                     let dims = ty.shape.dims();
                     let k = a.shape.dims()[1];
-                    let l = if uses_tensor_cores(a.elem, precision)
+                    let sixteen_bit = matches!(a.elem.dtype(), Some(DType::F16 | DType::BF16));
+                    let warpgroup = (self.warpgroup_mma && sixteen_bit && k.is_multiple_of(16))
+                        .then(|| MmaLayout::warpgroup(dims[0], dims[1], self.num_warps))
+                        .flatten();
+                    let l = if let Some(m) = warpgroup {
+                        self.func.intern_layout(Layout::Mma(m))
+                    } else if uses_tensor_cores(a.elem, precision)
                         && k.is_multiple_of(8 * k_width(a.elem))
                     {
                         let m = MmaLayout::for_shape(dims[0], dims[1], self.num_warps);

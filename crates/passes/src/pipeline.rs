@@ -21,12 +21,16 @@ pub enum PassError {
 pub struct PipelineOptions {
     /// Verify after every pass (always on in debug builds).
     pub verify_each: bool,
+    /// Let `dot`s run on warpgroups (`wgmma`, `sm_90a`); `nvptx_codegen::compile` sets it
+    /// from the target.
+    pub warpgroup_mma: bool,
 }
 
 impl Default for PipelineOptions {
     fn default() -> Self {
         PipelineOptions {
             verify_each: cfg!(debug_assertions),
+            warpgroup_mma: false,
         }
     }
 }
@@ -61,9 +65,10 @@ pub fn run_pipeline(
     step("dce", func, &|f| {
         simplify::eliminate_dead_code(f);
     })?;
+    let warpgroup_mma = options.warpgroup_mma;
     step("assign_layouts", func, &|f| {
         let info = axis_info::analyze(f);
-        layouts::assign_layouts(f, &info);
+        layouts::assign_layouts_for(f, &info, warpgroup_mma);
     })?;
     step("cse_after_layouts", func, &|f| {
         simplify::eliminate_common_subexpressions(f);

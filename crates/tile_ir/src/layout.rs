@@ -24,13 +24,22 @@ pub struct BlockedLayout {
     pub order: Vec<u32>,
 }
 
-/// The accumulator layout of `mma.sync` (Triton's `#mma`, version 2): the tile is covered by
+/// The accumulator layout of tensor-core `dot`s (Triton's `#mma`): the tile is covered by
 /// 16×8 blocks, warp `w` owning blocks `(w mod wm, w / wm)` of each `16·wm × 8·wn` repetition.
 /// Within a block lane `l` holds rows `l/4` and `l/4 + 8`, columns `2·(l mod 4)` and the next.
+///
+/// Version 2 is computed by warps (`mma.sync`). Version 3 is the same distribution with every
+/// warp along M (`wn = 1`), computed by warpgroups (Hopper's `wgmma`): four consecutive warps
+/// hold one 64-row block, exactly the accumulator fragment of `wgmma.m64nNk*`, and one
+/// instruction covers `instr_n` columns.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct MmaLayout {
     /// Warps along M and N (`[wm, wn]`, product `num_warps`).
     pub warps_per_cta: Vec<u32>,
+    /// 2 (`mma.sync`) or 3 (`wgmma`).
+    pub version: u32,
+    /// Columns per `wgmma` instruction (version 3; 8 for version 2).
+    pub instr_n: u32,
 }
 
 /// A distributed layout.
@@ -95,7 +104,31 @@ impl MmaLayout {
         }
         MmaLayout {
             warps_per_cta: vec![wm, wn],
+            version: 2,
+            instr_n: 8,
         }
+    }
+
+    /// The warpgroup layout (version 3) for a `[m, n]` result on `num_warps` warps, where one
+    /// exists: warps in groups of four, all along M (each warpgroup owns 64-row blocks), and
+    /// `n` a multiple of 16 covered by instructions at most 256 columns wide.
+    pub fn warpgroup(m: u32, n: u32, num_warps: u32) -> Option<MmaLayout> {
+        let fits = num_warps.is_multiple_of(4)
+            && m.is_multiple_of(16 * num_warps)
+            && n >= 16
+            && n.is_multiple_of(16);
+        if !fits {
+            return None;
+        }
+        let instr_n = (8..=n.min(256))
+            .rev()
+            .step_by(8)
+            .find(|w| n.is_multiple_of(*w))?;
+        Some(MmaLayout {
+            warps_per_cta: vec![num_warps, 1],
+            version: 3,
+            instr_n,
+        })
     }
 
     fn row_map(&self) -> DimThreadMap {
@@ -546,6 +579,12 @@ impl fmt::Display for Layout {
                 list(&b.order)
             ),
             Layout::Slice { dim, parent } => write!(f, "#slice<{{dim = {dim}, parent = {parent}}}>"),
+            Layout::Mma(m) if m.version == 3 => write!(
+                f,
+                "#mma<{{versionMajor = 3, warpsPerCTA = {}, instrShape = [64, {}]}}>",
+                list(&m.warps_per_cta),
+                m.instr_n
+            ),
             Layout::Mma(m) => write!(
                 f,
                 "#mma<{{versionMajor = 2, warpsPerCTA = {}, instrShape = [16, 8]}}>",

@@ -413,8 +413,9 @@ impl Parser<'_> {
         if self.eat("#mma<{") {
             self.expect("versionMajor")?;
             self.expect("=")?;
-            if self.uint()? != 2 {
-                return self.err_at(at, "only mma version 2 exists");
+            let version = self.uint()?;
+            if !matches!(version, 2 | 3) {
+                return self.err_at(at, "mma versions are 2 and 3");
             }
             self.expect(",")?;
             self.expect("warpsPerCTA")?;
@@ -426,10 +427,27 @@ impl Parser<'_> {
             let instr = self.ulist()?;
             self.expect("}>")?;
             let pow2 = wpc.iter().all(|&x| x > 0 && x.is_power_of_two() && x <= 64);
-            if wpc.len() != 2 || !pow2 || instr != [16, 8] {
+            let ok = wpc.len() == 2
+                && pow2
+                && if version == 2 {
+                    instr == [16, 8]
+                } else {
+                    wpc[1] == 1
+                        && wpc[0] >= 4
+                        && instr.len() == 2
+                        && instr[0] == 64
+                        && (8..=256).contains(&instr[1])
+                        && instr[1].is_multiple_of(8)
+                };
+            if !ok {
                 return self.err_at(at, "malformed mma layout");
             }
-            return Ok(Layout::Mma(MmaLayout { warps_per_cta: wpc }));
+            let instr_n = if version == 2 { 8 } else { instr[1] };
+            return Ok(Layout::Mma(MmaLayout {
+                warps_per_cta: wpc,
+                version,
+                instr_n,
+            }));
         }
         if self.eat("#dot_op<{") {
             self.expect("opIdx")?;

@@ -132,10 +132,18 @@ def function_fingerprint(jitfn) -> str:
     return fp
 
 
+# Environment variables the Rust compiler reads: they change the code, so they are in the key.
+_COMPILER_ENV = ("TILES_DISABLE_WGMMA", "TILES_LLVM_ARGS", "TILES_LLVM_PIPELINE", "TILES_LLVM_CODEGEN_OPT")
+
+
 def kernel_key(jitfn, **parts: Any) -> str:
     h = hashlib.sha256()
     h.update(VERSION.encode())
     h.update(function_fingerprint(jitfn).encode())
+    for name in _COMPILER_ENV:
+        v = os.environ.get(name)
+        if v:
+            h.update(f"\n{name}={v}".encode())
     for k in sorted(parts):
         h.update(f"\n{k}={_stable(parts[k])}".encode())
     return h.hexdigest()
