@@ -99,7 +99,17 @@ impl<'ctx> Lowering<'ctx, '_> {
         let out = match (&self.func.layouts[lc], &src_a, &src_b) {
             (Layout::Mma(m), Src::Smem(ta), Src::Smem(tb)) if m.version == 3 => {
                 let (ta, tb) = (*ta, *tb);
-                self.dot_wgmma(a, c, &ta, &tb)?
+                let out = self.dot_wgmma(a, c, &ta, &tb)?;
+                self.vals.insert(data.results[0], out);
+                if self.async_dots.contains(&op) {
+                    // This group stays in flight; the previous one (whose ring slots the
+                    // copies after this dot refill) is done in every warpgroup after these.
+                    self.wait_warpgroups(1, &[data.results[0]])?;
+                    self.barrier_sync()?;
+                } else {
+                    self.wait_warpgroups(0, &[data.results[0]])?;
+                }
+                self.get(data.results[0])?.clone()
             }
             (Layout::Mma(m), _, _) if m.version == 3 => {
                 return self.internal("warpgroup dot with an operand outside shared memory")
@@ -724,7 +734,6 @@ impl<'ctx> Lowering<'ctx, '_> {
         let instr =
             format!("wgmma.mma_async.sync.aligned.m64n{inst_n}k16.{acc_name}.{in_name}.{in_name}");
         let (ta_imm, tb_imm) = (u32::from(!oa.k_major), u32::from(!ob.k_major));
-        let mut all_slots = Vec::new();
         for rm in 0..reps_m {
             let m0 = rm * 16 * wm;
             for nc in 0..n_instr {
@@ -773,32 +782,62 @@ impl<'ctx> Lowering<'ctx, '_> {
                         self.asm_struct(acc_in[0].get_type(), n_acc, &template, &cons, &args)?;
                     self.scatter_acc(&mut rc, &slots, out, packed, acc_elem_t)?;
                 }
-                all_slots.extend(slots);
             }
         }
         self.asm_void("wgmma.commit_group.sync.aligned;", "~{memory}", &[])?;
-        // Wait, passing every accumulator through so nothing reads one before it is final.
-        let vals: Vec<BasicValueEnum> = if packed {
-            all_slots
-                .chunks(2)
-                .map(|p| self.pack32(&[rc[p[0]], rc[p[1]]]))
-                .collect::<R<_>>()?
-        } else {
-            all_slots.iter().map(|&i| rc[i]).collect()
-        };
-        let n = vals.len();
-        let letter = if packed { 'r' } else { 'f' };
-        let mut cons: Vec<String> = (0..n).map(|_| format!("={letter}")).collect();
-        cons.extend((0..n).map(|i| i.to_string()));
-        let out = self.asm_struct(
-            vals[0].get_type(),
-            n,
-            "wgmma.wait_group.sync.aligned 0;",
-            &cons,
-            &vals,
-        )?;
-        self.scatter_acc(&mut rc, &all_slots, out, packed, acc_elem_t)?;
         Ok(rc)
+    }
+
+    /// `wgmma.wait_group pending`, passing the registers of `values` (warpgroup accumulators)
+    /// through it, so that nothing reads them before they are final.
+    pub fn wait_warpgroups(&mut self, pending: u32, values: &[Value]) -> R<()> {
+        let mut regs: Vec<BasicValueEnum<'ctx>> = Vec::new();
+        let mut spans = Vec::with_capacity(values.len());
+        for &v in values {
+            let r = self.get(v)?.clone();
+            spans.push((v, regs.len(), r.len()));
+            regs.extend(r);
+        }
+        // f16 accumulators travel in pairs, as the instructions hold them.
+        let words: Vec<BasicValueEnum<'ctx>> = regs
+            .iter()
+            .map(|&r| {
+                Ok(if r.get_type() == self.cx.f16_type().into() {
+                    self.b.build_bit_cast(r, self.cx.i16_type(), "w")?
+                } else {
+                    r
+                })
+            })
+            .collect::<R<_>>()?;
+        let template = format!("wgmma.wait_group.sync.aligned {pending};");
+        if words.is_empty() {
+            return self.asm_void(&template, "~{memory}", &[]);
+        }
+        let fields: Vec<BasicTypeEnum<'ctx>> = words.iter().map(|w| w.get_type()).collect();
+        let mut cons: Vec<String> = fields
+            .iter()
+            .map(|t| if t.is_float_type() { "=f" } else { "=h" }.to_string())
+            .collect();
+        cons.extend((0..words.len()).map(|i| i.to_string()));
+        cons.push("~{memory}".to_string());
+        let ret = self.cx.struct_type(&fields, false);
+        let Some(r) = self.asm(ret.into(), &template, &cons.join(","), &words, true)? else {
+            return self.internal("asm returned nothing");
+        };
+        let sv = r.into_struct_value();
+        for (v, start, n) in spans {
+            let mut out = Vec::with_capacity(n);
+            for (i, r) in regs.iter().enumerate().skip(start).take(n) {
+                let w = self.b.build_extract_value(sv, i as u32, "acc")?;
+                out.push(if r.get_type() == self.cx.f16_type().into() {
+                    self.b.build_bit_cast(w, self.cx.f16_type(), "acc")?
+                } else {
+                    w
+                });
+            }
+            self.vals.insert(v, out);
+        }
+        Ok(())
     }
 
     /// An inline-asm statement (with side effects) returning `n` registers of type `t`.

@@ -100,6 +100,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// Whether some `dot` runs on warpgroups (`wgmma`): shared tiles are then 1024-byte
     /// aligned, and copies into them are fenced for the async proxy.
     pub warpgroup: bool,
+    /// Warpgroup dots left in flight across loop iterations (see [`async_dots`]).
+    pub async_dots: std::collections::HashSet<Op>,
 }
 
 /// Conversions to a `#dot_op` layout whose every user is a `dot` in the same block: the `dot`
@@ -134,6 +136,61 @@ fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
             });
             if is_operand && numeric_2d && ok {
                 out.insert(r);
+            }
+        }
+    }
+    out
+}
+
+/// Warpgroup `dot`s that may stay in flight across a loop iteration: the accumulator of a
+/// `for` loop (the carried value feeds only the dot, the dot's result only the `yield`) with
+/// both operands in pipelined ring slots. Each waits until just one group is pending (its
+/// predecessor's), then a barrier lets every warpgroup's finished slot be refilled; the loop's
+/// exit waits for the last group.
+fn async_dots(func: &Function) -> std::collections::HashSet<Op> {
+    let mut uses: HashMap<Value, usize> = HashMap::new();
+    for (_, d) in func.ops.iter() {
+        for &v in &d.operands {
+            *uses.entry(v).or_default() += 1;
+        }
+    }
+    let mut out = std::collections::HashSet::new();
+    for (_, d) in func.ops.iter() {
+        if !matches!(d.kind, OpKind::For { .. }) {
+            continue;
+        }
+        let Some(&body) = d.regions.first() else {
+            continue;
+        };
+        let body = func.regions[body].block;
+        let Some(&yield_op) = func.blocks[body].ops.last() else {
+            continue;
+        };
+        let args = &func.blocks[body].args;
+        for (k, &y) in func.ops[yield_op].operands.iter().enumerate() {
+            let tile_ir::ValueDef::Result(dot, _) = func.values[y].def else {
+                continue;
+            };
+            let dd = &func.ops[dot];
+            if !matches!(dd.kind, OpKind::Dot { .. }) {
+                continue;
+            }
+            let warpgroup = func
+                .layout_of(y)
+                .is_some_and(|l| matches!(l, tile_ir::Layout::Mma(m) if m.version == 3));
+            let from_rings = dd.operands[..2].iter().all(|&v| {
+                matches!(func.values[v].def, tile_ir::ValueDef::Result(o, _)
+                    if matches!(func.ops[o].kind, OpKind::LocalView { .. }))
+            });
+            let carried = args.get(k + 1).copied();
+            let ok = warpgroup
+                && from_rings
+                && func.blocks[body].ops.contains(&dot)
+                && carried == Some(dd.operands[2])
+                && uses.get(&y) == Some(&1)
+                && carried.and_then(|c| uses.get(&c)) == Some(&1);
+            if ok {
+                out.insert(dot);
             }
         }
     }
@@ -214,6 +271,11 @@ pub(crate) fn lower_kernel<'ctx>(
             .layouts
             .iter()
             .any(|(_, l)| matches!(l, tile_ir::Layout::Mma(m) if m.version == 3)),
+        async_dots: if std::env::var_os("TILES_WGMMA_SYNC").is_some() {
+            Default::default()
+        } else {
+            async_dots(func)
+        },
     };
     lw.plan_rings()?;
     for (i, &a) in entry_args.iter().enumerate() {
@@ -746,9 +808,23 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         self.b.build_unconditional_branch(header)?;
         self.b.position_at_end(exit);
+        let yield_op = *self.func.blocks[rb]
+            .ops
+            .last()
+            .expect("a body ends in yield");
+        let mut in_flight = Vec::new();
         for (k, &res) in data.results.iter().enumerate() {
             self.vals
                 .insert(res, phis[k].iter().map(|p| p.as_basic_value()).collect());
+            let y = self.func.ops[yield_op].operands[k];
+            if let tile_ir::ValueDef::Result(d, _) = self.func.values[y].def {
+                if self.async_dots.contains(&d) {
+                    in_flight.push(res);
+                }
+            }
+        }
+        if !in_flight.is_empty() {
+            self.wait_warpgroups(0, &in_flight)?;
         }
         Ok(())
     }
