@@ -630,8 +630,15 @@ impl<'ctx> Lowering<'ctx, '_> {
             _ if data.kind.is_elementwise() || matches!(data.kind, OpKind::Fma) => {
                 let ty = rty.expect("elementwise ops have a result");
                 let n = self.nregs(&ty)?;
-                let mut out = Vec::with_capacity(n);
+                let leaders = self.uniform_run_leaders(data.kind, &ty)?;
+                let mut out: Vec<BasicValueEnum<'ctx>> = Vec::with_capacity(n);
                 for i in 0..n {
+                    if let Some(&l) = leaders.as_ref().and_then(|ls| ls.get(i)) {
+                        if l < i {
+                            out.push(out[l]);
+                            continue;
+                        }
+                    }
                     let mut args = Vec::with_capacity(data.operands.len());
                     for &o in &data.operands {
                         let regs = self.get(o)?;
@@ -649,6 +656,66 @@ impl<'ctx> Lowering<'ctx, '_> {
             other => return self.unsupported(format!("op {}", other.name())),
         }
         Ok(())
+    }
+
+    /// Whether lowering `block` may read or write shared memory (conservative: only ops known
+    /// to stay in registers and global memory count as not).
+    fn block_may_use_smem(&self, block: tile_ir::Block) -> bool {
+        self.func.blocks[block].ops.iter().any(|&op| {
+            let d = &self.func.ops[op];
+            let plain = d.kind.is_elementwise()
+                || matches!(
+                    d.kind,
+                    OpKind::Constant(_)
+                        | OpKind::Arange { .. }
+                        | OpKind::Splat
+                        | OpKind::ExpandDims(_)
+                        | OpKind::Broadcast
+                        | OpKind::Fma
+                        | OpKind::Load(_)
+                        | OpKind::Store(_)
+                        | OpKind::ProgramId(_)
+                        | OpKind::Yield
+                        | OpKind::For { .. }
+                        | OpKind::If
+                );
+            !plain
+                || (0..d.regions.len())
+                    .any(|i| self.block_may_use_smem(self.func.region_block(op, i)))
+        })
+    }
+
+    /// For a comparison marked uniform over runs of `r` elements along its layout's contiguous
+    /// dimension: for each register, the register that starts its run (all in this thread:
+    /// runs are cut to the layout's own aligned runs).
+    fn uniform_run_leaders(&mut self, kind: OpKind, ty: &Type) -> R<Option<Vec<usize>>> {
+        let OpKind::Compare(_, run) = kind else {
+            return Ok(None);
+        };
+        let layout = ty.layout.map(|l| self.func.layouts[l].clone());
+        let Some((dim, n)) = layout.and_then(|l| l.contiguous_dim()) else {
+            return Ok(None);
+        };
+        let r = u32::from(run).min(n);
+        if r < 2 || ty.is_scalar() {
+            return Ok(None);
+        }
+        let r = 1u32 << (31 - r.leading_zeros());
+        let g = self.geometry(ty)?;
+        let mut first: HashMap<Vec<u32>, usize> = HashMap::new();
+        let leaders = g
+            .regs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut key = c.clone();
+                if let Some(x) = key.get_mut(dim) {
+                    *x &= !(r - 1);
+                }
+                *first.entry(key).or_insert(i)
+            })
+            .collect();
+        Ok(Some(leaders))
     }
 
     /// Builds the result's registers by looking up, for each, the operand register at the
@@ -784,9 +851,12 @@ impl<'ctx> Lowering<'ctx, '_> {
         let cond = self.b.build_int_compare(pred, ivv, ub, "for.cond")?;
         self.b.build_conditional_branch(cond, body, exit)?;
         self.b.position_at_end(body);
-        // The previous iteration may have left readers of the shared buffer behind.
-        self.smem_busy = true;
         let rb = self.func.region_block(op, 0);
+        // The previous iteration may have left readers of the shared buffer behind, unless
+        // the body never touches shared memory.
+        let busy_before = self.smem_busy;
+        let body_uses_smem = self.block_may_use_smem(rb);
+        self.smem_busy |= body_uses_smem;
         let args = self.func.blocks[rb].args.clone();
         self.vals.insert(args[0], vec![ivv.into()]);
         for (k, ps) in phis.iter().enumerate() {
@@ -808,6 +878,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         self.b.build_unconditional_branch(header)?;
         self.b.position_at_end(exit);
+        self.smem_busy = body_uses_smem || busy_before;
         let yield_op = *self.func.blocks[rb]
             .ops
             .last()

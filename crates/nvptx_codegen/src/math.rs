@@ -104,7 +104,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     ) -> R<BasicValueEnum<'ctx>> {
         match kind {
             OpKind::Binary(op) => self.binary(op, operand_elems[0], args[0], args[1]),
-            OpKind::Compare(p) => self.compare(p, operand_elems[0], args[0], args[1]),
+            OpKind::Compare(p, _) => self.compare(p, operand_elems[0], args[0], args[1]),
             OpKind::Unary(op) => self.unary(op, operand_elems[0], args[0]),
             OpKind::Fma => {
                 let t = args[0].get_type();

@@ -315,7 +315,7 @@ fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
             out.constant = None;
             out
         }
-        OpKind::Compare(pred) => compare(pred, &get(0), &get(1), rank),
+        OpKind::Compare(pred, _) => compare(pred, &get(0), &get(1), rank),
         OpKind::Cast => {
             let a = get(0);
             let widening_int = matches!((func.ty(data.operands[0]).elem, rty.elem), (Elem::Num(s), Elem::Num(t)) if s.is_int() && t.is_int() && t.bits() >= s.bits() && s.bits() > 1);

@@ -142,6 +142,27 @@ pub fn assign_layouts_for(func: &mut Function, axis: &AxisInfoMap, warpgroup_mma
     a.visit_block(entry);
     a.resolve_conflicts();
     a.write_back();
+    mark_uniform_compares(func, axis);
+}
+
+/// Records on each comparison how many consecutive elements along its layout's contiguous
+/// dimension compare alike (a mask `offs < n` with `n` divisible by the run), so codegen
+/// compares once per run, as the loads and stores it guards are vectorised.
+fn mark_uniform_compares(func: &mut Function, axis: &AxisInfoMap) {
+    for op in func.ops_in_order() {
+        let OpKind::Compare(pred, _) = func.ops[op].kind else {
+            continue;
+        };
+        let r = func.ops[op].results[0];
+        let Some((dim, n)) = func.layout_of(r).and_then(|l| l.contiguous_dim()) else {
+            continue;
+        };
+        let info = axis.get(r);
+        let run = info.constancy[dim].min(n as u64).min(128);
+        if run > 1 {
+            func.ops[op].kind = OpKind::Compare(pred, floor_pow2(run) as u8);
+        }
+    }
 }
 
 impl Assigner<'_> {

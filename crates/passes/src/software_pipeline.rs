@@ -443,7 +443,7 @@ fn apply(
         );
         let valid = cur.push(
             func,
-            OpKind::Compare(CmpPred::Lt),
+            OpKind::Compare(CmpPred::Lt, 0),
             vec![iv, ub],
             Some(Type::num(DType::I1)),
         );
@@ -546,7 +546,7 @@ fn apply(
     );
     let valid = end.push(
         func,
-        OpKind::Compare(CmpPred::Lt),
+        OpKind::Compare(CmpPred::Lt, 0),
         vec![iv_ahead, ub],
         Some(Type::num(DType::I1)),
     );
@@ -569,7 +569,7 @@ fn apply(
         );
         let wrap = end.push(
             func,
-            OpKind::Compare(CmpPred::Eq),
+            OpKind::Compare(CmpPred::Eq, 0),
             vec![n, s_c],
             Some(Type::num(DType::I1)),
         );

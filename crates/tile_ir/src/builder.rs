@@ -276,7 +276,7 @@ impl Builder {
     pub fn compare(&mut self, pred: CmpPred, a: Value, b: Value) -> R<Value> {
         let t = self.same_type("cmp", a, b)?;
         Ok(self.push1(
-            OpKind::Compare(pred),
+            OpKind::Compare(pred, 0),
             vec![a, b],
             t.with_elem(Elem::Num(DType::I1)),
         ))

@@ -388,8 +388,10 @@ pub enum OpKind {
     Broadcast,
     /// An elementwise binary op on two operands of one type.
     Binary(BinaryOp),
-    /// An elementwise comparison giving `i1`.
-    Compare(CmpPred),
+    /// An elementwise comparison giving `i1`; the `u8` is the run of consecutive elements
+    /// along the layout's contiguous dimension known to compare alike (from axis analysis;
+    /// 0 or 1: none), so codegen compares once per run.
+    Compare(CmpPred, u8),
     /// An elementwise unary op.
     Unary(UnaryOp),
     /// `a * b + c` rounded once.
@@ -504,7 +506,7 @@ impl OpKind {
             OpKind::ExpandDims(_) => "expand_dims",
             OpKind::Broadcast => "broadcast",
             OpKind::Binary(b) => b.name(),
-            OpKind::Compare(_) => "cmp",
+            OpKind::Compare(..) => "cmp",
             OpKind::Unary(u) => u.name(),
             OpKind::Fma => "fma",
             OpKind::Select => "select",
@@ -562,7 +564,7 @@ impl OpKind {
         matches!(
             self,
             OpKind::Binary(_)
-                | OpKind::Compare(_)
+                | OpKind::Compare(..)
                 | OpKind::Unary(_)
                 | OpKind::Fma
                 | OpKind::Select

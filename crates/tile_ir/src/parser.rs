@@ -574,8 +574,12 @@ impl Parser<'_> {
             "broadcast" => OpKind::Broadcast,
             "cmp" => {
                 let p = self.attr_word(attrs, "pred", at)?;
+                let run = match attrs.get("run") {
+                    Some(_) => self.small(self.attr_int(attrs, "run", at)?, at)?,
+                    None => 0,
+                };
                 match CmpPred::from_name(p) {
-                    Some(p) => OpKind::Compare(p),
+                    Some(p) => OpKind::Compare(p, run),
                     None => return self.err_at(at, format!("unknown predicate `{p}`")),
                 }
             }

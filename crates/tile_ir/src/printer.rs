@@ -97,7 +97,8 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
             format!(" {{axis = {a}}}")
         }
         OpKind::Arange { start, end } => format!(" {{start = {start}, end = {end}}}"),
-        OpKind::Compare(p) => format!(" {{pred = {}}}", p.name()),
+        OpKind::Compare(p, run) if *run > 1 => format!(" {{pred = {}, run = {run}}}", p.name()),
+        OpKind::Compare(p, _) => format!(" {{pred = {}}}", p.name()),
         OpKind::Reduce { axis } => format!(" {{axis = {axis}}}"),
         OpKind::For { stages } if *stages > 0 => format!(" {{stages = {stages}}}"),
         OpKind::AsyncCopy(a) => format!(

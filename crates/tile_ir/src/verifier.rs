@@ -200,7 +200,7 @@ impl Verifier<'_> {
             | OpKind::Cast
             | OpKind::Bitcast => expect(1),
             OpKind::ConvertLayout => expect(1),
-            OpKind::Binary(_) | OpKind::Compare(_) | OpKind::AddPtr => expect(2),
+            OpKind::Binary(_) | OpKind::Compare(..) | OpKind::AddPtr => expect(2),
             OpKind::Fma | OpKind::Select | OpKind::Dot { .. } => expect(3),
             OpKind::AsyncCopy(a) => expect(2 + a.masked as usize),
             OpKind::AsyncCommit | OpKind::AsyncWait { .. } => expect(0),
@@ -260,7 +260,7 @@ impl Verifier<'_> {
             }
         }
         match data.kind {
-            OpKind::Binary(_) | OpKind::Compare(_)
+            OpKind::Binary(_) | OpKind::Compare(..)
                 if !ty(operands[0]).same_but_layout(&ty(operands[1])) =>
             {
                 self.err(op, "operands differ in type or shape".into());
@@ -571,7 +571,7 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
                     .all(|(&a, &b)| a == b || a == 1);
             (!ok).then(|| "broadcast repeats size-1 dimensions of one element type".into())
         }
-        _ if matches!(data.kind, K::Binary(_) | K::Unary(_) | K::Fma | K::Compare(_) | K::Atomic(_))
+        _ if matches!(data.kind, K::Binary(_) | K::Unary(_) | K::Fma | K::Compare(..) | K::Atomic(_))
             && ops.iter().any(|t| t.dtype().is_some_and(|d| d.is_fp8())
                 || matches!(t.elem, E::Ptr(d) if d.is_fp8() && matches!(data.kind, K::Atomic(_)))) =>
         {
@@ -583,7 +583,7 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
                 && num(&ops[0]).is_some_and(|d| !(b.int_only() && d.is_float()));
             (!ok).then(|| "binary ops take and give one numeric type".into())
         }
-        K::Compare(_) => (!(same(&ops[0], &ops[1]) && same(&res[0], &tile_of(&ops[0], i1))))
+        K::Compare(..) => (!(same(&ops[0], &ops[1]) && same(&res[0], &tile_of(&ops[0], i1))))
             .then(|| "cmp compares one type and gives i1".into()),
         K::Unary(u) => {
             let ok = same(&ops[0], &res[0])
