@@ -62,6 +62,10 @@ class Device:
             return torch.from_numpy(a.view(np.uint8).copy()).cuda().view(fp8)
         return torch.from_numpy(a.copy()).cuda()
 
+    def addr(self, t) -> int:
+        """The address kernels see for `t` (a value for tables of pointers)."""
+        return t.ctypes.data if self.mode == "interpreter" else t.data_ptr()
+
     def get(self, t) -> np.ndarray:
         if self.mode == "interpreter":
             return t

@@ -331,7 +331,11 @@ def cast(x: Any, dt: Any) -> tensor:
     if x.dtype == dt:
         return x
     if x.dtype.is_ptr() != dt.is_ptr():
-        raise TilesTypeError(f"cannot cast {x.dtype} to {dt}")
+        # Addresses held as 64-bit integers (tables of pointers) become pointers and back.
+        num = dt if x.dtype.is_ptr() else x.dtype
+        if num.is_int() and num.primitive_bitwidth == 64:
+            return make(_be().bitcast(x, dt), dt, x.shape)
+        raise TilesTypeError(f"cannot cast {x.dtype} to {dt} (pointers convert to and from 64-bit integers only)")
     return make(_be().cast(x, dt), dt, x.shape)
 
 
@@ -340,7 +344,11 @@ def bitcast(x: Any, dt: Any) -> tensor:
     dt = _unwrap(dt)
     if x.dtype == dt:
         return x
-    if x.dtype.is_ptr() != dt.is_ptr() or x.dtype.primitive_bitwidth != dt.primitive_bitwidth:
+    if x.dtype.is_ptr() != dt.is_ptr():
+        num = dt if x.dtype.is_ptr() else x.dtype
+        if not (num.is_int() and num.primitive_bitwidth == 64):
+            raise TilesTypeError(f"cannot bitcast {x.dtype} to {dt}: widths differ")
+    elif x.dtype.primitive_bitwidth != dt.primitive_bitwidth:
         raise TilesTypeError(f"cannot bitcast {x.dtype} to {dt}: widths differ")
     return make(_be().bitcast(x, dt), dt, x.shape)
 

@@ -118,12 +118,23 @@ impl<'ctx> Lowering<'ctx, '_> {
             OpKind::Cast => self.cast(operand_elems[0], result, args[0]),
             OpKind::Bitcast => match (operand_elems[0], result) {
                 (Elem::Ptr(_), Elem::Ptr(_)) => Ok(args[0]),
+                (Elem::Num(_), Elem::Ptr(_)) => Ok(self
+                    .b
+                    .build_int_to_ptr(
+                        args[0].into_int_value(),
+                        self.cx.ptr_type(crate::lower::global()),
+                        "i2p",
+                    )?
+                    .into()),
+                (Elem::Ptr(_), Elem::Num(_)) => Ok(self
+                    .b
+                    .build_ptr_to_int(args[0].into_pointer_value(), self.cx.i64_type(), "p2i")?
+                    .into()),
                 (_, Elem::Num(d)) => {
                     Ok(self
                         .b
                         .build_bit_cast(args[0], dtype_type(self.cx, d), "bc")?)
                 }
-                _ => self.unsupported("bitcast between pointers and numbers"),
             },
             OpKind::AddPtr => {
                 let (Elem::Ptr(pointee), Elem::Num(od)) = (operand_elems[0], operand_elems[1])

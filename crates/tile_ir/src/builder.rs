@@ -360,7 +360,7 @@ impl Builder {
         Ok(self.push1(OpKind::Cast, vec![v], t.with_elem(to)))
     }
 
-    /// Reinterprets bits as `to` (same width).
+    /// Reinterprets bits as `to` (same width; a pointer and a 64-bit integer convert).
     pub fn bitcast(&mut self, v: Value, to: Elem) -> R<Value> {
         let t = self.check(v)?;
         if t.elem == to {
@@ -369,7 +369,9 @@ impl Builder {
         let same = match (t.elem, to) {
             (Elem::Num(a), Elem::Num(b)) => a.bits() == b.bits(),
             (Elem::Ptr(_), Elem::Ptr(_)) => true,
-            _ => false,
+            (Elem::Ptr(_), Elem::Num(d)) | (Elem::Num(d), Elem::Ptr(_)) => {
+                d.bits() == 64 && d.is_int()
+            }
         };
         if !same {
             return Err(BuildError::OperandType {

@@ -614,9 +614,11 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
                 && match (ops[0].elem, res[0].elem) {
                     (E::Num(a), E::Num(b)) => a.bits() == b.bits(),
                     (E::Ptr(_), E::Ptr(_)) => true,
-                    _ => false,
+                    (E::Ptr(_), E::Num(d)) | (E::Num(d), E::Ptr(_)) => {
+                        d.bits() == 64 && d.is_int()
+                    }
                 };
-            (!ok).then(|| "bitcast keeps the shape and the width".into())
+            (!ok).then(|| "bitcast keeps the shape and the width (pointers: 64-bit integers)".into())
         }
         K::AddPtr => {
             let ok = ops[0].elem.is_ptr()

@@ -258,6 +258,9 @@ class NumpyBackend:
             return np.asarray(a).astype(npdt)
 
     def bitcast(self, x, dt):
+        if dt.is_ptr() or x.dtype.is_ptr():
+            # Addresses are int64 here, in both forms.
+            return _arr(x.handle).astype(np.int64)
         a = np.ascontiguousarray(_arr(x.handle))
         shape = a.shape
         return a.reshape(-1).view(numpy_dtype(dt)).reshape(shape)
