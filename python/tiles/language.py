@@ -749,6 +749,34 @@ random = SimpleNamespace(philox=philox, randint=randint, randint4x=randint4x, ra
                          randn4x=randn4x, uint_to_uniform_float=uint_to_uniform_float,
                          pair_uniform_to_normal=pair_uniform_to_normal)
 
+# -- libdevice: `tl.extra.cuda.libdevice`, `tiles.language.extra.libdevice` ----------------------
+
+def _extra_modules():
+    import sys
+    import types
+
+    from . import libdevice as _libdevice
+
+    extra = types.ModuleType(__name__ + ".extra", "Extra math: libdevice's functions, written in tiles.")
+    cuda = types.ModuleType(__name__ + ".extra.cuda", "libdevice for CUDA.")
+    extra.libdevice = cuda.libdevice = _libdevice
+    extra.cuda = cuda
+    extra.__path__ = []  # a package, so `from tiles.language.extra import libdevice` works
+    cuda.__path__ = []
+    sys.modules[extra.__name__] = extra
+    sys.modules[cuda.__name__] = cuda
+    sys.modules[extra.__name__ + ".libdevice"] = _libdevice
+    sys.modules[cuda.__name__ + ".libdevice"] = _libdevice
+    # Older Triton had these under tl.math.
+    for name in ("tanh", "sinh", "cosh", "asin", "acos", "atan", "atan2", "asinh", "acosh", "atanh", "tan",
+                 "pow", "expm1", "log1p", "log10", "exp10", "trunc", "rint", "round", "nearbyint", "isnan",
+                 "isinf", "signbit", "fmod", "copysign", "cbrt", "hypot", "erfc", "fmax", "fmin", "llrint"):
+        setattr(math, name, getattr(_libdevice, name))
+    return extra
+
+
+extra = _extra_modules()
+
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "Any", "SimpleNamespace")]
 _ = _pymath
 

@@ -191,6 +191,9 @@ class JITFunction:
         """Takes the launch options out of `kwargs`. An option that is also a parameter's name
         (a `num_stages: tl.constexpr`, say) is both, as in Triton."""
         opts = {}
+        if "extern_libs" in kwargs and "extern_libs" not in self.param_names:
+            # libdevice's functions are built in (tiles.libdevice); a path to its bitcode is moot.
+            kwargs.pop("extern_libs")
         for k in _LAUNCH_OPTIONS:
             if k in kwargs:
                 opts[k] = kwargs[k] if k in self.param_names else kwargs.pop(k)

@@ -1,0 +1,634 @@
+"""Triton's `libdevice` functions (`triton.language.extra.libdevice`, `tl.extra.cuda.libdevice`).
+
+tiles carries no CUDA toolkit, so there is no libdevice bitcode to link: each function is
+written here with tiles' own language ops, so it compiles to plain PTX and runs in the
+interpreter alike. fp32 inputs are computed in fp32 (polynomials sized for it, a few ulp),
+fp64 inputs in fp64 (longer polynomials), fp16/bf16 through fp32. Functions that only convert
+or test bits (`isnan`, `signbit`, `float_as_int`, ...) follow libdevice's result types.
+
+`extern_libs=` launch options are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import math as _m
+
+from . import core, semantic
+from .core import tensor
+
+__all__ = []
+
+
+def _export(fn):
+    fn._tiles_builtin = True
+    __all__.append(fn.__name__)
+    return fn
+
+
+def _float(x):
+    """(x as fp32/fp64, the dtype to return)."""
+    x = semantic.to_tensor(x)
+    dt = x.dtype
+    if dt.is_floating():
+        if dt.primitive_bitwidth < 32:
+            return semantic.cast(x, core.float32), dt
+        return x, dt
+    raise semantic.TilesTypeError(f"libdevice functions take floating-point tensors, got {dt}")
+
+
+def _back(y: tensor, dt) -> tensor:
+    return y if y.dtype == dt else semantic.cast(y, dt)
+
+
+def _f64(x: tensor) -> bool:
+    return x.dtype == core.float64
+
+
+def _where(c, a, b):
+    return semantic.where(c, a, b)
+
+
+def _abs(x):
+    return semantic.abs_(x)
+
+
+def _poly(x, coeffs):
+    """Horner: coeffs from the highest degree down."""
+    r = coeffs[0]
+    for c in coeffs[1:]:
+        r = r * x + c
+    return r
+
+
+def _copysign(mag, sign_of):
+    return _where(_signbit_bool(sign_of), -_abs(mag), _abs(mag))
+
+
+def _signbit_bool(x):
+    ity = core.int64 if _f64(x) else core.int32
+    return semantic.bitcast(x, ity) < 0
+
+
+def _trunc(x):
+    return _where(x < 0, semantic.unary_math("ceil", x), semantic.unary_math("floor", x))
+
+
+# -- exponentials and logarithms ------------------------------------------------------------------
+
+def _expm1(x):
+    n = 17 if _f64(x) else 8
+    # x (1 + x/2! + x^2/3! + ...): the series, for |x| < 1/2.
+    coeffs = [1.0 / _m.factorial(k + 1) for k in range(n - 1, -1, -1)]
+    small = x * _poly(x, coeffs)
+    large = semantic.unary_math("exp", x) - 1.0
+    return _where(_abs(x) < 0.5, small, large)
+
+
+def _log1p(x):
+    n = 11 if _f64(x) else 6
+    # 2 atanh(s), s = x / (2 + x): |s| <= 1/5 for |x| < 1/2.
+    s = x / (x + 2.0)
+    z = s * s
+    small = 2.0 * s * _poly(z, [1.0 / (2 * k + 1) for k in range(n, -1, -1)])
+    large = semantic.unary_math("log", x + 1.0)
+    return _where(_abs(x) < 0.5, small, large)
+
+
+@_export
+def expm1(x, _semantic=None):
+    """e**x - 1, accurate near 0."""
+    x, dt = _float(x)
+    return _back(_expm1(x), dt)
+
+
+@_export
+def log1p(x, _semantic=None):
+    """log(1 + x), accurate near 0."""
+    x, dt = _float(x)
+    return _back(_log1p(x), dt)
+
+
+@_export
+def exp10(x, _semantic=None):
+    """10**x."""
+    x, dt = _float(x)
+    return _back(semantic.unary_math("exp2", x * _m.log2(10.0)), dt)
+
+
+@_export
+def log10(x, _semantic=None):
+    """Base-10 logarithm."""
+    x, dt = _float(x)
+    return _back(semantic.unary_math("log2", x) * _m.log10(2.0), dt)
+
+
+def _pow(x, y):
+    # |x|**y through 2**(y log2|x|), in fp64 for fp32 inputs (the exponent's error would be
+    # multiplied by y); the sign for negative bases with odd integer exponents; NaN for
+    # negative bases with fractional exponents; x**0 = 1 and 1**y = 1, as C's pow.
+    wide = semantic.cast(x, core.float64) if not _f64(x) else x
+    yw = semantic.cast(y, core.float64) if not _f64(y) else y
+    r = semantic.unary_math("exp2", yw * semantic.unary_math("log2", _abs(wide)))
+    r = semantic.cast(r, x.dtype) if not _f64(x) else r
+    is_int = semantic.unary_math("floor", y) == y
+    half = y * 0.5
+    odd = is_int & (semantic.unary_math("floor", half) != half)
+    neg = x < 0
+    r = _where(neg & odd, -r, r)
+    r = _where(neg & ~is_int, float("nan"), r)
+    return _where((y == 0) | (x == 1), 1.0, r)
+
+
+@_export
+def pow(x, y, _semantic=None):
+    """x**y (C's pow)."""
+    x, dt = _float(x)
+    y = semantic.to_tensor(y)
+    if y.dtype.is_int():
+        y = semantic.cast(y, x.dtype)
+    y, _ = _float(y)
+    x, y = semantic.binary_operands(x, y)
+    return _back(_pow(x, y), dt)
+
+
+@_export
+def powf(x, y, _semantic=None):
+    """x**y (fp32)."""
+    return pow(x, y)
+
+
+@_export
+def powi(x, n, _semantic=None):
+    """x**n for an integer n."""
+    return pow(x, n)
+
+
+@_export
+def cbrt(x, _semantic=None):
+    """Cube root."""
+    x, dt = _float(x)
+    a = _abs(x)
+    r = semantic.unary_math("exp2", semantic.unary_math("log2", a) * (1.0 / 3.0))
+    r = r - (r * r * r - a) / (3.0 * r * r)
+    r = _where((a == 0) | (a == float("inf")), a, r)
+    return _back(_copysign(r, x), dt)
+
+
+@_export
+def rcbrt(x, _semantic=None):
+    """1 / cbrt(x)."""
+    return semantic.truediv(1.0, cbrt(x))
+
+
+# -- hyperbolic -----------------------------------------------------------------------------------
+
+@_export
+def tanh(x, _semantic=None):
+    """Hyperbolic tangent."""
+    x, dt = _float(x)
+    e = _expm1(-2.0 * _abs(x))
+    t = -e / (e + 2.0)
+    return _back(_copysign(t, x), dt)
+
+
+@_export
+def sinh(x, _semantic=None):
+    """Hyperbolic sine."""
+    x, dt = _float(x)
+    a = _abs(x)
+    e = _expm1(_where(a > 20.0, 0.0, a))
+    s = 0.5 * (e + e / (e + 1.0))
+    s = _where(a > 20.0, 0.5 * semantic.unary_math("exp", a), s)
+    return _back(_copysign(s, x), dt)
+
+
+@_export
+def cosh(x, _semantic=None):
+    """Hyperbolic cosine."""
+    x, dt = _float(x)
+    e = semantic.unary_math("exp", _abs(x))
+    return _back(0.5 * (e + 1.0 / e), dt)
+
+
+@_export
+def asinh(x, _semantic=None):
+    """Inverse hyperbolic sine."""
+    x, dt = _float(x)
+    a = _abs(x)
+    big = a > 1e18
+    safe = _where(big, 1.0, a)
+    r = _log1p(safe + safe * safe / (semantic.unary_math("sqrt", safe * safe + 1.0) + 1.0))
+    r = _where(big, semantic.unary_math("log", a) + _m.log(2.0), r)
+    return _back(_copysign(r, x), dt)
+
+
+@_export
+def acosh(x, _semantic=None):
+    """Inverse hyperbolic cosine."""
+    x, dt = _float(x)
+    big = x > 1e18
+    t = _where(big, 1.0, x) - 1.0
+    r = _log1p(t + semantic.unary_math("sqrt", t * (t + 2.0)))
+    r = _where(big, semantic.unary_math("log", x) + _m.log(2.0), r)
+    return _back(r, dt)
+
+
+@_export
+def atanh(x, _semantic=None):
+    """Inverse hyperbolic tangent."""
+    x, dt = _float(x)
+    return _back(0.5 * _log1p(2.0 * x / (1.0 - x)), dt)
+
+
+# -- trigonometric --------------------------------------------------------------------------------
+
+def _atan(x):
+    n = 15 if _f64(x) else 7
+    a = _abs(x)
+    inv = a > 1.0
+    t = _where(inv, 1.0 / a, a)
+    # tan(pi/12) = 2 - sqrt(3): above it, atan(t) = pi/6 + atan((sqrt(3) t - 1) / (sqrt(3) + t)).
+    big = t > 0.2679491924311227
+    s3 = _m.sqrt(3.0)
+    u = _where(big, (t * s3 - 1.0) / (t + s3), t)
+    z = u * u
+    p = u * _poly(z, [(-1.0) ** k / (2 * k + 1) for k in range(n, -1, -1)])
+    r = _where(big, p + _m.pi / 6, p)
+    r = _where(inv, _m.pi / 2 - r, r)
+    return _copysign(r, x)
+
+
+def _atan2(y, x):
+    r = _atan(y / x)
+    pi = _m.pi
+    r = _where(x < 0, _where(_signbit_bool(y), r - pi, r + pi), r)
+    on_axis = _where(y > 0, pi / 2, _where(y < 0, -pi / 2, 0.0))
+    return _where(x == 0, on_axis, r)
+
+
+@_export
+def atan(x, _semantic=None):
+    """Arc tangent."""
+    x, dt = _float(x)
+    return _back(_atan(x), dt)
+
+
+@_export
+def atan2(y, x, _semantic=None):
+    """Arc tangent of y / x, in the quadrant of (x, y)."""
+    y, dt = _float(y)
+    x, _ = _float(x)
+    y, x = semantic.binary_operands(y, x)
+    return _back(_atan2(y, x), dt)
+
+
+@_export
+def asin(x, _semantic=None):
+    """Arc sine."""
+    x, dt = _float(x)
+    c = semantic.unary_math("sqrt", (1.0 - x) * (1.0 + x))
+    return _back(_atan2(x, c), dt)
+
+
+@_export
+def acos(x, _semantic=None):
+    """Arc cosine."""
+    x, dt = _float(x)
+    s = semantic.unary_math("sqrt", (1.0 - x) * (1.0 + x))
+    return _back(_atan2(s, x), dt)
+
+
+@_export
+def tan(x, _semantic=None):
+    """Tangent."""
+    x, dt = _float(x)
+    return _back(semantic.unary_math("sin", x) / semantic.unary_math("cos", x), dt)
+
+
+@_export
+def sinpi(x, _semantic=None):
+    """sin(pi x)."""
+    x, dt = _float(x)
+    return _back(semantic.unary_math("sin", x * _m.pi), dt)
+
+
+@_export
+def cospi(x, _semantic=None):
+    """cos(pi x)."""
+    x, dt = _float(x)
+    return _back(semantic.unary_math("cos", x * _m.pi), dt)
+
+
+# -- rounding and parts ---------------------------------------------------------------------------
+
+@_export
+def trunc(x, _semantic=None):
+    """Rounds toward zero."""
+    x, dt = _float(x)
+    return _back(_trunc(x), dt)
+
+
+def _rint(x):
+    big = 2.0 ** (52 if _f64(x) else 23)
+    a = _abs(x)
+    r = (a + big) - big
+    return _where(a < big, _copysign(r, x), x)
+
+
+@_export
+def rint(x, _semantic=None):
+    """Rounds to the nearest integer, ties to even."""
+    x, dt = _float(x)
+    return _back(_rint(x), dt)
+
+
+@_export
+def nearbyint(x, _semantic=None):
+    """Rounds to the nearest integer, ties to even."""
+    return rint(x)
+
+
+@_export
+def round(x, _semantic=None):
+    """Rounds to the nearest integer, ties away from zero."""
+    x, dt = _float(x)
+    t = _trunc(x)
+    r = _where(_abs(x - t) >= 0.5, t + _where(x < 0, -1.0, 1.0), t)
+    return _back(r, dt)
+
+
+@_export
+def llrint(x, _semantic=None):
+    """rint(x) as int64."""
+    return semantic.cast(rint(x), core.int64)
+
+
+@_export
+def lrint(x, _semantic=None):
+    """rint(x) as int64."""
+    return llrint(x)
+
+
+@_export
+def llround(x, _semantic=None):
+    """round(x) as int64."""
+    return semantic.cast(round(x), core.int64)
+
+
+@_export
+def float2int_rn(x, _semantic=None):
+    """fp32 to int32, rounding to nearest even."""
+    return semantic.cast(rint(x), core.int32)
+
+
+@_export
+def float2int_rz(x, _semantic=None):
+    """fp32 to int32, rounding toward zero."""
+    return semantic.cast(x, core.int32)
+
+
+@_export
+def fmod(x, y, _semantic=None):
+    """x - trunc(x / y) * y."""
+    x, dt = _float(x)
+    y, _ = _float(y)
+    x, y = semantic.binary_operands(x, y)
+    return _back(x - _trunc(x / y) * y, dt)
+
+
+@_export
+def copysign(x, y, _semantic=None):
+    """|x| with the sign of y."""
+    x, dt = _float(x)
+    y, _ = _float(y)
+    x, y = semantic.binary_operands(x, y)
+    return _back(_copysign(x, y), dt)
+
+
+@_export
+def ldexp(x, n, _semantic=None):
+    """x * 2**n."""
+    x, dt = _float(x)
+    n = semantic.cast(semantic.to_tensor(n), x.dtype)
+    return _back(x * semantic.unary_math("exp2", n), dt)
+
+
+@_export
+def scalbn(x, n, _semantic=None):
+    """x * 2**n."""
+    return ldexp(x, n)
+
+
+@_export
+def hypot(x, y, _semantic=None):
+    """sqrt(x**2 + y**2)."""
+    x, dt = _float(x)
+    y, _ = _float(y)
+    x, y = semantic.binary_operands(x, y)
+    return _back(semantic.unary_math("sqrt", x * x + y * y), dt)
+
+
+@_export
+def erfc(x, _semantic=None):
+    """1 - erf(x)."""
+    x, dt = _float(x)
+    return _back(1.0 - semantic.unary_math("erf", x), dt)
+
+
+@_export
+def saturatef(x, _semantic=None):
+    """Clamps to [0, 1]."""
+    return semantic.clamp(x, 0.0, 1.0)
+
+
+# -- classification and bits ----------------------------------------------------------------------
+
+def _int_result(b):
+    return semantic.cast(b, core.int32)
+
+
+@_export
+def isnan(x, _semantic=None):
+    """1 where x is NaN (int32, as libdevice)."""
+    x, _ = _float(x)
+    return _int_result(x != x)
+
+
+@_export
+def isinf(x, _semantic=None):
+    """1 where x is +-inf (int32)."""
+    x, _ = _float(x)
+    return _int_result(_abs(x) == float("inf"))
+
+
+@_export
+def isfinited(x, _semantic=None):
+    """1 where x is finite (int32)."""
+    x, _ = _float(x)
+    return _int_result(_abs(x) < float("inf"))
+
+
+@_export
+def finitef(x, _semantic=None):
+    """1 where x is finite (int32)."""
+    return isfinited(x)
+
+
+@_export
+def signbit(x, _semantic=None):
+    """1 where the sign bit is set (int32)."""
+    x, _ = _float(x)
+    return _int_result(_signbit_bool(x))
+
+
+@_export
+def float_as_int(x, _semantic=None):
+    """The bits of an fp32 as int32."""
+    return semantic.bitcast(x, core.int32)
+
+
+@_export
+def int_as_float(x, _semantic=None):
+    """The bits of an int32 as fp32."""
+    return semantic.bitcast(x, core.float32)
+
+
+@_export
+def double_as_longlong(x, _semantic=None):
+    """The bits of an fp64 as int64."""
+    return semantic.bitcast(x, core.int64)
+
+
+@_export
+def longlong_as_double(x, _semantic=None):
+    """The bits of an int64 as fp64."""
+    return semantic.bitcast(x, core.float64)
+
+
+@_export
+def popc(x, _semantic=None):
+    """Number of set bits (int32)."""
+    x = semantic.to_tensor(x)
+    bits = x.dtype.primitive_bitwidth
+    u = semantic.bitcast(x, core.uint64 if bits == 64 else core.uint32)
+    m1, m2, m4 = (0x5555555555555555, 0x3333333333333333, 0x0F0F0F0F0F0F0F0F)
+    if bits != 64:
+        m1, m2, m4 = m1 & 0xFFFFFFFF, m2 & 0xFFFFFFFF, m4 & 0xFFFFFFFF
+    u = u - ((u >> 1) & m1)
+    u = (u & m2) + ((u >> 2) & m2)
+    u = (u + (u >> 4)) & m4
+    total = u
+    for shift in (8, 16, 32)[: 3 if bits == 64 else 2]:
+        total = total + (total >> shift)
+    return semantic.cast(total & 0x7F, core.int32)
+
+
+@_export
+def popcll(x, _semantic=None):
+    """Number of set bits of an int64 (int32)."""
+    return popc(x)
+
+
+# -- the same as tiles' own ops -------------------------------------------------------------------
+
+def _same(name, op, doc):
+    def f(x, _semantic=None):
+        x, dt = _float(x)
+        return _back(semantic.unary_math(op, x), dt)
+
+    f.__name__ = name
+    f.__doc__ = doc
+    return _export(f)
+
+
+exp = _same("exp", "exp", "e**x.")
+exp2 = _same("exp2", "exp2", "2**x.")
+log = _same("log", "log", "Natural logarithm.")
+log2 = _same("log2", "log2", "Base-2 logarithm.")
+sqrt = _same("sqrt", "sqrt", "Square root.")
+rsqrt = _same("rsqrt", "rsqrt", "1 / sqrt(x).")
+sin = _same("sin", "sin", "Sine.")
+cos = _same("cos", "cos", "Cosine.")
+floor = _same("floor", "floor", "Rounds down.")
+ceil = _same("ceil", "ceil", "Rounds up.")
+erf = _same("erf", "erf", "The error function.")
+fast_expf = _same("fast_expf", "exp", "e**x (fast).")
+fast_exp10f = exp10
+fast_logf = _same("fast_logf", "log", "Natural logarithm (fast).")
+fast_log2f = _same("fast_log2f", "log2", "Base-2 logarithm (fast).")
+fast_log10f = log10
+fast_sinf = _same("fast_sinf", "sin", "Sine (fast).")
+fast_cosf = _same("fast_cosf", "cos", "Cosine (fast).")
+fast_tanf = tan
+fast_powf = pow
+sqrt_rn = sqrt
+
+
+@_export
+def fabs(x, _semantic=None):
+    """Absolute value."""
+    return semantic.abs_(x)
+
+
+@_export
+def abs(x, _semantic=None):
+    """Absolute value."""
+    return semantic.abs_(x)
+
+
+@_export
+def fmax(x, y, _semantic=None):
+    """The larger of x and y."""
+    return semantic.maximum(x, y)
+
+
+@_export
+def fmin(x, y, _semantic=None):
+    """The smaller of x and y."""
+    return semantic.minimum(x, y)
+
+
+@_export
+def fma(x, y, z, _semantic=None):
+    """x * y + z rounded once."""
+    return semantic.fma(x, y, z)
+
+
+@_export
+def rcp_rn(x, _semantic=None):
+    """1 / x."""
+    return semantic.truediv(1.0, x)
+
+
+@_export
+def fast_dividef(x, y, _semantic=None):
+    """x / y."""
+    return semantic.truediv(x, y)
+
+
+@_export
+def div_rn(x, y, _semantic=None):
+    """x / y, rounded to nearest."""
+    return semantic.truediv(x, y)
+
+
+@_export
+def umulhi(x, y, _semantic=None):
+    """The high 32 bits of x * y (unsigned)."""
+    from . import language
+
+    return language.umulhi(x, y)
+
+
+@_export
+def mulhi(x, y, _semantic=None):
+    """The high 32 bits of x * y (signed)."""
+    a = semantic.cast(semantic.to_tensor(x), core.int64)
+    b = semantic.cast(semantic.to_tensor(y), core.int64)
+    return semantic.cast((a * b) >> 32, core.int32)
+
+
+@_export
+def mul24(x, y, _semantic=None):
+    """x * y on the low 24 bits (here: the full product's low 32 bits)."""
+    return semantic.mul(x, y)

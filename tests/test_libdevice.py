@@ -1,0 +1,152 @@
+"""libdevice's functions (`tiles.language.extra.libdevice`), written with tiles' ops: against
+numpy in float64, in both modes, fp32 and fp64, on random inputs over each function's domain."""
+
+import numpy as np
+import pytest
+
+import tiles
+import tiles.language as tl
+from tiles.language.extra import libdevice
+
+# name: (numpy reference, input range, second argument's range or None)
+UNARY = {
+    "asin": (np.arcsin, (-1, 1)), "acos": (np.arccos, (-1, 1)), "atan": (np.arctan, (-50, 50)),
+    "tanh": (np.tanh, (-12, 12)), "sinh": (np.sinh, (-30, 30)), "cosh": (np.cosh, (-30, 30)),
+    "asinh": (np.arcsinh, (-100, 100)), "acosh": (np.arccosh, (1, 100)), "atanh": (np.arctanh, (-0.99, 0.99)),
+    "expm1": (np.expm1, (-3, 3)), "log1p": (np.log1p, (-0.9, 5)), "exp10": (lambda x: 10.0 ** x, (-8, 8)),
+    "log10": (np.log10, (1e-3, 1e4)), "cbrt": (np.cbrt, (-1e3, 1e3)), "tan": (np.tan, (-1.4, 1.4)),
+    "trunc": (np.trunc, (-100, 100)), "rint": (np.rint, (-100, 100)), "round": (None, (-100, 100)),
+    "erfc": (None, (-3, 3)), "exp": (np.exp, (-20, 20)), "log": (np.log, (1e-3, 1e3)),
+    "sqrt": (np.sqrt, (0, 1e4)), "rsqrt": (lambda x: 1 / np.sqrt(x), (1e-2, 1e4)),
+}
+BINARY = {
+    "pow": (np.power, (0.1, 10), (-4, 4)), "atan2": (np.arctan2, (-5, 5), (-5, 5)),
+    "fmod": (np.fmod, (-50, 50), (0.5, 7)), "copysign": (np.copysign, (-5, 5), (-5, 5)),
+    "hypot": (np.hypot, (-1e3, 1e3), (-1e3, 1e3)),
+}
+
+
+def _round_away(x):
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def _erfc(x):
+    import math
+
+    return np.vectorize(math.erfc)(x)
+
+
+REFS = {"round": _round_away, "erfc": _erfc}
+
+
+@tiles.jit
+def unary_kernel(x_ptr, y_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(y_ptr + offs, getattr(libdevice, FN)(x), mask=m)
+
+
+@tiles.jit
+def binary_kernel(x_ptr, z_ptr, y_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    z = tl.load(z_ptr + offs, mask=m)
+    tl.store(y_ptr + offs, getattr(libdevice, FN)(x, z), mask=m)
+
+
+def _check(got, ref, dt):
+    # fp32 exp/log on the GPU are ex2/lg2.approx based, as Triton's: a few ulp.
+    rtol, atol = (5e-6, 1e-6) if dt == np.float32 else (1e-10, 1e-12)
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=rtol, atol=atol * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary(dev, rng, name, dt):
+    ref_fn, (lo, hi) = UNARY[name]
+    ref_fn = REFS.get(name, ref_fn)
+    n = 3000
+    x = rng.uniform(lo, hi, n).astype(dt)
+    if name in ("rint", "round", "trunc"):
+        x[:200] = np.round(x[:200] * 2) / 2  # exact halves: the tie rules
+    y = dev.put(np.full(n, np.nan, dt))
+    unary_kernel[(triton_cdiv(n, 512),)](dev.put(x), y, n, FN=name, BLOCK=512)
+    _check(dev.get(y), ref_fn(x.astype(np.float64)), dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary(dev, rng, name, dt):
+    ref_fn, (lo, hi), (lo2, hi2) = BINARY[name]
+    n = 3000
+    x = rng.uniform(lo, hi, n).astype(dt)
+    z = rng.uniform(lo2, hi2, n).astype(dt)
+    if name == "pow":
+        x[:300] = -x[:300]  # negative bases with integer exponents keep their sign
+        z[:300] = np.round(z[:300])
+    y = dev.put(np.full(n, np.nan, dt))
+    binary_kernel[(triton_cdiv(n, 512),)](dev.put(x), dev.put(z), y, n, FN=name, BLOCK=512)
+    _check(dev.get(y), ref_fn(x.astype(np.float64), z.astype(np.float64)), dt)
+
+
+@tiles.jit
+def classify_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(out_ptr + offs * 4, libdevice.isnan(x), mask=m)
+    tl.store(out_ptr + offs * 4 + 1, libdevice.isinf(x), mask=m)
+    tl.store(out_ptr + offs * 4 + 2, libdevice.signbit(x), mask=m)
+    tl.store(out_ptr + offs * 4 + 3, libdevice.popc(libdevice.float_as_int(x)), mask=m)
+
+
+def test_classification(dev):
+    x = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 3e-39], np.float32)
+    out = dev.put(np.full(4 * len(x), -1, np.int32))
+    classify_kernel[(1,)](dev.put(x), out, len(x), BLOCK=8)
+    got = dev.get(out).reshape(-1, 4)
+    np.testing.assert_array_equal(got[:, 0], np.isnan(x))
+    np.testing.assert_array_equal(got[:, 1], np.isinf(x))
+    np.testing.assert_array_equal(got[:, 2], np.signbit(x))
+    np.testing.assert_array_equal(got[:, 3], [bin(int(v)).count("1") for v in x.view(np.uint32)])
+
+
+def test_fp16_inputs_go_through_fp32(dev, rng):
+    x = rng.uniform(-3, 3, 512).astype(np.float16)
+    y = dev.put(np.zeros(512, np.float16))
+    unary_kernel[(1,)](dev.put(x), y, 512, FN="tanh", BLOCK=512)
+    np.testing.assert_allclose(dev.get(y).astype(np.float64), np.tanh(x.astype(np.float64)), rtol=2e-3, atol=1e-3)
+
+
+def test_integer_inputs_are_an_error():
+    with pytest.raises(tiles.CompilationError, match="floating-point"):
+        tiles.compile(unary_kernel, signature={"x_ptr": "*i32", "y_ptr": "*i32", "n": "i32"},
+                      constexprs={"FN": "tanh", "BLOCK": 128})
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_every_function_assembles(ptxas, target):
+    from test_compile import assemble
+
+    for dt in ("fp32", "fp64"):
+        for name in sorted(UNARY):
+            k = tiles.compile(unary_kernel, signature={"x_ptr": f"*{dt}", "y_ptr": f"*{dt}", "n": "i32"},
+                              constexprs={"FN": name, "BLOCK": 256}, target=target)
+            assemble(ptxas, k.asm["ptx"], target)
+        for name in sorted(BINARY):
+            k = tiles.compile(binary_kernel, signature={"x_ptr": f"*{dt}", "z_ptr": f"*{dt}", "y_ptr": f"*{dt}",
+                                                        "n": "i32"}, constexprs={"FN": name, "BLOCK": 256},
+                              target=target)
+            assemble(ptxas, k.asm["ptx"], target)
+
+
+def test_module_paths():
+    import tiles.language.extra.cuda.libdevice as a
+
+    assert a is libdevice and tl.extra.cuda.libdevice is libdevice and tl.math.tanh is libdevice.tanh
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
