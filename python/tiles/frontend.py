@@ -109,6 +109,9 @@ class IRBackend:
     def permute(self, x, dims):
         return self.b.permute(x.handle, list(dims))
 
+    def hint(self, x, kind, values):
+        return self.b.hint(x.handle, kind, list(values))
+
     def reshape(self, x, shape):
         return self.b.reshape(x.handle, list(shape))
 

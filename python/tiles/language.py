@@ -256,20 +256,20 @@ def to(x, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None):
 
 @builtin
 def multiple_of(input, values, _semantic=None):
-    """Promises that `input`'s values are multiples of `values` (a hint)."""
-    return input
+    """Promises that `input`'s values are multiples of `values` (a hint for vectorising)."""
+    return semantic.hint(input, "multiple_of", values)
 
 
 @builtin
 def max_contiguous(input, values, _semantic=None):
-    """Promises runs of `values` consecutive values (a hint)."""
-    return input
+    """Promises runs of `values` consecutive values (a hint for vectorising)."""
+    return semantic.hint(input, "max_contiguous", values)
 
 
 @builtin
 def max_constancy(input, values, _semantic=None):
     """Promises runs of `values` equal values (a hint)."""
-    return input
+    return semantic.hint(input, "max_constancy", values)
 
 
 # -- compile-time helpers ------------------------------------------------------------------------

@@ -249,6 +249,21 @@ def subscript(x: tensor, slices: Any) -> tensor:
     return out
 
 
+def hint(x: Any, kind: str, values: Any) -> Any:
+    """`multiple_of` / `max_contiguous` / `max_constancy`: the value, with a promise for the
+    compiler's axis analysis (one number per dimension, or one for all)."""
+    if not isinstance(x, tensor):
+        return x
+    vals = _unwrap(values)
+    vals = [int(_unwrap(v)) for v in vals] if isinstance(vals, (list, tuple)) else [int(vals)]
+    rank = max(len(x.shape), 1)
+    if len(vals) not in (1, rank):
+        raise ValueError(f"{kind}: {len(vals)} values for a tensor of rank {len(x.shape)}")
+    if any(v < 0 for v in vals):
+        raise ValueError(f"{kind}: values must be positive, got {vals}")
+    return make(_be().hint(x, kind, vals), x.dtype, x.shape)
+
+
 def permute(x: Any, dims: Sequence[Any]) -> tensor:
     x = to_tensor(x)
     dims = tuple(int(_unwrap(d)) for d in dims)

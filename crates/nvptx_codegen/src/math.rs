@@ -116,6 +116,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     .build_select(args[0].into_int_value(), args[1], args[2], "sel")?)
             }
             OpKind::Cast => self.cast(operand_elems[0], result, args[0]),
+            OpKind::Hint { .. } => Ok(args[0]),
             OpKind::Bitcast => match (operand_elems[0], result) {
                 (Elem::Ptr(_), Elem::Ptr(_)) => Ok(args[0]),
                 (Elem::Num(_), Elem::Ptr(_)) => Ok(self

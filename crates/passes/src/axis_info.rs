@@ -316,6 +316,22 @@ fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
             out
         }
         OpKind::Compare(pred, _) => compare(pred, &get(0), &get(1), rank),
+        OpKind::Hint { kind, values } => {
+            // The user's promise replaces what the analysis found (as in Triton).
+            let mut a = get(0);
+            for d in 0..rank.max(1) {
+                let v = values[d] as u64;
+                if v == 0 {
+                    continue;
+                }
+                match kind {
+                    tile_ir::HintKind::MultipleOf => a.divisibility[d] = v.min(MAX_DIV),
+                    tile_ir::HintKind::MaxContiguous => a.contiguity[d] = v,
+                    tile_ir::HintKind::MaxConstancy => a.constancy[d] = v,
+                }
+            }
+            a
+        }
         OpKind::Cast => {
             let a = get(0);
             let widening_int = matches!((func.ty(data.operands[0]).elem, rty.elem), (Elem::Num(s), Elem::Num(t)) if s.is_int() && t.is_int() && t.bits() >= s.bits() && s.bits() > 1);

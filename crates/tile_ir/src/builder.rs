@@ -967,6 +967,27 @@ impl Builder {
         self.end_reduce(h, yields)
     }
 
+    /// The value itself with a promise for axis analysis (`values` per dimension; 0 for none).
+    pub fn hint(&mut self, v: Value, kind: crate::ops::HintKind, values: &[u32]) -> R<Value> {
+        let t = self.check(v)?;
+        let rank = t.shape.rank().max(1);
+        if values.len() != rank && values.len() != 1 {
+            return Err(BuildError::BadShape {
+                op: "hint",
+                message: format!("{} values for {rank} dimensions", values.len()),
+            });
+        }
+        let mut arr = [0u32; crate::types::MAX_RANK];
+        for (d, slot) in arr.iter_mut().take(rank).enumerate() {
+            *slot = if values.len() == 1 {
+                values[0]
+            } else {
+                values[d]
+            };
+        }
+        Ok(self.push1(OpKind::Hint { kind, values: arr }, vec![v], t))
+    }
+
     /// Permutes dimensions: result dimension `i` is operand dimension `perm[i]`.
     pub fn permute(&mut self, v: Value, perm: &[u8]) -> R<Value> {
         let t = self.check(v)?;

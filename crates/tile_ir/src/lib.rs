@@ -43,8 +43,8 @@ pub use entities::{Block, EntityRef, LayoutId, Op, PrimaryMap, Region, Secondary
 pub use function::{BlockData, Function, Loc, OpData, Param, RegionData, ValueData, ValueDef};
 pub use layout::{BlockedLayout, DimThreadMap, Layout, MmaLayout};
 pub use ops::{
-    AsyncCopyAttrs, AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, DotPrecision, MemAttrs,
-    MemScope, MemSem, OpKind, UnaryOp,
+    AsyncCopyAttrs, AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, DotPrecision, HintKind,
+    MemAttrs, MemScope, MemSem, OpKind, UnaryOp,
 };
 pub use parser::{parse, ParseError};
 pub use types::{f64_to_fp8, DType, Elem, Shape, Type, MAX_RANK};

@@ -447,6 +447,15 @@ pub enum OpKind {
         /// Scan from the last element backwards.
         reverse: bool,
     },
+    /// The operand itself, with a promise about its values for axis analysis (Triton's
+    /// `multiple_of`, `max_contiguous`, `max_constancy`): `values[d]` for dimension `d`
+    /// (first `rank` entries; 0 promises nothing).
+    Hint {
+        /// What is promised.
+        kind: HintKind,
+        /// The promise per dimension.
+        values: [u32; crate::types::MAX_RANK],
+    },
     /// The operand's dimensions permuted: result dimension `i` is operand dimension `perm[i]`.
     Permute {
         /// The permutation (first `rank` entries used).
@@ -494,6 +503,35 @@ pub enum OpKind {
     Return,
 }
 
+/// The promise of a [`OpKind::Hint`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum HintKind {
+    /// Values (the first of each contiguous run) are multiples of the number.
+    MultipleOf,
+    /// Values come in runs of that many consecutive integers.
+    MaxContiguous,
+    /// Values come in runs of that many equal values.
+    MaxConstancy,
+}
+
+impl HintKind {
+    /// The attribute name in the text form (and Triton's function name).
+    pub fn name(self) -> &'static str {
+        match self {
+            HintKind::MultipleOf => "multiple_of",
+            HintKind::MaxContiguous => "max_contiguous",
+            HintKind::MaxConstancy => "max_constancy",
+        }
+    }
+
+    /// Every hint kind.
+    pub const ALL: [HintKind; 3] = [
+        HintKind::MultipleOf,
+        HintKind::MaxContiguous,
+        HintKind::MaxConstancy,
+    ];
+}
+
 impl OpKind {
     /// The op's name in the text form.
     pub fn name(&self) -> &'static str {
@@ -512,6 +550,7 @@ impl OpKind {
             OpKind::Select => "select",
             OpKind::Cast => "cast",
             OpKind::Bitcast => "bitcast",
+            OpKind::Hint { .. } => "hint",
             OpKind::AddPtr => "addptr",
             OpKind::Load(_) => "load",
             OpKind::Store(_) => "store",
@@ -571,6 +610,7 @@ impl OpKind {
                 | OpKind::Cast
                 | OpKind::Bitcast
                 | OpKind::AddPtr
+                | OpKind::Hint { .. }
         )
     }
 }

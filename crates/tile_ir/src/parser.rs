@@ -656,6 +656,30 @@ impl Parser<'_> {
                 }
                 OpKind::Permute { perm }
             }
+            "hint" => {
+                let Some((kind, v)) =
+                    crate::ops::HintKind::ALL
+                        .iter()
+                        .find_map(|k| match attrs.get(k.name()) {
+                            Some(Attr::List(v)) => Some((*k, v)),
+                            _ => None,
+                        })
+                else {
+                    return self.err_at(
+                        at,
+                        "hint needs multiple_of, max_contiguous or max_constancy",
+                    );
+                };
+                if v.len() != MAX_RANK {
+                    return self.err_at(at, "hint values need 4 entries");
+                }
+                let mut values = [0u32; MAX_RANK];
+                for (i, &x) in v.iter().enumerate() {
+                    values[i] = u32::try_from(x)
+                        .or_else(|_| self.err_at(at, format!("{x} is out of range")))?;
+                }
+                OpKind::Hint { kind, values }
+            }
             "reshape" => OpKind::Reshape,
             "join" => OpKind::Join,
             "split" => OpKind::Split,

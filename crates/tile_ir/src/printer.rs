@@ -116,6 +116,7 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
             if *reverse { ", reverse" } else { "" }
         ),
         OpKind::Permute { perm } => format!(" {{perm = {:?}}}", perm),
+        OpKind::Hint { kind, values } => format!(" {{{} = {:?}}}", kind.name(), values),
         OpKind::Atomic(a) => format!(
             " {{op = {}{}, sem = {:?}, scope = {:?}}}",
             a.op.name(),

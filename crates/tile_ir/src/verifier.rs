@@ -198,7 +198,8 @@ impl Verifier<'_> {
             | OpKind::Broadcast
             | OpKind::Unary(_)
             | OpKind::Cast
-            | OpKind::Bitcast => expect(1),
+            | OpKind::Bitcast
+            | OpKind::Hint { .. } => expect(1),
             OpKind::ConvertLayout => expect(1),
             OpKind::Binary(_) | OpKind::Compare(..) | OpKind::AddPtr => expect(2),
             OpKind::Fma | OpKind::Select | OpKind::Dot { .. } => expect(3),
@@ -583,6 +584,7 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
                 && num(&ops[0]).is_some_and(|d| !(b.int_only() && d.is_float()));
             (!ok).then(|| "binary ops take and give one numeric type".into())
         }
+        K::Hint { .. } => (!same(&ops[0], &res[0])).then(|| "hint gives its operand's type".into()),
         K::Compare(..) => (!(same(&ops[0], &ops[1]) && same(&res[0], &tile_of(&ops[0], i1))))
             .then(|| "cmp compares one type and gives i1".into()),
         K::Unary(u) => {

@@ -323,6 +323,23 @@ impl IrBuilder {
         Ok(ids(&b.end_scan(&h, &ys).map_err(BoundaryError::from)?))
     }
 
+    fn hint(&mut self, v: u32, kind: &str, values: Vec<u32>) -> PyResult<u32> {
+        let v = self.v(v)?;
+        let Some(k) = tile_ir::HintKind::ALL
+            .into_iter()
+            .find(|k| k.name() == kind)
+        else {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "unknown hint `{kind}`"
+            )));
+        };
+        Ok(self
+            .b()?
+            .hint(v, k, &values)
+            .map_err(BoundaryError::from)?
+            .0)
+    }
+
     fn permute(&mut self, v: u32, perm: Vec<u8>) -> PyResult<u32> {
         let v = self.v(v)?;
         Ok(self.b()?.permute(v, &perm).map_err(BoundaryError::from)?.0)

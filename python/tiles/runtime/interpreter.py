@@ -367,6 +367,9 @@ class NumpyBackend:
             outs = [np.flip(o, axis=axis) for o in outs]
         return [np.ascontiguousarray(o) for o in outs]
 
+    def hint(self, x, kind, values):
+        return x.handle
+
     def permute(self, x, dims):
         return np.ascontiguousarray(np.transpose(_arr(x.handle), dims))
 
