@@ -749,6 +749,122 @@ random = SimpleNamespace(philox=philox, randint=randint, randint4x=randint4x, ra
                          randn4x=randn4x, uint_to_uniform_float=uint_to_uniform_float,
                          pair_uniform_to_normal=pair_uniform_to_normal)
 
+# -- flip, sort, topk, histogram, gather: written with tiles' shape ops ----------------------------
+
+def _pow2_dim(x, dim, what):
+    x = semantic.to_tensor(x)
+    rank = len(x.shape)
+    d = rank - 1 if _v(dim) is None else int(_v(dim)) % rank
+    n = x.shape[d]
+    if n & (n - 1):
+        raise ValueError(f"{what}: dimension {d} has size {n}, not a power of two")
+    return x, d, n
+
+
+@_method
+def flip(x, dim=None, _semantic=None):
+    """Reverses `x` along `dim` (the last by default): every bit of the index is flipped."""
+    x, d, n = _pow2_dim(x, dim, "flip")
+    if n == 1:
+        return x
+    k = n.bit_length() - 1
+    shape = list(x.shape)
+    y = x
+    for i in _builtins.range(k):
+        # Flip bit i of the index: swap the halves of each run of 2^(i+1) elements.
+        z = semantic.reshape(y, shape[:d] + [n >> (i + 1), 2 << i] + shape[d + 1:])
+        lo, hi = semantic._halves(z, d + 1)
+        y = semantic.reshape(semantic._stack_halves(hi, lo, d + 1), shape)
+    return y
+
+
+def _compare_exchange(y, d, n, distance, block, descending):
+    """One bitonic step along `d` (moved last): elements `distance` apart are ordered, ascending
+    in blocks whose bit `block` of the index is 0 (descending where it is 1), or all one way
+    when `block` is None."""
+    shape = list(y.shape)
+    outer = n // (2 * distance)
+    z = semantic.reshape(y, shape[:d] + [outer, 2 * distance] + shape[d + 1:])
+    left, right = semantic._halves(z, d + 1)
+    lo, hi = semantic.minimum(left, right), semantic.maximum(left, right)
+    if block is None:
+        flipped = semantic.to_tensor(bool(descending))
+    else:
+        o = semantic.arange(0, outer)
+        bit = semantic.and_(semantic.shr(o, block - distance.bit_length()), 1)
+        flipped = semantic.not_equal(bit, 1 if descending else 0)
+        for _ in _builtins.range(d):
+            flipped = semantic.expand_dims(flipped, 0)
+        for _ in _builtins.range(len(shape) - d):
+            flipped = semantic.expand_dims(flipped, len(flipped.shape))
+    first, second = semantic.where(flipped, hi, lo), semantic.where(flipped, lo, hi)
+    z = semantic._stack_halves(first, second, d + 1)
+    return semantic.reshape(z, shape)
+
+
+@_method
+def sort(x, dim=None, descending=False, _semantic=None):
+    """Sorts `x` along `dim` (the last by default) with a bitonic network."""
+    x, d, n = _pow2_dim(x, dim, "sort")
+    k = n.bit_length() - 1
+    desc = bool(_v(descending))
+    y = x
+    for stage in _builtins.range(1, k + 1):
+        for sub_ in _builtins.range(stage - 1, -1, -1):
+            block = stage if stage < k else None
+            y = _compare_exchange(y, d, n, 1 << sub_, block, desc)
+    return y
+
+
+@_method
+def topk(x, k, dim=None, _semantic=None):
+    """The `k` largest values of `x` along `dim` (the last by default), largest first."""
+    x, d, n = _pow2_dim(x, dim, "topk")
+    k = int(_v(k))
+    if k < 1 or k > n or k & (k - 1):
+        raise ValueError(f"topk: k must be a power of two between 1 and {n}, got {k}")
+    y = sort(x, d, True)
+    while y.shape[d] > k:
+        y, _ = semantic._halves(y, d)
+    return y
+
+
+@builtin
+def histogram(input, num_bins, mask=None, _semantic=None):
+    """Counts of the values 0 .. num_bins-1 in a 1-D integer tile (int32; other values and
+    masked-off elements are not counted)."""
+    x = semantic.to_tensor(input)
+    nb = int(_v(num_bins))
+    if len(x.shape) != 1 or not x.dtype.is_int():
+        raise ValueError(f"histogram takes a 1-D integer tile, got {x.dtype}{list(x.shape)}")
+    bins = semantic.arange(0, nb)
+    hit = semantic.equal(semantic.expand_dims(semantic.cast(x, int32), 1), semantic.expand_dims(bins, 0))
+    if mask is not None:
+        hit = semantic.and_(hit, semantic.expand_dims(semantic.to_tensor(mask), 1))
+    return semantic.reduce([semantic.cast(hit, int32)], 0, _sum_combine, False)[0]
+
+
+@builtin
+def gather(src, index, axis, _semantic=None):
+    """`out[i][j] = src[index[i][j]][j]` along `axis` (every other dimension of `index` as in
+    `src`): written as a masked sum over `src`'s extent, so meant for small tiles."""
+    src, index = semantic.to_tensor(src), semantic.to_tensor(index)
+    a = int(_v(axis)) % len(src.shape)
+    if len(index.shape) != len(src.shape) or not index.dtype.is_int():
+        raise ValueError("gather: index must be an integer tile of src's rank")
+    n = src.shape[a]
+    s = semantic.expand_dims(src, a)  # [.., 1, n, ..]: the new axis runs over index's extent
+    i = semantic.expand_dims(index, a + 1)  # [.., m, 1, ..]
+    r = semantic.arange(0, n)
+    for _ in _builtins.range(a + 1):
+        r = semantic.expand_dims(r, 0)
+    for _ in _builtins.range(len(src.shape) - a - 1):
+        r = semantic.expand_dims(r, len(r.shape))
+    pick = semantic.equal(semantic.cast(i, int32), r)
+    zero = semantic.cast(semantic.to_tensor(0), src.dtype)
+    return semantic.reduce([semantic.where(pick, s, zero)], a + 1, _sum_combine, False)[0]
+
+
 # -- libdevice: `tl.extra.cuda.libdevice`, `tiles.language.extra.libdevice` ----------------------
 
 def _extra_modules():

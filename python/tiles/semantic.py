@@ -8,7 +8,7 @@ when compiling, numpy when interpreting. Backend methods take and return handles
 from __future__ import annotations
 
 import builtins
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from . import core
 from .core import constexpr, dtype, pointer_type, tensor
@@ -550,6 +550,53 @@ def fma(a: Any, b: Any, c: Any) -> tensor:
 _DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")
 
 
+def _halves(x: tensor, axis: int) -> Tuple[tensor, tensor]:
+    """The first and second halves of `x` along `axis` (a power of two >= 2)."""
+    shape = list(x.shape)
+    n = shape[axis]
+    y = reshape(x, shape[:axis] + [2, n // 2] + shape[axis + 1:])
+    rank = len(y.shape)
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    lo, hi = split(permute(y, perm))
+    return lo, hi
+
+
+def _stack_halves(lo: tensor, hi: tensor, axis: int) -> tensor:
+    """Inverse of `_halves`: `lo` then `hi` along `axis`."""
+    j = join(lo, hi)  # the halves' selector is the new last dimension
+    rank = len(j.shape)
+    perm = list(range(axis)) + [rank - 1] + list(range(axis, rank - 1))
+    y = permute(j, perm)
+    shape = list(lo.shape)
+    shape[axis] *= 2
+    return reshape(y, shape)
+
+
+def _batch_slices(x: tensor) -> List[tensor]:
+    """The 2-D slices of a 3-D tile along dimension 0, in order."""
+    if x.shape[0] == 1:
+        return [reshape(x, x.shape[1:])]
+    lo, hi = _halves(x, 0)
+    return _batch_slices(lo) + _batch_slices(hi)
+
+
+def _stack_batch(parts: List[tensor]) -> tensor:
+    if len(parts) == 1:
+        return reshape(parts[0], (1,) + tuple(parts[0].shape))
+    h = len(parts) // 2
+    return _stack_halves(_stack_batch(parts[:h]), _stack_batch(parts[h:]), 0)
+
+
+def _batched_dot(a: tensor, b: tensor, acc: Any, input_precision: Any, out_dtype: Any) -> tensor:
+    """`[B, M, K] @ [B, K, N]`: one 2-D dot per batch slice (the batch is a power of two)."""
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ValueError(f"dot: shapes {list(a.shape)} and {list(b.shape)} do not multiply")
+    accs = _batch_slices(to_tensor(acc)) if isinstance(acc, tensor) else [None] * a.shape[0]
+    outs = [dot(x, y, c, input_precision, None, out_dtype)
+            for x, y, c in zip(_batch_slices(a), _batch_slices(b), accs)]
+    return _stack_batch(outs)
+
+
 def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32: Any = None,
         out_dtype: Any = None) -> tensor:
     """`a @ b (+ acc)` with Triton's typing: fp16/bf16 accumulate in fp32 (fp16 may ask for
@@ -566,10 +613,9 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32
         input_precision = "tf32" if allow_tf32 in (None, True) else "ieee"
     if input_precision not in _DOT_PRECISIONS:
         raise ValueError(f"input_precision must be one of {', '.join(_DOT_PRECISIONS)}, got {input_precision!r}")
+    if len(a.shape) == 3 and len(b.shape) == 3:
+        return _batched_dot(a, b, acc, input_precision, out_dtype)
     if len(a.shape) != 2 or len(b.shape) != 2:
-        if len(a.shape) == 3 and len(b.shape) == 3:
-            raise NotImplementedError("3-D (batched) dot is not supported yet: loop over the batch "
-                                      "with program ids and use 2-D tiles")
         raise ValueError(f"dot takes two 2-D tensors, got shapes {list(a.shape)} and {list(b.shape)}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"dot: the inner dimensions differ: {list(a.shape)} @ {list(b.shape)}")

@@ -1,0 +1,113 @@
+"""flip, sort, topk, histogram, gather and 3-D (batched) dot — written with tiles' shape ops, in
+both modes, against numpy."""
+
+import numpy as np
+import pytest
+
+import tiles
+import tiles.language as tl
+
+
+@tiles.jit
+def rows_kernel(x_ptr, y_ptr, OP: tl.constexpr, R: tl.constexpr, C: tl.constexpr, K: tl.constexpr):
+    r = tl.arange(0, R)[:, None]
+    c = tl.arange(0, C)[None, :]
+    x = tl.load(x_ptr + r * C + c)
+    if OP == "flip":
+        y = tl.flip(x, 1)
+        tl.store(y_ptr + r * C + c, y)
+    elif OP == "flip0":
+        y = tl.flip(x, 0)
+        tl.store(y_ptr + r * C + c, y)
+    elif OP == "sort":
+        tl.store(y_ptr + r * C + c, tl.sort(x))
+    elif OP == "sort_desc":
+        tl.store(y_ptr + r * C + c, tl.sort(x, descending=True))
+    else:
+        kk = tl.arange(0, K)[None, :]
+        tl.store(y_ptr + r * K + kk, tl.topk(x, K))
+
+
+@pytest.mark.parametrize("op", ["flip", "flip0", "sort", "sort_desc", "topk"])
+@pytest.mark.parametrize("dt", [np.float32, np.int32])
+def test_rows(dev, rng, op, dt):
+    R, C, K = 4, 32, 8
+    x = (rng.standard_normal((R, C)) * 100).astype(dt)
+    out = np.zeros((R, K) if op == "topk" else (R, C), dt)
+    y = dev.put(out)
+    rows_kernel[(1,)](dev.put(x), y, OP=op, R=R, C=C, K=K)
+    ref = {"flip": x[:, ::-1], "flip0": x[::-1], "sort": np.sort(x, 1), "sort_desc": -np.sort(-x, 1),
+           "topk": -np.sort(-x, 1)[:, :K]}[op]
+    np.testing.assert_array_equal(dev.get(y), ref)
+
+
+@tiles.jit
+def histogram_kernel(x_ptr, h_ptr, n, N: tl.constexpr, BINS: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    tl.store(h_ptr + tl.arange(0, BINS), tl.histogram(x, BINS, mask=offs < n))
+
+
+def test_histogram(dev, rng):
+    x = rng.integers(-3, 40, 200).astype(np.int32)
+    h = dev.put(np.full(32, -1, np.int32))
+    histogram_kernel[(1,)](dev.put(x), h, 200, N=256, BINS=32)
+    np.testing.assert_array_equal(dev.get(h), np.bincount(x[(x >= 0) & (x < 32)], minlength=32)[:32])
+
+
+@tiles.jit
+def gather_kernel(src_ptr, idx_ptr, out_ptr, N: tl.constexpr, M: tl.constexpr, P: tl.constexpr):
+    s = tl.load(src_ptr + tl.arange(0, N)[:, None] * M + tl.arange(0, M)[None, :])
+    i = tl.load(idx_ptr + tl.arange(0, P)[:, None] * M + tl.arange(0, M)[None, :])
+    tl.store(out_ptr + tl.arange(0, P)[:, None] * M + tl.arange(0, M)[None, :], tl.gather(s, i, 0))
+
+
+def test_gather(dev, rng):
+    N, M, P = 16, 8, 32
+    src = rng.standard_normal((N, M)).astype(np.float32)
+    idx = rng.integers(0, N, (P, M)).astype(np.int32)
+    out = dev.put(np.full((P, M), np.nan, np.float32))
+    gather_kernel[(1,)](dev.put(src), dev.put(idx), out, N=N, M=M, P=P)
+    np.testing.assert_array_equal(dev.get(out), np.take_along_axis(src, idx, 0))
+
+
+@tiles.jit
+def bmm_kernel(a_ptr, b_ptr, c_ptr, B: tl.constexpr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    bi = tl.arange(0, B)[:, None, None]
+    mi = tl.arange(0, M)[None, :, None]
+    ki = tl.arange(0, K)[None, None, :]
+    a = tl.load(a_ptr + bi * M * K + mi * K + ki)
+    kr = tl.arange(0, K)[None, :, None]
+    ni = tl.arange(0, N)[None, None, :]
+    b = tl.load(b_ptr + bi * K * N + kr * N + ni)
+    acc = tl.zeros((B, M, N), dtype=tl.float32) + 1.0
+    c = tl.dot(a, b, acc)
+    tl.store(c_ptr + bi * M * N + mi * N + ni, c)
+
+
+def test_batched_dot(dev, rng):
+    B, M, N, K = 4, 32, 16, 32
+    a = rng.standard_normal((B, M, K)).astype(np.float16)
+    b = rng.standard_normal((B, K, N)).astype(np.float16)
+    c = dev.put(np.full((B, M, N), np.nan, np.float32))
+    bmm_kernel[(1,)](dev.put(a), dev.put(b), c, B=B, M=M, N=N, K=K)
+    ref = np.einsum("bmk,bkn->bmn", a.astype(np.float64), b.astype(np.float64)) + 1.0
+    got = dev.get(c)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-2
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_compile(ptxas, target):
+    from test_compile import assemble
+
+    for op in ("flip", "sort", "topk"):
+        k = tiles.compile(rows_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32"},
+                          constexprs=dict(OP=op, R=4, C=32, K=8), target=target)
+        assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(bmm_kernel, signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32"},
+                      constexprs=dict(B=4, M=32, N=16, K=32), target=target)
+    assemble(ptxas, k.asm["ptx"], target)
+    for kern, sig, cx in [(histogram_kernel, {"x_ptr": "*i32", "h_ptr": "*i32", "n": "i32"}, dict(N=256, BINS=32)),
+                          (gather_kernel, {"src_ptr": "*fp32", "idx_ptr": "*i32", "out_ptr": "*fp32"},
+                           dict(N=16, M=8, P=32))]:
+        assemble(ptxas, tiles.compile(kern, signature=sig, constexprs=cx, target=target).asm["ptx"], target)
