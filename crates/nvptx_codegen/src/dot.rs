@@ -63,14 +63,15 @@ impl<'ctx> Lowering<'ctx, '_> {
         let warpgroup = matches!(&self.func.layouts[lc], Layout::Mma(m) if m.version == 3);
         // Operands whose conversion was deferred to here are staged in shared memory; so are
         // register operands of a warpgroup dot (wgmma reads both from shared memory here).
-        let stage_of = |v: Value| -> Option<Value> {
+        // `a` may stay in registers (wgmma's register form); `b` is read from shared memory.
+        let stage_of = |v: Value, is_b: bool| -> Option<Value> {
             match self.staged.get(&v) {
                 Some(&src) => Some(src),
-                None if warpgroup && !self.views.contains_key(&v) => Some(v),
+                None if warpgroup && is_b && !self.views.contains_key(&v) => Some(v),
                 None => None,
             }
         };
-        let (sa, sb) = (stage_of(a), stage_of(b));
+        let (sa, sb) = (stage_of(a, false), stage_of(b, true));
         let mut srcs = Vec::with_capacity(2);
         if sa.is_some() || sb.is_some() {
             self.fence_before_shared_write()?;
@@ -97,9 +98,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         let src_b = srcs.pop().expect("two operands");
         let src_a = srcs.pop().expect("two operands");
         let out = match (&self.func.layouts[lc], &src_a, &src_b) {
-            (Layout::Mma(m), Src::Smem(ta), Src::Smem(tb)) if m.version == 3 => {
-                let (ta, tb) = (*ta, *tb);
-                let out = self.dot_wgmma(a, c, &ta, &tb)?;
+            (Layout::Mma(m), _, Src::Smem(tb)) if m.version == 3 => {
+                let tb = *tb;
+                let out = self.dot_wgmma(a, c, &src_a, &tb)?;
                 self.vals.insert(data.results[0], out);
                 if self.async_dots.contains(&op) {
                     // This group stays in flight; the previous one (whose ring slots the
@@ -670,7 +671,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         &mut self,
         a: Value,
         c: Value,
-        ta_s: &SmemTile<'ctx>,
+        src_a: &Src<'ctx>,
         tb_s: &SmemTile<'ctx>,
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let (ta, tc) = (*self.func.ty(a), *self.func.ty(c));
@@ -690,7 +691,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             DType::F16 if din == DType::F16 => "f16",
             _ => return self.unsupported(format!("a warpgroup dot of {din} into {dacc}")),
         };
-        let (Some(oa), Some(ob)) = (WgmmaOperand::new(ta_s, 1), WgmmaOperand::new(tb_s, 0)) else {
+        let Some(ob) = WgmmaOperand::new(tb_s, 0) else {
             return self.internal("dot operand tile unfit for wgmma");
         };
         let wm = m.warps_per_cta[0];
@@ -720,20 +721,40 @@ impl<'ctx> Lowering<'ctx, '_> {
                 .b
                 .build_or(enc, i64t.const_int(o.desc_bits(), false), "desc")?)
         };
-        let da = desc_base(self, ta_s, &oa)?;
+        // `a` in shared memory: a descriptor per instruction. In registers: the fragments of
+        // mma.sync's m16n8k16 `a`, which is what each warp of a warpgroup holds for its 16
+        // rows in wgmma's register form.
+        let a_desc = match src_a {
+            Src::Smem(t) => {
+                let Some(o) = WgmmaOperand::new(t, 1) else {
+                    return self.internal("dot operand tile unfit for wgmma");
+                };
+                let da = desc_base(self, t, &o)?;
+                let wg = self
+                    .b
+                    .build_right_shift(self.warp(), self.i32(2), false, "wg")?;
+                let wg_step = o.offset(64, 0) >> 4;
+                let wg_off = self.b.build_int_mul(wg, self.i32(wg_step as u64), "wgo")?;
+                let wg_off = self.b.build_int_z_extend(wg_off, i64t, "wgo")?;
+                Some((self.b.build_int_add(da, wg_off, "desc")?, o))
+            }
+            Src::Regs { .. } => None,
+        };
+        let frag = match a_desc {
+            None => Some(Frag::new(self, wm, 1, 2, 16 * wm, 8)?),
+            Some(_) => None,
+        };
         let db = desc_base(self, tb_s, &ob)?;
-        let wg = self
-            .b
-            .build_right_shift(self.warp(), self.i32(2), false, "wg")?;
-        let wg_step = oa.offset(64, 0) >> 4;
-        let wg_off = self.b.build_int_mul(wg, self.i32(wg_step as u64), "wgo")?;
-        let wg_off = self.b.build_int_z_extend(wg_off, i64t, "wgo")?;
-        let da = self.b.build_int_add(da, wg_off, "desc")?;
         let one = self.i32(1);
         self.asm_void("wgmma.fence.sync.aligned;", "~{memory}", &[])?;
         let instr =
             format!("wgmma.mma_async.sync.aligned.m64n{inst_n}k16.{acc_name}.{in_name}.{in_name}");
-        let (ta_imm, tb_imm) = (u32::from(!oa.k_major), u32::from(!ob.k_major));
+        let tb_imm = u32::from(!ob.k_major);
+        // The register form has no transpose flag for `a`.
+        let flags = match &a_desc {
+            Some((_, o)) => format!("1, 1, {}, {tb_imm}", u32::from(!o.k_major)),
+            None => format!("1, 1, {tb_imm}"),
+        };
         for rm in 0..reps_m {
             let m0 = rm * 16 * wm;
             for nc in 0..n_instr {
@@ -750,10 +771,16 @@ impl<'ctx> Lowering<'ctx, '_> {
                 }
                 for kk in 0..k / 16 {
                     let k0 = kk * 16;
-                    let a_off = i64t.const_int((oa.offset(m0, k0) >> 4) as u64, false);
                     let b_off = i64t.const_int((ob.offset(nc * inst_n, k0) >> 4) as u64, false);
-                    let desc_a = self.b.build_int_add(da, a_off, "da")?;
                     let desc_b = self.b.build_int_add(db, b_off, "db")?;
+                    let a_args: Vec<BasicValueEnum> = match (&a_desc, &frag) {
+                        (Some((da, o)), _) => {
+                            let a_off = i64t.const_int((o.offset(m0, k0) >> 4) as u64, false);
+                            vec![self.b.build_int_add(*da, a_off, "da")?.into()]
+                        }
+                        (None, Some(f)) => self.frag_a(f, src_a, din, rm, kk)?,
+                        (None, None) => return self.internal("wgmma without an `a` operand"),
+                    };
                     let acc_in: Vec<BasicValueEnum> = if packed {
                         slots
                             .chunks(2)
@@ -763,20 +790,32 @@ impl<'ctx> Lowering<'ctx, '_> {
                         slots.iter().map(|&i| rc[i]).collect()
                     };
                     let n_acc = acc_in.len();
-                    let regs: Vec<String> = (0..n_acc).map(|i| format!("${i}")).collect();
+                    let n_a = a_args.len();
+                    let list = |from: usize, n: usize| -> String {
+                        let items: Vec<String> =
+                            (from..from + n).map(|i| format!("${i}")).collect();
+                        items.join(", ")
+                    };
+                    let a_text = if n_a == 1 {
+                        format!("${n_acc}")
+                    } else {
+                        format!("{{{}}}", list(n_acc, n_a))
+                    };
                     let template = format!(
-                        "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\n{instr} {{{}}}, ${}, ${}, p, 1, 1, {ta_imm}, {tb_imm};\n}}",
-                        n_acc + 2,
-                        regs.join(", "),
-                        n_acc,
-                        n_acc + 1
+                        "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\n{instr} {{{}}}, {a_text}, ${}, p, {flags};\n}}",
+                        n_acc + n_a + 1,
+                        list(0, n_acc),
+                        n_acc + n_a,
                     );
                     let letter = if packed { 'r' } else { 'f' };
                     let mut cons: Vec<String> = (0..n_acc).map(|_| format!("={letter}")).collect();
-                    cons.extend(["l".to_string(), "l".to_string(), "r".to_string()]);
+                    let a_con = if n_a == 1 { "l" } else { "r" };
+                    cons.extend((0..n_a).map(|_| a_con.to_string()));
+                    cons.extend(["l".to_string(), "r".to_string()]);
                     cons.extend((0..n_acc).map(|i| i.to_string()));
-                    let mut args: Vec<BasicValueEnum> =
-                        vec![desc_a.into(), desc_b.into(), one.into()];
+                    let mut args: Vec<BasicValueEnum> = a_args;
+                    args.push(desc_b.into());
+                    args.push(one.into());
                     args.extend_from_slice(&acc_in);
                     let out =
                         self.asm_struct(acc_in[0].get_type(), n_acc, &template, &cons, &args)?;

@@ -134,7 +134,14 @@ fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
                     matches!(func.ops[u].kind, OpKind::Dot { .. }) && i < 2 && block_of[&u] == b
                 })
             });
-            if is_operand && numeric_2d && ok {
+            // A warpgroup dot reads `a` from registers when they already hold it: the result
+            // of another warpgroup dot (attention's probabilities) is not staged.
+            let from_warpgroup_result = matches!(func.layout_of(r),
+                Some(tile_ir::Layout::DotOperand { op_idx: 0, parent, .. })
+                    if matches!(parent.as_ref(), tile_ir::Layout::Mma(m) if m.version == 3))
+                && matches!(func.layout_of(d.operands[0]),
+                    Some(tile_ir::Layout::Mma(m)) if m.version == 3);
+            if is_operand && numeric_2d && ok && !from_warpgroup_result {
                 out.insert(r);
             }
         }
@@ -577,6 +584,11 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let r = data.results[0];
                 if self.deferrable.contains(&r) {
                     self.staged.insert(r, data.operands[0]);
+                } else if self.same_distribution(data.operands[0], &rty.expect("result"))? {
+                    // Every thread already holds the elements it needs: reorder registers.
+                    let out =
+                        self.remap(data.operands[0], &rty.expect("result"), |c| c.to_vec())?;
+                    self.set(op, out);
                 } else {
                     let out = self.convert_layout(data.operands[0], &rty.expect("result"))?;
                     self.set(op, out);
@@ -716,6 +728,54 @@ impl<'ctx> Lowering<'ctx, '_> {
             })
             .collect();
         Ok(Some(leaders))
+    }
+
+    /// Whether `src` and a tile of type `rty` put every element in the same thread (equal
+    /// thread maps, ignoring parts that contribute nothing, and one set of register
+    /// coordinates): a conversion between them only reorders registers.
+    fn same_distribution(&mut self, src: Value, rty: &Type) -> R<bool> {
+        let sty = *self.func.ty(src);
+        let (Some(ls), Some(lr)) = (sty.layout, rty.layout) else {
+            return Ok(false);
+        };
+        if ls == lr || sty.shape != rty.shape || sty.is_scalar() {
+            return Ok(ls == lr);
+        }
+        let norm = |m: tile_ir::DimThreadMap| -> (u32, u32, u32, u32, u32, u32) {
+            let lane = if m.lane_mask == 0 || m.lane_mul == 0 {
+                (0, 0, 0)
+            } else {
+                (m.lane_shift, m.lane_mask, m.lane_mul)
+            };
+            let warp = if m.warp_mask == 0 || m.warp_mul == 0 {
+                (0, 0, 0)
+            } else {
+                (m.warp_shift, m.warp_mask, m.warp_mul)
+            };
+            (lane.0, lane.1, lane.2, warp.0, warp.1, warp.2)
+        };
+        let maps = |l: &tile_ir::Layout| {
+            let (kept, sliced) = l.thread_maps();
+            let kept: Vec<_> = kept.into_iter().map(norm).collect();
+            let mut sliced: Vec<_> = sliced
+                .into_iter()
+                .map(norm)
+                .filter(|m| *m != (0, 0, 0, 0, 0, 0))
+                .collect();
+            sliced.sort();
+            (kept, sliced)
+        };
+        let (a, b) = (self.func.layouts[ls].clone(), self.func.layouts[lr].clone());
+        if maps(&a) != maps(&b) {
+            return Ok(false);
+        }
+        let sg = self.geometry(&sty)?;
+        let rg = self.geometry(rty)?;
+        let mut x: Vec<&Vec<u32>> = sg.regs.iter().collect();
+        let mut y: Vec<&Vec<u32>> = rg.regs.iter().collect();
+        x.sort();
+        y.sort();
+        Ok(x == y)
     }
 
     /// Builds the result's registers by looking up, for each, the operand register at the

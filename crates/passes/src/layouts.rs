@@ -255,6 +255,27 @@ impl Assigner<'_> {
                         let body = self.func.region_block(op, i);
                         self.find_dot_anchors(body);
                     }
+                    // A reduction of a dot-derived tile keeps the dot's layout, sliced (a row
+                    // max of attention scores stays where the scores are); a scan keeps it.
+                    let anchored = data.operands.first().and_then(|&o| *self.dot_anchor.get(o));
+                    if let Some(l) = anchored {
+                        let kept = match data.kind {
+                            OpKind::Reduce { axis } => Some(Layout::Slice {
+                                dim: axis as u32,
+                                parent: Box::new(self.func.layouts[l].clone()),
+                            }),
+                            OpKind::Scan { .. } => Some(self.func.layouts[l].clone()),
+                            _ => None,
+                        };
+                        if let Some(k) = kept {
+                            let id = self.func.intern_layout(k);
+                            for &r in &data.results {
+                                if !self.func.ty(r).is_scalar() {
+                                    self.dot_anchor.set(r, Some(id));
+                                }
+                            }
+                        }
+                    }
                 }
                 kind if kind.is_elementwise() => {
                     let r = data.results[0];
