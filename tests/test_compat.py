@@ -1,0 +1,61 @@
+"""Triton idioms seen in real kernels, in both modes: `None` for an optional pointer,
+cache/eviction hints, bitcasting casts, `static_range`, `tl.range` options, tuple reductions,
+`do_not_specialize`."""
+
+import numpy as np
+
+import tiles
+import tiles.language as tl
+
+
+@tiles.jit(do_not_specialize=["n"])
+def bias_act_kernel(x_ptr, b_ptr, y_ptr, n, BLOCK: tl.constexpr, ACT: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.0, cache_modifier=".cg", eviction_policy="evict_last")
+    if b_ptr is not None:
+        x += tl.load(b_ptr + offs, mask=m)
+    if ACT == "relu":
+        x = tl.maximum(x, 0.0)
+    bits = tl.cast(x, tl.int32, bitcast=True)
+    w = tl.clamp(x, -1.0, 1.0)
+    for i in tl.static_range(2):
+        w += i
+    for _ in tl.range(0, 2, loop_unroll_factor=2):
+        w += 0
+    tl.store(y_ptr + offs, w + (bits.to(tl.float32, bitcast=True) - x), mask=m, cache_modifier=".wb")
+
+
+def test_optional_pointer_and_hints(dev, rng):
+    x = rng.standard_normal(300).astype(np.float32)
+    b = rng.standard_normal(300).astype(np.float32)
+    y = dev.put(np.full(300, np.nan, np.float32))
+    bias_act_kernel[(3,)](dev.put(x), None, y, 300, BLOCK=128, ACT="relu")
+    np.testing.assert_allclose(dev.get(y), np.clip(np.maximum(x, 0), -1, 1) + 1, rtol=1e-6)
+    bias_act_kernel[(3,)](dev.put(x), dev.put(b), y, 300, BLOCK=128, ACT="none")
+    np.testing.assert_allclose(dev.get(y), np.clip(x + b, -1, 1) + 1, rtol=1e-6)
+
+
+@tiles.jit
+def _sum_and_max(a0, b0, a1, b1):
+    return a0 + a1, tl.maximum(b0, b1)
+
+
+@tiles.jit
+def _add(a, b):
+    return a + b
+
+
+@tiles.jit
+def tuple_reduce_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    a, b = tl.reduce((x, x * 2), 0, _sum_and_max)
+    s = tl.associative_scan(x, 0, _add)
+    tl.store(y_ptr + tl.arange(0, N), s + a + b)
+
+
+def test_tuple_reduce_and_scan(dev, rng):
+    x = rng.standard_normal(64).astype(np.float32)
+    y = dev.put(np.zeros(64, np.float32))
+    tuple_reduce_kernel[(1,)](dev.put(x), y, N=64)
+    np.testing.assert_allclose(dev.get(y), np.cumsum(x) + x.sum() + (2 * x).max(), rtol=1e-4, atol=1e-4)
