@@ -697,6 +697,14 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
             let ok = b0 == ops && b1 == ops && res == ops;
             (!ok).then(|| "while: inits, region arguments and results of one type each".into())
         }
+        K::Reduce { axis } | K::Scan { axis, .. }
+            if ops.iter().any(|t| axis as usize >= t.shape.rank()) =>
+        {
+            bad("reduce/scan: the axis is out of range")
+        }
+        K::Scan { .. } if res.iter().zip(&ops).any(|(r, o)| r.shape != o.shape) => {
+            bad("scan: results have the operands' shapes")
+        }
         K::Reduce { .. } | K::Scan { .. } => {
             let body = f.region_block(op, 0);
             let args: Vec<Type> = f.blocks[body].args.iter().map(|&v| *f.ty(v)).collect();
