@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import operator
 import textwrap
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -154,24 +155,32 @@ def _terminates(stmts: Sequence[ast.stmt]) -> bool:
     return bool(stmts) and isinstance(stmts[-1], ast.Return)
 
 
-def _assigned_names(stmts: Sequence[ast.stmt]) -> List[str]:
+def _assigned_names(stmts: Sequence[ast.stmt], owner: Optional[ast.AST] = None) -> List[str]:
+    """Names stored to in `stmts` (nested functions aside), in first-assignment order, plus
+    `_RETURN` if they return; cached on `owner` (the loop node), as the AST lives with the
+    function."""
+    if owner is not None:
+        cached = owner.__dict__.get("_tiles_assigned")
+        if cached is not None:
+            return cached
     names: List[str] = []
-
-    class V(ast.NodeVisitor):
-        def visit_Name(self, node):
-            if isinstance(node.ctx, ast.Store) and node.id not in names:
+    seen = set()
+    stack = list(reversed(stmts))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Store) and node.id not in seen:
+                seen.add(node.id)
                 names.append(node.id)
-
-        def visit_FunctionDef(self, node):
-            pass
-
-        def visit_Return(self, node):
-            if _RETURN not in names:
-                names.append(_RETURN)
-            self.generic_visit(node)
-
-    for s in stmts:
-        V().visit(s)
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, ast.Return) and _RETURN not in seen:
+            seen.add(_RETURN)
+            names.append(_RETURN)
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+    if owner is not None:
+        owner._tiles_assigned = names
     return names
 
 
@@ -227,17 +236,20 @@ _CMPOPS = {ast.Lt: "__lt__", ast.LtE: "__le__", ast.Gt: "__gt__", ast.GtE: "__ge
            ast.NotEq: "__ne__"}
 
 
-def _python_binop(op: type, a: Any, b: Any) -> Any:
-    import operator
+_PY_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+           ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
+           ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.Lt: operator.lt, ast.LtE: operator.le,
+           ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne,
+           ast.Is: operator.is_, ast.IsNot: operator.is_not,
+           ast.In: lambda x, y: operator.contains(y, x), ast.NotIn: lambda x, y: not operator.contains(y, x)}
+_TENSOR_OPS = {**_BINOPS, **_CMPOPS}
+_REFLECTED = {"__lt__": "__gt__", "__le__": "__ge__", "__gt__": "__lt__", "__ge__": "__le__",
+              "__eq__": "__eq__", "__ne__": "__ne__"}
 
-    f = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-         ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
-         ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.Lt: operator.lt, ast.LtE: operator.le,
-         ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne,
-         ast.Is: operator.is_, ast.IsNot: operator.is_not,
-         ast.In: lambda x, y: operator.contains(y, x), ast.NotIn: lambda x, y: not operator.contains(y, x)}[op]
-    return f(a, b)
+
+def _python_binop(op: type, a: Any, b: Any) -> Any:
+    return _PY_OPS[op](a, b)
 
 
 def binop(op: type, a: Any, b: Any) -> Any:
@@ -245,13 +257,12 @@ def binop(op: type, a: Any, b: Any) -> Any:
     if not _is_tensor(a) and not _is_tensor(b):
         r = _python_binop(op, _unwrap(a), _unwrap(b))
         return constexpr(r) if isinstance(a, constexpr) or isinstance(b, constexpr) else r
-    name = {**_BINOPS, **_CMPOPS}.get(op)
+    name = _TENSOR_OPS.get(op)
     if name is None:
         raise TypeError(f"operator {op.__name__} is not supported on tensors")
     if _is_tensor(a):
         return getattr(a, name)(b)
-    reflected = {"__lt__": "__gt__", "__le__": "__ge__", "__gt__": "__lt__", "__ge__": "__le__",
-                 "__eq__": "__eq__", "__ne__": "__ne__"}.get(name, "__r" + name[2:])
+    reflected = _REFLECTED.get(name) or "__r" + name[2:]
     return getattr(b, reflected)(a)
 
 
@@ -477,10 +488,10 @@ class CodeGenerator(ast.NodeVisitor):
         for b in bounds[1:]:
             it_ty = semantic.integer_promote(it_ty, b.dtype)
         bounds = [semantic.cast(b, it_ty) for b in bounds]
-        carried = [n for n in _assigned_names(node.body) if n in self.scope and n != _RETURN]
+        carried = [n for n in _assigned_names(node.body, node) if n in self.scope and n != _RETURN]
         inits = {n: self.scope[n] for n in carried}
         carried = [n for n in carried if _is_tensor(inits[n]) or isinstance(_unwrap(inits[n]), (bool, int, float))]
-        if _RETURN in _assigned_names(node.body):
+        if _RETURN in _assigned_names(node.body, node):
             raise self.src.error(node, "return inside a loop is not supported")
         types = {}
         if any(not _is_tensor(inits[n]) for n in carried):
@@ -532,9 +543,9 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_While(self, node: ast.While) -> None:
         if node.orelse:
             raise self.src.error(node, "while ... else is not supported")
-        if _RETURN in _assigned_names(node.body):
+        if _RETURN in _assigned_names(node.body, node):
             raise self.src.error(node, "return inside a loop is not supported")
-        carried = [n for n in _assigned_names(node.body) if n in self.scope]
+        carried = [n for n in _assigned_names(node.body, node) if n in self.scope]
         carried = [n for n in carried
                    if _is_tensor(self.scope[n]) or isinstance(_unwrap(self.scope[n]), (bool, int, float))]
         inits = [v if _is_tensor(v) else semantic.to_tensor(_unwrap(v)) for v in (self.scope[n] for n in carried)]
