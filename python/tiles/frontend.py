@@ -132,6 +132,9 @@ class IRBackend:
     def device_print(self, prefix, tensors, hex):
         self.b.print(prefix, [t.handle for t in tensors], hex)
 
+    def inline_asm(self, asm, constraints, args, dtypes, pack, pure):
+        return self.b.inline_asm(asm, constraints, [a.handle for a in args], [d.ir for d in dtypes], pack, pure)
+
     def device_assert(self, cond, msg):
         if self.debug:
             self.b.assert_(cond.handle, msg)

@@ -294,6 +294,13 @@ def device_print(prefix, *args, hex=False, _semantic=None):
 
 
 @builtin
+def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, _semantic=None):
+    """Runs PTX `asm` on `pack` consecutive elements of the (broadcast) `args` at a time,
+    giving tensors of `dtype` (a tuple of dtypes for several results). GPU only."""
+    return semantic.inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack)
+
+
+@builtin
 def device_assert(cond, msg="", mask=None, _semantic=None):
     """Checks `cond` where `mask` holds: always in the interpreter; compiled, when debugging
     (`TILES_DEBUG=1` or `@jit(debug=True)`), a failure raises after the launch."""

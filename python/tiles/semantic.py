@@ -754,6 +754,28 @@ def store(ptr: Any, value: Any, mask: Any = None) -> None:
 
 # -- debugging ------------------------------------------------------------------------------------
 
+def inline_asm_elementwise(asm: str, constraints: str, args: Sequence[Any], dtype: Any, is_pure: bool,
+                           pack: int) -> Any:
+    """Triton's `inline_asm_elementwise`: `asm` on `pack` consecutive elements at a time; `args`
+    are broadcast together; `dtype` (or a tuple of dtypes) gives the results."""
+    ts = [to_tensor(a) for a in args]
+    if not ts:
+        raise ValueError("inline_asm_elementwise needs at least one argument")
+    shape: tuple = ()
+    for t in ts:
+        shape = broadcast_shapes(shape, t.shape)
+    ts = [broadcast_to(t, shape) for t in ts]
+    many = isinstance(_unwrap(dtype), (tuple, list))
+    dts = [_unwrap(d) for d in (_unwrap(dtype) if many else [dtype])]
+    for t in ts:
+        if t.dtype.is_ptr():
+            raise TilesTypeError("inline_asm_elementwise takes numbers, not pointers")
+    handles = _be().inline_asm(str(_unwrap(asm)), str(_unwrap(constraints)), ts, dts, int(_unwrap(pack)),
+                               bool(_unwrap(is_pure)))
+    outs = [make(h, d, shape) for h, d in zip(handles, dts)]
+    return tuple(outs) if many else outs[0]
+
+
 def device_print(prefix: str, args: Sequence[Any], hex: bool = False) -> None:
     tensors = [to_tensor(a) for a in args]
     _be().device_print(str(_unwrap(prefix)), tensors, bool(_unwrap(hex)))

@@ -60,6 +60,7 @@
 
 mod debug;
 mod dot;
+mod inline_asm;
 mod lower;
 mod math;
 mod math_f64;

@@ -512,7 +512,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.vals.insert(r, v);
     }
 
-    fn nregs(&mut self, ty: &Type) -> R<usize> {
+    pub fn nregs(&mut self, ty: &Type) -> R<usize> {
         Ok(if ty.is_scalar() {
             1
         } else {
@@ -613,6 +613,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             OpKind::While => self.lower_while(op)?,
             OpKind::Barrier => self.barrier_sync()?,
             OpKind::Dot { precision } => self.lower_dot(op, precision)?,
+            OpKind::InlineAsm {
+                asm,
+                constraints,
+                pack,
+                ..
+            } => self.lower_inline_asm(op, asm, constraints, pack)?,
             OpKind::AsyncCopy(a) => self.lower_async_copy(&data, a)?,
             OpKind::AsyncCommit => self.asm_void("cp.async.commit_group;", "~{memory}", &[])?,
             OpKind::AsyncWait { pending } => {

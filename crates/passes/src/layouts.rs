@@ -402,6 +402,32 @@ impl Assigner<'_> {
                 let body = self.func.region_block(op, 0);
                 self.visit_block(body);
             }
+            // Inline PTX: operands and results share one layout, with `pack` consecutive
+            // elements per thread along its contiguous dimension.
+            OpKind::InlineAsm { pack, .. } => {
+                let results = self.func.ops[op].results.clone();
+                let r = results[0];
+                if self.func.ty(r).is_scalar() {
+                    return;
+                }
+                let mut l = self.first_demand_or_default(r);
+                let run = self.func.layouts[l].contiguous_dim().map_or(1, |(_, n)| n);
+                if pack > 1 && run < pack as u32 {
+                    let shape = self.func.ty(r).shape;
+                    let order: Vec<u32> = (0..shape.rank() as u32).rev().collect();
+                    let b = BlockedLayout::default_for(
+                        shape.dims(),
+                        self.num_warps,
+                        &order,
+                        pack as u32,
+                    );
+                    l = self.func.intern_layout(Layout::Blocked(b));
+                }
+                for r in results {
+                    self.decided.set(r, Some(l));
+                }
+                self.demand_operands(op, l);
+            }
             // Data movement through shared memory: any operand layout will do.
             OpKind::Permute { .. } | OpKind::Reshape | OpKind::Join | OpKind::Split => {
                 for r in self.func.ops[op].results.clone() {

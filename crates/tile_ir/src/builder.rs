@@ -495,6 +495,56 @@ impl Builder {
         Ok(self.push(OpKind::Store(attrs), operands, &[]))
     }
 
+    /// Inline PTX applied elementwise: `args` of one shape give results of `result_elems`
+    /// in that shape (see [`OpKind::InlineAsm`]).
+    pub fn inline_asm(
+        &mut self,
+        asm: &str,
+        constraints: &str,
+        args: &[Value],
+        result_elems: &[Elem],
+        pack: u8,
+        pure: bool,
+    ) -> R<Vec<Value>> {
+        let mut shape = None;
+        for &v in args {
+            let t = self.check(v)?;
+            if t.elem.is_ptr() || shape.is_some_and(|s| s != t.shape) {
+                return Err(BuildError::OperandType {
+                    op: "inline_asm",
+                    message: "arguments must be numeric tiles of one shape".into(),
+                });
+            }
+            shape = Some(t.shape);
+        }
+        let Some(shape) = shape else {
+            return Err(BuildError::OperandType {
+                op: "inline_asm",
+                message: "needs at least one argument".into(),
+            });
+        };
+        if result_elems.is_empty() || result_elems.iter().any(|e| e.is_ptr()) {
+            return Err(BuildError::OperandType {
+                op: "inline_asm",
+                message: "results must be numeric".into(),
+            });
+        }
+        let asm = self.func.intern_string(asm);
+        let constraints = self.func.intern_string(constraints);
+        let tys: Vec<Type> = result_elems.iter().map(|&e| Type::tile(e, shape)).collect();
+        let op = self.push(
+            OpKind::InlineAsm {
+                asm,
+                constraints,
+                pack: pack.max(1),
+                pure,
+            },
+            args.to_vec(),
+            &tys,
+        );
+        Ok((0..tys.len()).map(|i| self.func.result(op, i)).collect())
+    }
+
     /// Prints the values (tiles or scalars) of `values`, each element on a line.
     pub fn print(&mut self, prefix: &str, values: &[Value], hex: bool) -> R<Op> {
         for &v in values {

@@ -456,6 +456,20 @@ pub enum OpKind {
         /// The promise per dimension.
         values: [u32; crate::types::MAX_RANK],
     },
+    /// Inline PTX applied elementwise (Triton's `inline_asm_elementwise`): operands are tiles
+    /// of one shape (or all scalars) and so are the results; one statement handles `pack`
+    /// consecutive elements of a thread, packed into registers as the constraints say
+    /// (strings `asm` and `constraints` index the function's string table).
+    InlineAsm {
+        /// The PTX template.
+        asm: u32,
+        /// LLVM constraint string: outputs (`=r`, ...), then inputs.
+        constraints: u32,
+        /// Elements per statement.
+        pack: u8,
+        /// No side effects (may be removed when unused).
+        pure: bool,
+    },
     /// The operand's dimensions permuted: result dimension `i` is operand dimension `perm[i]`.
     Permute {
         /// The permutation (first `rank` entries used).
@@ -551,6 +565,7 @@ impl OpKind {
             OpKind::Cast => "cast",
             OpKind::Bitcast => "bitcast",
             OpKind::Hint { .. } => "hint",
+            OpKind::InlineAsm { .. } => "inline_asm",
             OpKind::AddPtr => "addptr",
             OpKind::Load(_) => "load",
             OpKind::Store(_) => "store",
@@ -596,6 +611,7 @@ impl OpKind {
                 | OpKind::Print { .. }
                 | OpKind::Assert { .. }
         ) || matches!(self, OpKind::Load(m) if m.volatile)
+            || matches!(self, OpKind::InlineAsm { pure: false, .. })
     }
 
     /// Whether the op is pure and elementwise over same-shaped operands and result.

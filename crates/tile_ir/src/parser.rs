@@ -708,6 +708,17 @@ impl Parser<'_> {
                     scope,
                 })
             }
+            "inline_asm" => {
+                let asm = self.attr_str(attrs, "asm", at)?;
+                let cons = self.attr_str(attrs, "constraints", at)?;
+                let pack = self.small(self.attr_int(attrs, "pack", at)?, at)?;
+                OpKind::InlineAsm {
+                    asm: self.func.intern_string(&asm),
+                    constraints: self.func.intern_string(&cons),
+                    pack: pack.max(1),
+                    pure: flag("pure"),
+                }
+            }
             "print" => {
                 let p = self.attr_str(attrs, "prefix", at)?;
                 OpKind::Print {

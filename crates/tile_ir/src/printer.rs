@@ -92,6 +92,17 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
             if *hex { ", hex" } else { "" }
         ),
         OpKind::Assert { msg } => format!(" {{msg = {}}}", text(*msg)),
+        OpKind::InlineAsm {
+            asm,
+            constraints,
+            pack,
+            pure,
+        } => format!(
+            " {{asm = {}, constraints = {}, pack = {pack}{}}}",
+            text(*asm),
+            text(*constraints),
+            if *pure { ", pure" } else { "" }
+        ),
         OpKind::Constant(c) => format!(" {{value = {c}}}"),
         OpKind::ProgramId(a) | OpKind::NumPrograms(a) | OpKind::ExpandDims(a) => {
             format!(" {{axis = {a}}}")

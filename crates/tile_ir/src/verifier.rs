@@ -224,6 +224,17 @@ impl Verifier<'_> {
             }),
             OpKind::Barrier => expect(0),
             OpKind::Print { prefix, .. } => (prefix as usize) < f.strings.len(),
+            OpKind::InlineAsm {
+                asm,
+                constraints,
+                pack,
+                ..
+            } => {
+                (asm as usize) < f.strings.len()
+                    && (constraints as usize) < f.strings.len()
+                    && pack >= 1
+                    && !data.results.is_empty()
+            }
             OpKind::Assert { msg } => expect(1) && (msg as usize) < f.strings.len(),
         };
         if !count_ok {
@@ -515,7 +526,7 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
         | K::Print { .. }
         | K::Assert { .. } => None,
         K::AsyncCopy(_) | K::AsyncCommit | K::AsyncWait { .. } => Some(0),
-        K::For { .. } | K::While | K::Reduce { .. } | K::Scan { .. } => None,
+        K::For { .. } | K::While | K::Reduce { .. } | K::Scan { .. } | K::InlineAsm { .. } => None,
         K::Split => Some(2),
         _ => Some(1),
     };
@@ -585,6 +596,11 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
             (!ok).then(|| "binary ops take and give one numeric type".into())
         }
         K::Hint { .. } => (!same(&ops[0], &res[0])).then(|| "hint gives its operand's type".into()),
+        K::InlineAsm { .. } => {
+            let shape = res[0].shape;
+            let ok = ops.iter().chain(&res).all(|t| t.shape == shape && t.dtype().is_some());
+            (!ok).then(|| "inline_asm: numeric operands and results of one shape".into())
+        }
         K::Compare(..) => (!(same(&ops[0], &ops[1]) && same(&res[0], &tile_of(&ops[0], i1))))
             .then(|| "cmp compares one type and gives i1".into()),
         K::Unary(u) => {

@@ -455,6 +455,28 @@ impl IrBuilder {
         Ok(())
     }
 
+    #[pyo3(signature = (asm, constraints, args, result_types, pack, pure))]
+    fn inline_asm(
+        &mut self,
+        asm: &str,
+        constraints: &str,
+        args: Vec<u32>,
+        result_types: Vec<String>,
+        pack: u8,
+        pure: bool,
+    ) -> PyResult<Vec<u32>> {
+        let vs = self.vs(&args)?;
+        let elems: Vec<Elem> = result_types
+            .iter()
+            .map(|t| elem(t))
+            .collect::<R<_>>()?;
+        let out = self
+            .b()?
+            .inline_asm(asm, constraints, &vs, &elems, pack, pure)
+            .map_err(BoundaryError::from)?;
+        Ok(out.into_iter().map(|v| v.0).collect())
+    }
+
     #[pyo3(signature = (prefix, values, hex=false))]
     fn print(&mut self, prefix: &str, values: Vec<u32>, hex: bool) -> PyResult<()> {
         let vs = self.vs(&values)?;

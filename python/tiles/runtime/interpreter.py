@@ -410,6 +410,10 @@ class NumpyBackend:
     def barrier(self):
         pass
 
+    def inline_asm(self, asm, constraints, args, dtypes, pack, pure):
+        raise NotImplementedError(f"inline_asm_elementwise runs only compiled, on the GPU: the interpreter cannot "
+                                  f"execute PTX ({self.where()})")
+
     def device_print(self, prefix, tensors, hex):
         pid = ", ".join(str(p) for p in self.pid)
         many = len(tensors) > 1
