@@ -59,3 +59,14 @@ def test_tuple_reduce_and_scan(dev, rng):
     y = dev.put(np.zeros(64, np.float32))
     tuple_reduce_kernel[(1,)](dev.put(x), y, N=64)
     np.testing.assert_allclose(dev.get(y), np.cumsum(x) + x.sum() + (2 * x).max(), rtol=1e-4, atol=1e-4)
+
+
+def test_identity_tests_are_compile_time(ptxas):
+    # `is` / `is not` on a tensor argument is decided while compiling (a pointer is not None).
+    from test_compile import assemble
+
+    for target in ("sm_80", "sm_90a"):
+        k = tiles.compile(bias_act_kernel, signature={"x_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"},
+                          constexprs={"BLOCK": 128, "ACT": "relu"}, target=target)
+        assert k.asm["ptx"].count("ld.global") >= 2  # the bias is loaded
+        assemble(ptxas, k.asm["ptx"], target)

@@ -257,6 +257,9 @@ def _python_binop(op: type, a: Any, b: Any) -> Any:
 
 def binop(op: type, a: Any, b: Any) -> Any:
     """Applies a Python operator: in Python for compile-time values, as an op on tensors."""
+    if op in (ast.Is, ast.IsNot):
+        # Identity is known at compile time (`if bias_ptr is not None:` with a tensor argument).
+        return constexpr(_python_binop(op, _unwrap(a), _unwrap(b)))
     if not _is_tensor(a) and not _is_tensor(b):
         r = _python_binop(op, _unwrap(a), _unwrap(b))
         return constexpr(r) if isinstance(a, constexpr) or isinstance(b, constexpr) else r
