@@ -226,6 +226,53 @@ def _is_tensor(x: Any) -> bool:
     return isinstance(x, tensor)
 
 
+def _is_aggregate(x: Any) -> bool:
+    """Values made of tensors that loops carry part by part (block pointers, descriptors)."""
+    return hasattr(x, "_tiles_flatten") and hasattr(x, "_tiles_rebuild")
+
+
+class _Aggregates:
+    """Loop state holding aggregates: each becomes one carried slot per part, under virtual
+    names; `rebuild` and `flatten` move between the aggregate and its parts in a scope."""
+
+    def __init__(self, carried: List[str], values: Dict[str, Any]):
+        self.parts: Dict[str, List[str]] = {}
+        self.templates: Dict[str, Any] = {}
+        self.flat: List[str] = []
+        self.values: Dict[str, Any] = {}
+        for n in carried:
+            v = values[n]
+            if _is_aggregate(v):
+                parts = list(v._tiles_flatten())
+                names = [f"{n}\0{i}" for i in range(len(parts))]
+                self.parts[n], self.templates[n] = names, v
+                self.flat.extend(names)
+                self.values.update(zip(names, parts))
+            else:
+                self.flat.append(n)
+                self.values[n] = v
+
+    def rebuild(self, scope: Dict[str, Any]) -> None:
+        for n, names in self.parts.items():
+            scope[n] = self.templates[n]._tiles_rebuild([scope[x] for x in names])
+
+    def flatten(self, scope: Dict[str, Any], src, node) -> None:
+        for n, names in self.parts.items():
+            v = scope[n]
+            if not _is_aggregate(v) or type(v) is not type(self.templates[n]):
+                raise src.error(node, f"loop-carried `{n}` must stay a {type(self.templates[n]).__name__}")
+            parts = list(v._tiles_flatten())
+            if len(parts) != len(names):
+                raise src.error(node, f"loop-carried `{n}` changes its structure in the loop body")
+            scope.update(zip(names, parts))
+
+    def finish(self, scope: Dict[str, Any]) -> None:
+        self.rebuild(scope)
+        for names in self.parts.values():
+            for x in names:
+                scope.pop(x, None)
+
+
 def _unwrap(x: Any) -> Any:
     return x.value if isinstance(x, constexpr) else x
 
@@ -496,12 +543,15 @@ class CodeGenerator(ast.NodeVisitor):
         bounds = [semantic.cast(b, it_ty) for b in bounds]
         carried = [n for n in _assigned_names(node.body, node) if n in self.scope and n != _RETURN]
         inits = {n: self.scope[n] for n in carried}
-        carried = [n for n in carried if _is_tensor(inits[n]) or isinstance(_unwrap(inits[n]), (bool, int, float))]
+        carried = [n for n in carried if _is_tensor(inits[n]) or _is_aggregate(inits[n])
+                   or isinstance(_unwrap(inits[n]), (bool, int, float))]
+        agg = _Aggregates(carried, inits)
+        carried, inits = agg.flat, agg.values
         if _RETURN in _assigned_names(node.body, node):
             raise self.src.error(node, "return inside a loop is not supported")
         types = {}
         if any(not _is_tensor(inits[n]) for n in carried):
-            types = self._loop_types(node, bounds, carried, inits)
+            types = self._loop_types(node, bounds, carried, inits, agg)
         init_tensors = []
         for n in carried:
             v = inits[n]
@@ -509,26 +559,31 @@ class CodeGenerator(ast.NodeVisitor):
                 dt, shape = types.get(n, (semantic.literal_type(_unwrap(v)), ()))
                 v = semantic.broadcast_to(semantic.to_tensor(_unwrap(v), dt), shape)
             init_tensors.append(v)
-        yields = self._loop_body(node, bounds, carried, init_tensors, keep=True, stages=stages)
+        yields = self._loop_body(node, bounds, carried, init_tensors, keep=True, stages=stages, agg=agg)
         for n, t in zip(carried, yields):
             self.scope[n] = t
+        agg.finish(self.scope)
 
-    def _loop_types(self, node, bounds, carried, inits):
+    def _loop_types(self, node, bounds, carried, inits, agg=None):
         """Runs the body once, discarded, to learn the types literals must take as loop state."""
         tensors = [v if _is_tensor(v) else semantic.to_tensor(_unwrap(v)) for v in (inits[n] for n in carried)]
-        outs = self._loop_body(node, bounds, carried, tensors, keep=False)
+        outs = self._loop_body(node, bounds, carried, tensors, keep=False, agg=agg)
         return {n: (o.dtype, o.shape) for n, o in zip(carried, outs)}
 
-    def _loop_body(self, node, bounds, carried, init_tensors, keep: bool, stages: int = 0):
+    def _loop_body(self, node, bounds, carried, init_tensors, keep: bool, stages: int = 0, agg=None):
         handle, iv, args = self.builder.begin_for(bounds[0].handle, bounds[1].handle, bounds[2].handle,
                                                   [t.handle for t in init_tensors], max(stages, 0))
         before = dict(self.scope)
         self.scope = dict(before)
         for n, t, h in zip(carried, init_tensors, args):
             self.scope[n] = tensor(h, t.dtype, t.shape)
+        if agg is not None:
+            agg.rebuild(self.scope)
         self._assign(node.target, tensor(iv, bounds[0].dtype, ()))
         try:
             self.visit_stmts(node.body)
+            if agg is not None:
+                agg.flatten(self.scope, self.src, node)
             outs = []
             for n, t in zip(carried, init_tensors):
                 v = self.scope[n]
@@ -552,28 +607,35 @@ class CodeGenerator(ast.NodeVisitor):
         if _RETURN in _assigned_names(node.body, node):
             raise self.src.error(node, "return inside a loop is not supported")
         carried = [n for n in _assigned_names(node.body, node) if n in self.scope]
-        carried = [n for n in carried
-                   if _is_tensor(self.scope[n]) or isinstance(_unwrap(self.scope[n]), (bool, int, float))]
+        carried = [n for n in carried if _is_tensor(self.scope[n]) or _is_aggregate(self.scope[n])
+                   or isinstance(_unwrap(self.scope[n]), (bool, int, float))]
+        agg = _Aggregates(carried, self.scope)
+        carried = agg.flat
+        self.scope.update(agg.values)
         inits = [v if _is_tensor(v) else semantic.to_tensor(_unwrap(v)) for v in (self.scope[n] for n in carried)]
-        outs = self._while(node, carried, inits, keep=False)
+        outs = self._while(node, carried, inits, keep=False, agg=agg)
         if outs is None:
+            agg.finish(self.scope)
             return
         fixed = []
         for n, t, o in zip(carried, inits, outs):
             if not _is_tensor(self.scope[n]) and (o.dtype != t.dtype or o.shape != t.shape):
                 t = semantic.broadcast_to(semantic.to_tensor(_unwrap(self.scope[n]), o.dtype), o.shape)
             fixed.append(t)
-        results = self._while(node, carried, fixed, keep=True)
+        results = self._while(node, carried, fixed, keep=True, agg=agg)
         for n, r in zip(carried, results):
             self.scope[n] = r
+        agg.finish(self.scope)
 
-    def _while(self, node: ast.While, carried, inits, keep: bool):
+    def _while(self, node: ast.While, carried, inits, keep: bool, agg=None):
         """Builds the loop (or, with keep=False, a discarded dry run that returns the body's types)."""
         handle, before = self.builder.begin_while([t.handle for t in inits])
         saved = dict(self.scope)
         try:
             for n, t, h in zip(carried, inits, before):
                 self.scope[n] = tensor(h, t.dtype, t.shape)
+            if agg is not None:
+                agg.rebuild(self.scope)
             cond = self.visit(node.test)
             if not _is_tensor(cond):
                 self.builder.discard_while(handle)
@@ -586,7 +648,11 @@ class CodeGenerator(ast.NodeVisitor):
             after = self.builder.begin_while_body(handle, cond.handle)
             for n, t, h in zip(carried, inits, after):
                 self.scope[n] = tensor(h, t.dtype, t.shape)
+            if agg is not None:
+                agg.rebuild(self.scope)
             self.visit_stmts(node.body)
+            if agg is not None:
+                agg.flatten(self.scope, self.src, node)
             outs = []
             for n, t in zip(carried, inits):
                 v = self.scope[n]

@@ -105,18 +105,28 @@ def zeros_like(input, _semantic=None):
 @builtin
 def load(pointer, mask=None, other=None, boundary_check=(), padding_option="", cache_modifier="",
          eviction_policy="", volatile=False, _semantic=None):
-    """Loads through a pointer or a tile of pointers; masked-off lanes take `other`."""
+    """Loads through a pointer, a tile of pointers or a block pointer; masked-off lanes (and
+    out-of-bounds ones of a block pointer's checked dimensions) take `other` / the padding."""
+    if isinstance(pointer, block_ptr):
+        ptr, m = pointer._pointers(_v(boundary_check))
+        pad = _v(padding_option)
+        other = float("nan") if pad == "nan" else (0 if m is not None else None)
+        return semantic.load(ptr, m, other, _v(volatile))
     if _v(boundary_check):
-        raise NotImplementedError("block pointers are not supported: use tensor descriptors or plain pointers")
+        raise ValueError("boundary_check applies to block pointers (tl.make_block_ptr)")
     return semantic.load(pointer, _v(mask), _v(other), volatile)
 
 
 @builtin
 def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy="",
           _semantic=None):
-    """Stores `value` through a pointer or a tile of pointers where `mask` holds."""
+    """Stores `value` through a pointer, a tile of pointers or a block pointer where `mask`
+    holds (a block pointer: inside its checked dimensions)."""
+    if isinstance(pointer, block_ptr):
+        ptr, m = pointer._pointers(_v(boundary_check))
+        return semantic.store(ptr, value, m)
     if _v(boundary_check):
-        raise NotImplementedError("block pointers are not supported: use tensor descriptors or plain pointers")
+        raise ValueError("boundary_check applies to block pointers (tl.make_block_ptr)")
     return semantic.store(pointer, value, _v(mask))
 
 
@@ -733,6 +743,84 @@ class tensor_descriptor:
         """Writes the block at `offsets` (out-of-range elements are not written)."""
         ptr, mask = self._pointers(offsets)
         return semantic.store(ptr, value, mask)
+
+
+class block_ptr:
+    """A block pointer (`tl.make_block_ptr`): a block of `block_shape` at `offsets` in the
+    strided tensor at `base`; loads and stores become masked pointer tiles. Loops carry it
+    part by part (base, shape, strides, offsets)."""
+
+    def __init__(self, base, shape, strides, offsets, block_shape, order=None):
+        rank = len(block_shape)
+        if not (len(shape) == len(strides) == len(offsets) == rank):
+            raise ValueError("make_block_ptr needs one shape, stride and offset per block dimension")
+        self.base = semantic.to_tensor(base)
+        if not self.base.dtype.is_ptr() or self.base.shape:
+            raise ValueError("make_block_ptr: base must be a scalar pointer")
+        self.shape = [semantic.cast(semantic.to_tensor(_v(x)), int64) for x in shape]
+        self.strides = [semantic.cast(semantic.to_tensor(_v(x)), int64) for x in strides]
+        self.offsets = [semantic.cast(semantic.to_tensor(_v(x)), int32) for x in offsets]
+        self.block_shape = [int(_v(b)) for b in block_shape]
+        self.order = [int(_v(o)) for o in (order or range(rank))]
+
+    @property
+    def dtype(self):
+        return pointer_type(self.base.dtype.element_ty)
+
+    @property
+    def type(self):
+        return self.dtype
+
+    def _tiles_flatten(self):
+        return [self.base, *self.shape, *self.strides, *self.offsets]
+
+    def _tiles_rebuild(self, parts):
+        r = len(self.block_shape)
+        bp = object.__new__(block_ptr)
+        bp.base, bp.block_shape, bp.order = parts[0], self.block_shape, self.order
+        bp.shape, bp.strides, bp.offsets = list(parts[1:1 + r]), list(parts[1 + r:1 + 2 * r]), list(parts[1 + 2 * r:])
+        return bp
+
+    def _pointers(self, check):
+        check = [int(_v(c)) for c in (check or ())]
+        rank = len(self.block_shape)
+        ptr, mask = self.base, None
+        for d in _builtin_range(rank):
+            idx = semantic.add(semantic.arange(0, self.block_shape[d]), self.offsets[d])
+            for e in _builtin_range(rank):
+                if e < d:
+                    idx = semantic.expand_dims(idx, 0)
+                elif e > d:
+                    idx = semantic.expand_dims(idx, len(idx.shape))
+            ptr = semantic.add(ptr, semantic.mul(semantic.cast(idx, int64), self.strides[d]))
+            if d in check:
+                inside = semantic.logical_and(semantic.greater_equal(idx, 0),
+                                              semantic.less(semantic.cast(idx, int64), self.shape[d]))
+                mask = inside if mask is None else semantic.logical_and(mask, inside)
+        if mask is not None:
+            mask = semantic.broadcast_to(mask, ptr.shape)
+        return ptr, mask
+
+    def advance(self, offsets):
+        deltas = list(_v(offsets))
+        if len(deltas) != len(self.block_shape):
+            raise ValueError(f"advance takes {len(self.block_shape)} offsets, got {len(deltas)}")
+        parts = self._tiles_flatten()
+        r = len(self.block_shape)
+        moved = [semantic.cast(semantic.add(o, d), int32) for o, d in zip(parts[1 + 2 * r:], deltas)]
+        return self._tiles_rebuild(parts[:1 + 2 * r] + moved)
+
+
+@builtin
+def make_block_ptr(base, shape, strides, offsets, block_shape, order, _semantic=None):
+    """A block pointer to the `block_shape` block at `offsets` of the strided tensor at `base`."""
+    return block_ptr(base, _v(shape), _v(strides), _v(offsets), _v(block_shape), _v(order))
+
+
+@builtin
+def advance(base, offsets, _semantic=None):
+    """The block pointer `base` moved by `offsets`."""
+    return base.advance(offsets)
 
 
 @builtin
