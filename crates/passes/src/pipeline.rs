@@ -65,6 +65,11 @@ pub fn run_pipeline(
     step("dce", func, &|f| {
         simplify::eliminate_dead_code(f);
     })?;
+    step("fuse_dot_accumulation", func, &|f| {
+        if simplify::fuse_dot_accumulation(f) > 0 {
+            simplify::eliminate_dead_code(f);
+        }
+    })?;
     let warpgroup_mma = options.warpgroup_mma;
     step("assign_layouts", func, &|f| {
         let info = axis_info::analyze(f);
@@ -84,10 +89,11 @@ pub fn run_pipeline(
 }
 
 /// The passes that can be run one by one (`tiles-opt --passes=...`), in pipeline order.
-pub const PASS_NAMES: [&str; 5] = [
+pub const PASS_NAMES: [&str; 6] = [
     "fold_constants",
     "cse",
     "dce",
+    "fuse_dot_accumulation",
     "assign_layouts",
     "pipeline_loops",
 ];
@@ -97,7 +103,7 @@ pub const PASS_NAMES: [&str; 5] = [
 pub enum RunPassError {
     /// No pass has this name.
     #[error(
-        "unknown pass `{0}` (known: fold_constants, cse, dce, assign_layouts, pipeline_loops)"
+        "unknown pass `{0}` (known: fold_constants, cse, dce, fuse_dot_accumulation, assign_layouts, pipeline_loops)"
     )]
     Unknown(String),
     /// The IR was invalid after the pass.
@@ -116,6 +122,9 @@ pub fn run_pass(name: &str, func: &mut Function) -> Result<(), RunPassError> {
         }
         "dce" => {
             simplify::eliminate_dead_code(func);
+        }
+        "fuse_dot_accumulation" => {
+            simplify::fuse_dot_accumulation(func);
         }
         "assign_layouts" => {
             let info = axis_info::analyze(func);

@@ -1,4 +1,5 @@
-//! Constant folding, common-subexpression elimination and dead-code elimination.
+//! Constant folding, common-subexpression elimination, dead-code elimination, and folding
+//! `acc + dot(a, b, 0)` into `dot(a, b, acc)`.
 //!
 //! Folding rules, integers only (float identities break on -0.0 and NaN):
 //!
@@ -180,4 +181,50 @@ pub fn eliminate_dead_code(func: &mut Function) -> usize {
             func.blocks[b].ops.retain(|op| !dead.contains(op));
         }
     }
+}
+
+fn is_zero(func: &Function, v: Value) -> bool {
+    let tile_ir::ValueDef::Result(op, _) = func.values[v].def else {
+        return false;
+    };
+    match func.ops[op].kind {
+        OpKind::Constant(Const::Int(0)) => true,
+        OpKind::Constant(Const::Float(x)) => x == 0.0,
+        OpKind::Splat | OpKind::Broadcast => is_zero(func, func.ops[op].operands[0]),
+        _ => false,
+    }
+}
+
+/// `x + dot(a, b, 0)` becomes `dot(a, b, x)` when the add is the dot's only user (Triton's
+/// `acc += tl.dot(a, b)`), so the accumulator lives in the dot, as `tl.dot(a, b, acc)` writes
+/// it. The add is rewritten in place (its operands dominate it); the old dot dies. Returns how
+/// many were fused.
+pub fn fuse_dot_accumulation(func: &mut Function) -> usize {
+    let uses = func.use_counts();
+    let mut fused = 0;
+    for op in func.ops_in_order() {
+        let d = &func.ops[op];
+        if d.kind != OpKind::Binary(BinaryOp::Add) {
+            continue;
+        }
+        let (l, r) = (d.operands[0], d.operands[1]);
+        for (dv, x) in [(l, r), (r, l)] {
+            let tile_ir::ValueDef::Result(dot, _) = func.values[dv].def else {
+                continue;
+            };
+            let OpKind::Dot { precision } = func.ops[dot].kind else {
+                continue;
+            };
+            let dd = &func.ops[dot];
+            if uses[dv] != 1 || !is_zero(func, dd.operands[2]) || func.ty(x) != func.ty(dv) {
+                continue;
+            }
+            let (a, b) = (dd.operands[0], dd.operands[1]);
+            func.ops[op].kind = OpKind::Dot { precision };
+            func.ops[op].operands = vec![a, b, x];
+            fused += 1;
+            break;
+        }
+    }
+    fused
 }

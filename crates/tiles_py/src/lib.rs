@@ -466,10 +466,7 @@ impl IrBuilder {
         pure: bool,
     ) -> PyResult<Vec<u32>> {
         let vs = self.vs(&args)?;
-        let elems: Vec<Elem> = result_types
-            .iter()
-            .map(|t| elem(t))
-            .collect::<R<_>>()?;
+        let elems: Vec<Elem> = result_types.iter().map(|t| elem(t)).collect::<R<_>>()?;
         let out = self
             .b()?
             .inline_asm(asm, constraints, &vs, &elems, pack, pure)
