@@ -3,6 +3,7 @@ cache/eviction hints, bitcasting casts, `static_range`, `tl.range` options, tupl
 `do_not_specialize`."""
 
 import numpy as np
+import pytest
 
 import tiles
 import tiles.language as tl
@@ -70,3 +71,12 @@ def test_identity_tests_are_compile_time(ptxas):
                           constexprs={"BLOCK": 128, "ACT": "relu"}, target=target)
         assert k.asm["ptx"].count("ld.global") >= 2  # the bias is loaded
         assemble(ptxas, k.asm["ptx"], target)
+
+
+def test_testing_helpers():
+    import tiles.testing as tt
+
+    tt.assert_close(np.ones(4), np.ones(4) * 1.001)
+    with pytest.raises(AssertionError):
+        tt.assert_close(np.ones(4), np.ones(4) * 2, atol=0, rtol=0.1)
+    assert tt.do_bench_cudagraph(lambda: None) >= 0

@@ -150,3 +150,26 @@ class Mark:
 def perf_report(benchmarks):
     """Decorates a function `f(**x, line_arg=..., **args) -> value` into a report with `.run()`."""
     return lambda fn: Mark(fn, benchmarks)
+
+
+def do_bench_cudagraph(fn: Callable, rep: int = 20, grad_to_none=None, quantiles=None, return_mode: str = "mean"):
+    """Times `fn` (Triton's CUDA-graph variant; here the same event timing as `do_bench`, whose
+    launches cost a few microseconds)."""
+    return do_bench(fn, warmup=max(rep // 4, 1), rep=rep, grad_to_none=grad_to_none, quantiles=quantiles,
+                    return_mode=return_mode)
+
+
+def assert_close(x, y, atol=None, rtol=None, err_msg=""):
+    """Asserts `x` and `y` (tensors, arrays or scalars) agree within `atol`/`rtol` (Triton's
+    defaults: 1e-2 each)."""
+    import numpy as np
+
+    def host(v):
+        if hasattr(v, "detach"):
+            v = v.detach().float().cpu().numpy() if v.dtype.is_floating_point else v.detach().cpu().numpy()
+        return np.asarray(v)
+
+    a, b = host(x), host(y)
+    atol = 1e-2 if atol is None else atol
+    rtol = 1e-2 if rtol is None else rtol
+    np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=err_msg, equal_nan=True)
