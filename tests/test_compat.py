@@ -80,3 +80,29 @@ def test_testing_helpers():
     with pytest.raises(AssertionError):
         tt.assert_close(np.ones(4), np.ones(4) * 2, atol=0, rtol=0.1)
     assert tt.do_bench_cudagraph(lambda: None) >= 0
+
+
+@tiles.jit
+def tuple_args_kernel(ptrs, params, n, BLOCK: tl.constexpr):
+    # Tuples as arguments (Triton >= 3.2): a tuple of pointers and one of scalars.
+    x_ptr, y_ptr = ptrs
+    scale, shift = params
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * scale + shift, mask=m)
+
+
+def test_tuple_arguments(dev, rng):
+    x = rng.standard_normal(300).astype(np.float32)
+    y = dev.put(np.full(300, np.nan, np.float32))
+    tuple_args_kernel[(3,)]((dev.put(x), y), (2.5, 1), 300, BLOCK=128)
+    np.testing.assert_allclose(dev.get(y), x * 2.5 + 1, rtol=1e-6)
+
+
+def test_tuple_arguments_compile(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(tuple_args_kernel, signature={"ptrs": "(*fp32,*fp32)", "params": "(fp32,i32)", "n": "i32"},
+                      constexprs={"BLOCK": 128}, target="sm_90a")
+    assert "ptrs_0" in k.asm["tir"] and "params_1" in k.asm["tir"]
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

@@ -871,6 +871,9 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
             if ty.startswith("tensordesc<"):
                 scope[p.name] = _descriptor_param(builder, p.name, ty, specialization, src)
                 continue
+            if ty.startswith("("):
+                scope[p.name] = _tuple_param(builder, p.name, ty, specialization, src)
+                continue
             try:
                 dt = core.dtype_from_ir(_normalize_type(ty))
             except (KeyError, ValueError):
@@ -900,6 +903,23 @@ def parse_descriptor_type(ty: str):
         raise ValueError(f"malformed descriptor type {ty!r}")
     block = [int(b) for b in m.group(2).split(",") if b.strip()]
     return m.group(1), block, "nan" if m.group(3) else "zero"
+
+
+def _tuple_param(builder, name: str, ty: str, specialization: Dict[str, int], src):
+    """A tuple argument: one kernel parameter per element (`name_0`, ...), a Python tuple in
+    the kernel body."""
+    if not ty.endswith(")"):
+        raise CompilationError(f"parameter '{name}' has a malformed tuple type {ty!r}", src.file, src.first_line)
+    out = []
+    for j, et in enumerate(t.strip() for t in ty[1:-1].split(",") if t.strip()):
+        try:
+            dt = core.dtype_from_ir(_normalize_type(et))
+        except (KeyError, ValueError):
+            raise CompilationError(f"parameter '{name}' element {j} has an unknown type {et!r}", src.file,
+                                   src.first_line) from None
+        h = builder.param(f"{name}_{j}", dt.ir, specialization.get(f"{name}.{j}", 1))
+        out.append(tensor(h, dt, ()))
+    return tuple(out)
 
 
 def _descriptor_param(builder, name: str, ty: str, specialization: Dict[str, int], src):

@@ -640,6 +640,24 @@ def run(jitfn, vals: Sequence[Any], grid) -> None:
             ptr = tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(arr.dtype)), ())
             args.append(tensor_descriptor(ptr, list(v.shape), list(v.strides), list(v.block_shape), v.padding))
             continue
+        if isinstance(v, tuple):
+            elems = []
+            for j, e in enumerate(v):
+                if getattr(e, "is_cuda", False) and hasattr(e, "cpu"):
+                    host = e.detach().cpu()
+                    copies.append((e, host))
+                    e = host
+                ea = _host_array(e, f"{p.name}[{j}]")
+                if ea is not None:
+                    addr = _register(mem, ea, f"{p.name}[{j}]")
+                    elems.append(tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(ea.dtype)), ()))
+                else:
+                    if isinstance(e, np.generic):
+                        e = e.item()
+                    edt = core.dtype_from_ir(_scalar_type(e, f"{p.name}[{j}]"))
+                    elems.append(tensor(np.array(e, dtype=numpy_dtype(edt)), edt, ()))
+            args.append(tuple(elems))
+            continue
         arr = _host_array(v, p.name) if v is not None else None
         if arr is not None:
             addr = _register(mem, arr, p.name)

@@ -107,6 +107,17 @@ def _scalar_type(v: Any, name: str) -> str:
 _SLOT_KINDS = {"i1": "i1", "i32": "i32", "i64": "i64", "u64": "u64", "fp32": "fp32"}
 
 
+def _tuple_packers(index: int, types: Sequence[str]):
+    """Packers for a tuple argument: one kernel parameter per element."""
+    out = []
+    for j, t in enumerate(types):
+        if t.startswith("*"):
+            out.append((index, lambda v, j=j: ctypes.c_uint64(_pointer_info(v[j], "tuple element")[0])))
+        else:
+            out.append((index, lambda v, j=j, c=_CTYPES[t]: c(v[j].item() if hasattr(v[j], "item") else v[j])))
+    return out
+
+
 def _desc_packers(index: int, rank: int):
     """Packers for a TensorDescriptor argument: base address, shape (i32) and strides (i64)."""
     out = [(index, lambda d: ctypes.c_uint64(_pointer_info(d.base, "descriptor")[0]))]
@@ -243,6 +254,27 @@ class JITFunction:
                             tuple(n % 16 == 0 for n in v.shape)))
                 info.append(("desc", ty, div, v))
                 continue
+            if isinstance(v, tuple):
+                keys, types, divs = [], [], []
+                for j, e in enumerate(v):
+                    where = f"{p.name}[{j}]"
+                    eptr = _pointer_info(e, where)
+                    if eptr is not None:
+                        d = 16 if eptr[0] % 16 == 0 else 1
+                        keys.append(("p", eptr[1], d))
+                        types.append("*" + eptr[1])
+                        divs.append(d)
+                        continue
+                    if type(e).__module__ == "numpy" and hasattr(e, "item"):
+                        e = e.item()
+                    ety = _scalar_type(e, where)
+                    d = 16 if ety in ("i32", "i64", "u64") and e % 16 == 0 else 0
+                    keys.append(("s", ety, d))
+                    types.append(ety)
+                    divs.append(d)
+                key.append(("t", tuple(keys)))
+                info.append(("tuple", "(" + ",".join(types) + ")", tuple(divs), v))
+                continue
             ptr = _pointer_info(v, p.name)
             if ptr is not None:
                 addr, dt = ptr
@@ -283,6 +315,12 @@ class JITFunction:
                 spec.update({f"{p.name}.stride{i}": 16 for i, st in enumerate(raw.strides[:-1]) if st % 16 == 0})
                 spec.update({f"{p.name}.shape{i}": 16 for i, n in enumerate(raw.shape) if n % 16 == 0})
                 packers.extend(_desc_packers(p.index, len(raw.block_shape)))
+                slots.append((p.index, "?"))  # several parameters: the Python launch path
+                continue
+            if kind == "tuple":
+                types = [t.strip() for t in ty[1:-1].split(",") if t.strip()]
+                spec.update({f"{p.name}.{j}": d for j, d in enumerate(div) if d})
+                packers.extend(_tuple_packers(p.index, types))
                 slots.append((p.index, "?"))  # several parameters: the Python launch path
                 continue
             if kind == "ptr":
