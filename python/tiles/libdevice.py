@@ -389,11 +389,16 @@ def float2int_rz(x, _semantic=None):
 
 @_export
 def fmod(x, y, _semantic=None):
-    """x - trunc(x / y) * y."""
+    """x - trunc(x / y) * y, with the sign of x (C's fmod). fp32 goes through fp64, where the
+    quotient of two fp32 values is never rounded onto the wrong integer and n·y is exact."""
     x, dt = _float(x)
     y, _ = _float(y)
     x, y = semantic.binary_operands(x, y)
-    return _back(x - _trunc(x / y) * y, dt)
+    xw = x if _f64(x) else semantic.cast(x, core.float64)
+    yw = y if _f64(y) else semantic.cast(y, core.float64)
+    r = xw - _trunc(xw / yw) * yw
+    r = r if _f64(x) else semantic.cast(r, x.dtype)
+    return _back(r, dt)
 
 
 @_export
