@@ -21,7 +21,8 @@ import {mod}.language as tl
 
 
 @triton.jit
-def attn_fwd(Q, K, V, Out, sm_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def attn_fwd(Q, K, V, Out, sm_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             K_T: tl.constexpr):
     start_m = tl.program_id(0)
     head = tl.program_id(1).to(tl.int64) * S * D
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -33,8 +34,12 @@ def attn_fwd(Q, K, V, Out, sm_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr, 
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     scale = sm_scale * 1.4426950408889634
     for start_n in range(0, S, BLOCK_N):
-        kt = tl.load(K + head + (start_n + offs_n)[None, :] * D + offs_d[:, None])
-        s = tl.dot(q, kt) * scale
+        if K_T:  # k loaded as stored and transposed, as Triton's tutorial writes it
+            k = tl.load(K + head + (start_n + offs_n)[:, None] * D + offs_d[None, :])
+            s = tl.dot(q, k.T) * scale
+        else:
+            kt = tl.load(K + head + (start_n + offs_n)[None, :] * D + offs_d[:, None])
+            s = tl.dot(q, kt) * scale
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
@@ -71,13 +76,14 @@ def main():
     flops = 4 * B * H * S * S * D
     res = {"gpu": torch.cuda.get_device_name(), "shape": [B, H, S, D], "cases": []}
     mods = {"tiles": load("tiles"), "triton": load("triton")}
-    for bm, bn, warps, stages in [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3)]:
-        row = {"config": [bm, bn, warps, stages]}
+    for bm, bn, warps, stages, kt in [(128, 64, 8, 3, False), (128, 128, 8, 3, False), (128, 64, 4, 3, False),
+                                      (128, 64, 8, 3, True), (128, 128, 8, 3, True)]:
+        row = {"config": [bm, bn, warps, stages], "k_transposed_in_kernel": kt}
         for name, m in mods.items():
             out = torch.full_like(q, float("nan"))
 
-            def run(m=m, out=out, bm=bm, bn=bn, warps=warps, stages=stages):
-                m.attn_fwd[(S // bm, B * H)](q, k, v, out, scale, S, D=D, BLOCK_M=bm, BLOCK_N=bn,
+            def run(m=m, out=out, bm=bm, bn=bn, warps=warps, stages=stages, kt=kt):
+                m.attn_fwd[(S // bm, B * H)](q, k, v, out, scale, S, D=D, BLOCK_M=bm, BLOCK_N=bn, K_T=kt,
                                              num_warps=warps, num_stages=stages)
 
             try:
@@ -92,7 +98,7 @@ def main():
         res["cases"].append(row)
         t, r = row.get("tiles_tflops"), row.get("triton_tflops")
         ratio = f"{t / r:.3f}x" if t and r else "n/a"
-        print(f"attention {bm}x{bn} w{warps} s{stages}: tiles {t or 0:.0f} TFLOP/s "
+        print(f"attention {bm}x{bn} w{warps} s{stages}{' k.T' if kt else ''}: tiles {t or 0:.0f} TFLOP/s "
               f"(err {row.get('tiles_rel_err', float('nan')):.1e}), triton {r or 0:.0f} ({ratio})")
     ms = triton.testing.do_bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale),
                                  return_mode="median")

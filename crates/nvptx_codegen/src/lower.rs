@@ -634,9 +634,14 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.smem_busy = true;
                 }
             }
-            OpKind::LocalView { buf, .. } => {
+            OpKind::LocalView { buf, trans, .. } => {
                 let slot = self.get(data.operands[0])?[0].into_int_value();
-                let t = self.ring_slot(buf, slot)?;
+                let mut t = self.ring_slot(buf, slot)?;
+                if trans {
+                    // The same storage, indexed the other way round.
+                    t.dims = [t.dims[1], t.dims[0]];
+                    t.contig = 1 - t.contig;
+                }
                 self.views.insert(data.results[0], t);
             }
             OpKind::Atomic(a) => {

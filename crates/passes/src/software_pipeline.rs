@@ -176,7 +176,15 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
         }
         let r = d.results[0];
         let us = users_of(r);
-        if us.len() != 1 || func.ops[us[0]].kind != OpKind::ConvertLayout {
+        // The load's one user gives it a dot operand layout: a conversion, or a transpose
+        // (`k.T`: the slot is then read transposed).
+        let to_operand = us.len() == 1
+            && match func.ops[us[0]].kind {
+                OpKind::ConvertLayout => true,
+                OpKind::Permute { perm } => perm[0] == 1 && perm[1] == 0,
+                _ => false,
+            };
+        if !to_operand {
             continue;
         }
         let cvt = us[0];
@@ -508,6 +516,7 @@ fn apply(
             OpKind::LocalView {
                 buf: bufs[k],
                 stages: stages as u8,
+                trans: matches!(func.ops[cvt].kind, OpKind::Permute { .. }),
             },
             vec![slot_read],
             &[ty],

@@ -506,6 +506,8 @@ pub enum OpKind {
     /// Slot `slot` (operand) of shared ring buffer `buf`, seen as a `dot` operand tile; its
     /// only users are `dot`s, which read the fragments they need from shared memory.
     LocalView {
+        /// The slot read transposed (a `[K, N]` view of a copied `[N, K]` tile).
+        trans: bool,
         /// The ring buffer.
         buf: u8,
         /// Slots in the ring.

@@ -630,6 +630,7 @@ impl Parser<'_> {
             "local_view" => OpKind::LocalView {
                 buf: self.small(self.attr_int(attrs, "buf", at)?, at)?,
                 stages: self.small(self.attr_int(attrs, "stages", at)?, at)?,
+                trans: flag("trans"),
             },
             "dot" => {
                 let w = self.attr_word(attrs, "precision", at)?;

@@ -120,7 +120,10 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
             a.vector
         ),
         OpKind::AsyncWait { pending } => format!(" {{pending = {pending}}}"),
-        OpKind::LocalView { buf, stages } => format!(" {{buf = {buf}, stages = {stages}}}"),
+        OpKind::LocalView { buf, stages, trans } => format!(
+            " {{buf = {buf}, stages = {stages}{}}}",
+            if *trans { ", trans" } else { "" }
+        ),
         OpKind::Dot { precision } => format!(" {{precision = {}}}", precision.name()),
         OpKind::Scan { axis, reverse } => format!(
             " {{axis = {axis}{}}}",

@@ -88,10 +88,19 @@ impl Verifier<'_> {
                     let Elem::Ptr(e) = t.elem else { continue };
                     (a.buf, (t.shape, Some(e), a.stages))
                 }
-                OpKind::LocalView { buf, stages } => {
+                OpKind::LocalView { buf, stages, trans } => {
                     let t = f.ty(d.results[0]);
                     views.push((op, buf));
-                    (buf, (t.shape, t.dtype(), stages))
+                    let shape = if trans {
+                        let dims = t.shape.dims();
+                        match dims {
+                            [a, b] => crate::Shape::new(&[*b, *a]).unwrap_or(t.shape),
+                            _ => t.shape,
+                        }
+                    } else {
+                        t.shape
+                    };
+                    (buf, (shape, t.dtype(), stages))
                 }
                 _ => continue,
             };
