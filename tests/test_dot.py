@@ -411,3 +411,67 @@ def test_transposed_operand_is_pipelined(ptxas, target):
     assert tiles._tiles.parse_ir(ir).text() == ir
     report = assemble(ptxas, k.asm["ptx"], target)
     assert "0 bytes spill stores" in report, report
+
+
+@tiles.jit
+def causal_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_ctx, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                            BLOCK_N: tl.constexpr):
+    # Causal masking in a branch inside the loop, as Triton's tutorial does: the probabilities
+    # computed after the branch feed the second dot from registers (wgmma's register form
+    # needs them written before its fence; a regression test for exactly that).
+    start_m = tl.program_id(0)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    causal_start = start_m * BLOCK_M
+    for start_n in range(0, n_ctx, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        kt = tl.load(k_ptr + (start_n + offs_n)[None, :] * D + offs_d[:, None])
+        qk = tl.dot(q, kt)
+        if start_n >= causal_start:
+            mask = offs_m[:, None] >= (start_n + offs_n[None, :])
+            qk = qk * qk_scale + tl.where(mask, 0, -1.0e6)
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk -= m_ij[:, None]
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_ij[:, None]
+        p = tl.math.exp2(qk)
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + (start_n + offs_n)[:, None] * D + offs_d[None, :])
+        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+        m_i = m_ij
+    acc = acc / l_i[:, None]
+    tl.store(o_ptr + offs_m[:, None] * D + offs_d[None, :], acc.to(tl.float16))
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+def test_causal_attention_branch_in_loop(dev, rng, stages):
+    n, D = 256, 64
+    q, k, v = (random(rng, (n, D), "float16", -1, 1) for _ in range(3))
+    o = dev.put(np.full((n, D), np.nan, np.float16))
+    causal_attention_kernel[(n // 64,)](dev.put(q), dev.put(k), dev.put(v), o, n, 0.125 * 1.44269504, D=D,
+                                         BLOCK_M=64, BLOCK_N=64, num_stages=stages)
+    s = (q.astype(np.float64) @ k.astype(np.float64).T) * 0.125
+    s = np.where(np.tril(np.ones((n, n))) > 0, s, -np.inf)
+    p = np.exp(s - s.max(1, keepdims=True))
+    ref = (p / p.sum(1, keepdims=True)) @ v.astype(np.float64)
+    assert _rel_err(dev.get(o), ref) < 1e-2
+
+
+def test_wgmma_register_operands_precede_the_fence():
+    # Every instruction writing wgmma's register operands comes before wgmma.fence.
+    sig = {"q_ptr": "*fp16:16", "k_ptr": "*fp16:16", "v_ptr": "*fp16:16", "o_ptr": "*fp16:16", "n_ctx": "i32:16",
+           "qk_scale": "fp32"}
+    ptx = tiles.compile(causal_attention_kernel, signature=sig, constexprs={"D": 64, "BLOCK_M": 64, "BLOCK_N": 64},
+                        target="sm_90a", num_warps=4, num_stages=1).asm["ptx"]
+    lines = ptx.splitlines()
+    for i, line in enumerate(lines):
+        if "wgmma.fence" in line:
+            j = next(j for j in range(i, len(lines)) if "wgmma.commit_group" in lines[j])
+            assert not any("cvt.rn.f16x2" in x for x in lines[i:j]), "a register operand is written after the fence"

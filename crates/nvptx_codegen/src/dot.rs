@@ -71,7 +71,8 @@ impl<'ctx> Lowering<'ctx, '_> {
                 None => None,
             }
         };
-        let (sa, sb) = (stage_of(a, false), stage_of(b, true));
+        let stage_a = std::env::var_os("TILES_WGMMA_SMEM_A").is_some();
+        let (sa, sb) = (stage_of(a, stage_a), stage_of(b, true));
         let mut srcs = Vec::with_capacity(2);
         if sa.is_some() || sb.is_some() {
             self.fence_before_shared_write()?;
@@ -746,7 +747,6 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let db = desc_base(self, tb_s, &ob)?;
         let one = self.i32(1);
-        self.asm_void("wgmma.fence.sync.aligned;", "~{memory}", &[])?;
         let instr =
             format!("wgmma.mma_async.sync.aligned.m64n{inst_n}k16.{acc_name}.{in_name}.{in_name}");
         let tb_imm = u32::from(!ob.k_major);
@@ -755,6 +755,10 @@ impl<'ctx> Lowering<'ctx, '_> {
             Some((_, o)) => format!("1, 1, {}, {tb_imm}", u32::from(!o.k_major)),
             None => format!("1, 1, {tb_imm}"),
         };
+        // Every register the instructions read (accumulators, `a` fragments) is computed
+        // first and passed through `wgmma.fence`: the fence must follow their last write, and
+        // tying them to it keeps LLVM from computing any of them after it.
+        let mut groups: Vec<(u32, u32, Vec<usize>)> = Vec::new();
         for rm in 0..reps_m {
             let m0 = rm * 16 * wm;
             for nc in 0..n_instr {
@@ -769,59 +773,82 @@ impl<'ctx> Lowering<'ctx, '_> {
                         }
                     }
                 }
+                groups.push((rm, nc, slots));
+            }
+        }
+        let mut words: Vec<BasicValueEnum<'ctx>> = Vec::new();
+        let mut acc_at: Vec<std::ops::Range<usize>> = Vec::new();
+        for (_, _, slots) in &groups {
+            let start = words.len();
+            if packed {
+                for p in slots.chunks(2) {
+                    words.push(self.pack32(&[rc[p[0]], rc[p[1]]])?);
+                }
+            } else {
+                words.extend(slots.iter().map(|&i| rc[i]));
+            }
+            acc_at.push(start..words.len());
+        }
+        let mut a_at: HashMap<(u32, u32), std::ops::Range<usize>> = HashMap::new();
+        if let Some(f) = &frag {
+            for rm in 0..reps_m {
                 for kk in 0..k / 16 {
-                    let k0 = kk * 16;
-                    let b_off = i64t.const_int((ob.offset(nc * inst_n, k0) >> 4) as u64, false);
-                    let desc_b = self.b.build_int_add(db, b_off, "db")?;
-                    let a_args: Vec<BasicValueEnum> = match (&a_desc, &frag) {
-                        (Some((da, o)), _) => {
-                            let a_off = i64t.const_int((o.offset(m0, k0) >> 4) as u64, false);
-                            vec![self.b.build_int_add(*da, a_off, "da")?.into()]
-                        }
-                        (None, Some(f)) => self.frag_a(f, src_a, din, rm, kk)?,
-                        (None, None) => return self.internal("wgmma without an `a` operand"),
-                    };
-                    let acc_in: Vec<BasicValueEnum> = if packed {
-                        slots
-                            .chunks(2)
-                            .map(|p| self.pack32(&[rc[p[0]], rc[p[1]]]))
-                            .collect::<R<_>>()?
-                    } else {
-                        slots.iter().map(|&i| rc[i]).collect()
-                    };
-                    let n_acc = acc_in.len();
-                    let n_a = a_args.len();
-                    let list = |from: usize, n: usize| -> String {
-                        let items: Vec<String> =
-                            (from..from + n).map(|i| format!("${i}")).collect();
-                        items.join(", ")
-                    };
-                    let a_text = if n_a == 1 {
-                        format!("${n_acc}")
-                    } else {
-                        format!("{{{}}}", list(n_acc, n_a))
-                    };
-                    let template = format!(
-                        "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\n{instr} {{{}}}, {a_text}, ${}, p, {flags};\n}}",
-                        n_acc + n_a + 1,
-                        list(0, n_acc),
-                        n_acc + n_a,
-                    );
-                    let letter = if packed { 'r' } else { 'f' };
-                    let mut cons: Vec<String> = (0..n_acc).map(|_| format!("={letter}")).collect();
-                    let a_con = if n_a == 1 { "l" } else { "r" };
-                    cons.extend((0..n_a).map(|_| a_con.to_string()));
-                    cons.extend(["l".to_string(), "r".to_string()]);
-                    cons.extend((0..n_acc).map(|i| i.to_string()));
-                    let mut args: Vec<BasicValueEnum> = a_args;
-                    args.push(desc_b.into());
-                    args.push(one.into());
-                    args.extend_from_slice(&acc_in);
-                    let out =
-                        self.asm_struct(acc_in[0].get_type(), n_acc, &template, &cons, &args)?;
-                    self.scatter_acc(&mut rc, &slots, out, packed, acc_elem_t)?;
+                    let start = words.len();
+                    let regs = self.frag_a(f, src_a, din, rm, kk)?;
+                    words.extend(regs);
+                    a_at.insert((rm, kk), start..words.len());
                 }
             }
+        }
+        let words = self.fence_warpgroup(&words)?;
+        for (g, (rm, nc, slots)) in groups.iter().enumerate() {
+            let (rm, nc) = (*rm, *nc);
+            let m0 = rm * 16 * wm;
+            let mut acc_in: Vec<BasicValueEnum> = words[acc_at[g].clone()].to_vec();
+            for kk in 0..k / 16 {
+                let k0 = kk * 16;
+                let b_off = i64t.const_int((ob.offset(nc * inst_n, k0) >> 4) as u64, false);
+                let desc_b = self.b.build_int_add(db, b_off, "db")?;
+                let a_args: Vec<BasicValueEnum> = match &a_desc {
+                    Some((da, o)) => {
+                        let a_off = i64t.const_int((o.offset(m0, k0) >> 4) as u64, false);
+                        vec![self.b.build_int_add(*da, a_off, "da")?.into()]
+                    }
+                    None => match a_at.get(&(rm, kk)) {
+                        Some(r) => words[r.clone()].to_vec(),
+                        None => return self.internal("wgmma without an `a` operand"),
+                    },
+                };
+                let n_acc = acc_in.len();
+                let n_a = a_args.len();
+                let list = |from: usize, n: usize| -> String {
+                    let items: Vec<String> = (from..from + n).map(|i| format!("${i}")).collect();
+                    items.join(", ")
+                };
+                let a_text = if n_a == 1 {
+                    format!("${n_acc}")
+                } else {
+                    format!("{{{}}}", list(n_acc, n_a))
+                };
+                let template = format!(
+                    "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\n{instr} {{{}}}, {a_text}, ${}, p, {flags};\n}}",
+                    n_acc + n_a + 1,
+                    list(0, n_acc),
+                    n_acc + n_a,
+                );
+                let letter = if packed { 'r' } else { 'f' };
+                let mut cons: Vec<String> = (0..n_acc).map(|_| format!("={letter}")).collect();
+                let a_con = if n_a == 1 { "l" } else { "r" };
+                cons.extend((0..n_a).map(|_| a_con.to_string()));
+                cons.extend(["l".to_string(), "r".to_string()]);
+                cons.extend((0..n_acc).map(|i| i.to_string()));
+                let mut args: Vec<BasicValueEnum> = a_args;
+                args.push(desc_b.into());
+                args.push(one.into());
+                args.extend_from_slice(&acc_in);
+                acc_in = self.asm_struct(acc_in[0].get_type(), n_acc, &template, &cons, &args)?;
+            }
+            self.scatter_acc(&mut rc, slots, acc_in, packed, acc_elem_t)?;
         }
         self.asm_void("wgmma.commit_group.sync.aligned;", "~{memory}", &[])?;
         Ok(rc)
@@ -877,6 +904,37 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.vals.insert(v, out);
         }
         Ok(())
+    }
+
+    /// `wgmma.fence`, with `regs` passed through it (each its own type: f32 as `f`, others as
+    /// 32-bit `r`), so that their computation stays before the fence.
+    fn fence_warpgroup(&self, regs: &[BasicValueEnum<'ctx>]) -> R<Vec<BasicValueEnum<'ctx>>> {
+        if regs.is_empty() {
+            self.asm_void("wgmma.fence.sync.aligned;", "~{memory}", &[])?;
+            return Ok(Vec::new());
+        }
+        let fields: Vec<BasicTypeEnum<'ctx>> = regs.iter().map(|r| r.get_type()).collect();
+        let mut cons: Vec<String> = fields
+            .iter()
+            .map(|t| if t.is_float_type() { "=f" } else { "=r" }.to_string())
+            .collect();
+        cons.extend((0..regs.len()).map(|i| i.to_string()));
+        cons.push("~{memory}".to_string());
+        let ret = self.cx.struct_type(&fields, false);
+        let Some(r) = self.asm(
+            ret.into(),
+            "wgmma.fence.sync.aligned;",
+            &cons.join(","),
+            regs,
+            true,
+        )?
+        else {
+            return self.internal("wgmma.fence returned nothing");
+        };
+        let sv = r.into_struct_value();
+        (0..regs.len() as u32)
+            .map(|i| Ok(self.b.build_extract_value(sv, i, "wf")?))
+            .collect()
     }
 
     /// An inline-asm statement (with side effects) returning `n` registers of type `t`.
