@@ -71,7 +71,24 @@ impl<'ctx> Lowering<'ctx, '_> {
                 None => None,
             }
         };
-        let stage_a = std::env::var_os("TILES_WGMMA_SMEM_A").is_some();
+        // TILES_WGMMA_SMEM_A (developers): stage `a` anyway (`outer`: only an `a` defined
+        // outside the dot's block; `inner`: only one defined in it).
+        // By default an `a` computed outside the dot's block (a loop-invariant `q`) is staged:
+        // register-form wgmma reading such long-lived registers next to a second register-form
+        // dot gave wrong causal-attention results on the H200 (root cause not found; staging
+        // either operand fixes it, see the note).
+        let dot_block = self.block_of_op(op);
+        let a_block = match self.func.values[a].def {
+            tile_ir::ValueDef::Result(o, _) => self.block_of_op(o),
+            tile_ir::ValueDef::Arg(b, _) => Some(b),
+        };
+        let inner = dot_block.is_some() && dot_block == a_block;
+        let stage_a = match std::env::var("TILES_WGMMA_SMEM_A").ok().as_deref() {
+            None | Some("outer") => warpgroup && !inner,
+            Some("inner") => warpgroup && inner,
+            Some("none") => false,
+            Some(_) => warpgroup,
+        };
         let (sa, sb) = (stage_of(a, stage_a), stage_of(b, true));
         let mut srcs = Vec::with_capacity(2);
         if sa.is_some() || sb.is_some() {
@@ -101,8 +118,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         let out = match (&self.func.layouts[lc], &src_a, &src_b) {
             (Layout::Mma(m), _, Src::Smem(tb)) if m.version == 3 => {
                 let tb = *tb;
-                let out = self.dot_wgmma(a, c, &src_a, &tb)?;
+                let (out, a_regs) = self.dot_wgmma(a, c, &src_a, &tb)?;
                 self.vals.insert(data.results[0], out);
+                // Register `a` fragments are read until the group completes: they go through
+                // the wait too, so nothing reuses their registers before it.
+                self.pending_reads = a_regs;
                 if self.async_dots.contains(&op) {
                     // This group stays in flight; the previous one (whose ring slots the
                     // copies after this dot refill) is done in every warpgroup after these.
@@ -124,6 +144,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         self.vals.insert(data.results[0], out);
         Ok(())
+    }
+
+    fn block_of_op(&self, op: Op) -> Option<tile_ir::Block> {
+        self.func
+            .blocks
+            .iter()
+            .find(|(_, d)| d.ops.contains(&op))
+            .map(|(b, _)| b)
     }
 
     fn reg_src(&mut self, v: Value) -> R<Src<'ctx>> {
@@ -674,7 +702,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         c: Value,
         src_a: &Src<'ctx>,
         tb_s: &SmemTile<'ctx>,
-    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+    ) -> R<(Vec<BasicValueEnum<'ctx>>, Vec<BasicValueEnum<'ctx>>)> {
         let (ta, tc) = (*self.func.ty(a), *self.func.ty(c));
         let (Some(din), Some(dacc)) = (ta.elem.dtype(), tc.elem.dtype()) else {
             return self.internal("dot of non-numbers");
@@ -851,7 +879,11 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.scatter_acc(&mut rc, slots, acc_in, packed, acc_elem_t)?;
         }
         self.asm_void("wgmma.commit_group.sync.aligned;", "~{memory}", &[])?;
-        Ok(rc)
+        let mut a_regs = Vec::new();
+        for r in a_at.values() {
+            a_regs.extend_from_slice(&words[r.clone()]);
+        }
+        Ok((rc, a_regs))
     }
 
     /// `wgmma.wait_group pending`, passing the registers of `values` (warpgroup accumulators)
@@ -864,6 +896,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             spans.push((v, regs.len(), r.len()));
             regs.extend(r);
         }
+        // Registers the instructions still read (their outputs are not used).
+        regs.extend(std::mem::take(&mut self.pending_reads));
         // f16 accumulators travel in pairs, as the instructions hold them.
         let words: Vec<BasicValueEnum<'ctx>> = regs
             .iter()
@@ -882,7 +916,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         let fields: Vec<BasicTypeEnum<'ctx>> = words.iter().map(|w| w.get_type()).collect();
         let mut cons: Vec<String> = fields
             .iter()
-            .map(|t| if t.is_float_type() { "=f" } else { "=h" }.to_string())
+            .map(|t| {
+                if t.is_float_type() {
+                    "=f"
+                } else if *t == self.cx.i16_type().into() {
+                    "=h"
+                } else {
+                    "=r"
+                }
+                .to_string()
+            })
             .collect();
         cons.extend((0..words.len()).map(|i| i.to_string()));
         cons.push("~{memory}".to_string());

@@ -102,6 +102,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub warpgroup: bool,
     /// Warpgroup dots left in flight across loop iterations (see [`async_dots`]).
     pub async_dots: std::collections::HashSet<Op>,
+    /// Registers an issued warpgroup dot still reads (its `a` fragments), for the next wait.
+    pub pending_reads: Vec<BasicValueEnum<'ctx>>,
 }
 
 /// Conversions to a `#dot_op` layout whose every user is a `dot` in the same block: the `dot`
@@ -278,6 +280,7 @@ pub(crate) fn lower_kernel<'ctx>(
             .layouts
             .iter()
             .any(|(_, l)| matches!(l, tile_ir::Layout::Mma(m) if m.version == 3)),
+        pending_reads: Vec::new(),
         async_dots: if std::env::var_os("TILES_WGMMA_SYNC").is_some() {
             Default::default()
         } else {
