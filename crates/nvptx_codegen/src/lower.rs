@@ -104,6 +104,56 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub async_dots: std::collections::HashSet<Op>,
     /// Registers an issued warpgroup dot still reads (its `a` fragments), for the next wait.
     pub pending_reads: Vec<BasicValueEnum<'ctx>>,
+    /// Operands staged once into reserved shared memory (see [`persistent_operands`]): byte
+    /// offsets from the start of shared memory, which they occupy before the rings.
+    pub persistent: HashMap<Value, u32>,
+    /// Bytes the persistent operands take.
+    pub persistent_bytes: u32,
+}
+
+/// Conversions to a warpgroup dot's `a` layout used only by such dots inside loops below it
+/// (a loop-invariant `q`): staged once, where converted, into shared memory that stays
+/// reserved, and read by the dots through descriptors.
+pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
+    let mut block_of: HashMap<Op, tile_ir::Block> = HashMap::new();
+    let mut users: HashMap<Value, Vec<(Op, usize)>> = HashMap::new();
+    for (b, data) in func.blocks.iter() {
+        for &op in &data.ops {
+            block_of.insert(op, b);
+            for (i, &v) in func.ops[op].operands.iter().enumerate() {
+                users.entry(v).or_default().push((op, i));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for op in func.ops_in_order() {
+        let d = &func.ops[op];
+        if d.kind != OpKind::ConvertLayout {
+            continue;
+        }
+        let r = d.results[0];
+        let to_wgmma_a = matches!(func.layout_of(r),
+            Some(tile_ir::Layout::DotOperand { op_idx: 0, parent, .. })
+                if matches!(parent.as_ref(), tile_ir::Layout::Mma(m) if m.version == 3));
+        let ty = func.ty(r);
+        let ok = to_wgmma_a
+            && ty.shape.rank() == 2
+            && matches!(
+                ty.elem.dtype(),
+                Some(tile_ir::DType::F16 | tile_ir::DType::BF16)
+            )
+            && users.get(&r).is_some_and(|us| {
+                us.iter().all(|&(u, i)| {
+                    matches!(func.ops[u].kind, OpKind::Dot { .. })
+                        && i == 0
+                        && block_of.get(&u) != block_of.get(&op)
+                })
+            });
+        if ok {
+            out.push(r);
+        }
+    }
+    out
 }
 
 /// Conversions to a `#dot_op` layout whose every user is a `dot` in the same block: the `dot`
@@ -281,6 +331,8 @@ pub(crate) fn lower_kernel<'ctx>(
             .iter()
             .any(|(_, l)| matches!(l, tile_ir::Layout::Mma(m) if m.version == 3)),
         pending_reads: Vec::new(),
+        persistent: HashMap::new(),
+        persistent_bytes: 0,
         async_dots: if std::env::var_os("TILES_WGMMA_SYNC").is_some() {
             Default::default()
         } else {
@@ -585,7 +637,18 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             OpKind::ConvertLayout => {
                 let r = data.results[0];
-                if self.deferrable.contains(&r) {
+                if let Some(&offset) = self.persistent.get(&r) {
+                    // Staged once, here; the dots in the loops below read it in place.
+                    self.fence_before_shared_write()?;
+                    let keep = self.scratch_base;
+                    self.scratch_base = 0;
+                    let t = self.stage_tile(data.operands[0], offset);
+                    self.scratch_base = keep;
+                    let t = t?;
+                    self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;
+                    self.barrier_sync()?;
+                    self.views.insert(r, t);
+                } else if self.deferrable.contains(&r) {
                     self.staged.insert(r, data.operands[0]);
                 } else if self.same_distribution(data.operands[0], &rty.expect("result"))? {
                     // Every thread already holds the elements it needs: reorder registers.
@@ -633,7 +696,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 if pending == 0 && self.loop_depth == 0 {
                     // Every copy has landed: the rings' memory is free for scratch again
                     // (after a barrier, which the next writer takes since the rings were read).
-                    self.scratch_base = 0;
+                    self.scratch_base = self.persistent_bytes;
                     self.smem_busy = true;
                 }
             }

@@ -329,7 +329,19 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// Places every ring buffer at the start of shared memory; scratch space starts past them
     /// until the rings are retired.
     pub fn plan_rings(&mut self) -> R<()> {
+        // Operands staged once come first (they outlive the rings), 1024-byte aligned.
         let mut offset = 0u32;
+        if self.warpgroup && std::env::var_os("TILES_WGMMA_NO_PERSISTENT").is_none() {
+            for r in crate::lower::persistent_operands(self.func) {
+                let ty = *self.func.ty(r);
+                let (Some(d), [m, k]) = (ty.elem.dtype(), ty.shape.dims()) else {
+                    continue;
+                };
+                self.persistent.insert(r, offset);
+                offset += SmemTile::bytes([*m, *k], d).next_multiple_of(1024);
+            }
+        }
+        self.persistent_bytes = offset;
         for op in self.func.ops_in_order() {
             let d = &self.func.ops[op];
             let OpKind::AsyncCopy(a) = d.kind else {
