@@ -19,6 +19,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from bench_attention import SRC as ATTN_SRC  # noqa: E402
 from bench_matmul import SRC as MATMUL_SRC  # noqa: E402
 from bench_norms import SRC as NORMS_SRC  # noqa: E402
 from bench_vector_add import KERNEL_SRC as ADD_SRC  # noqa: E402
@@ -35,12 +36,34 @@ KERNELS = {
                                  "K": "i32", "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32",
                                  "stride_bn": "i32", "stride_cm": "i32", "stride_cn": "i32"},
                {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}, 4),
+    "attention": ("attn_fwd", {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "Out": "*fp16", "sm_scale": "fp32",
+                               "S": "i32"}, {"D": 64, "BLOCK_M": 64, "BLOCK_N": 64, "K_T": True}, 4),
 }
+
+# What a launch specialises for the benchmark's shapes: every pointer and these integers are
+# multiples of 16, these strides are 1 (Triton and tiles both specialise so on a launch).
+AS_LAUNCHED = {
+    "vector_add": (("n_elements",), ()),
+    "softmax": (("input_row_stride", "output_row_stride", "n_cols"), ()),
+    "layernorm": (("stride", "N"), ()),
+    "matmul": (("M", "N", "K", "stride_am", "stride_bk", "stride_cm"), ("stride_ak", "stride_bn", "stride_cn")),
+    "attention": (("S",), ()),
+}
+
+
+def as_launched(kernel: str):
+    """The kernel's (signature, constexprs, divisible-by-16 names) as a launch specialises it."""
+    _, sig, cx, _ = KERNELS[kernel]
+    div, ones = AS_LAUNCHED[kernel]
+    sig2 = {k: v for k, v in sig.items() if k not in ones}
+    cx2 = dict(cx, **{k: 1 for k in ones})
+    return sig2, cx2, [k for k, v in sig2.items() if v.startswith("*") or k in div]
 
 
 def load(mod: str):
     src = (f"import {mod} as triton\nimport {mod}.language as tl\n" + ADD_SRC.format(mod="triton")
-           + NORMS_SRC.format(mod=mod).split("\n", 3)[3] + MATMUL_SRC.format(mod=mod).split("\n", 3)[3])
+           + NORMS_SRC.format(mod=mod).split("\n", 3)[3] + MATMUL_SRC.format(mod=mod).split("\n", 3)[3]
+           + ATTN_SRC.format(mod=mod).split("\n", 3)[3])
     path = os.path.join(tempfile.mkdtemp(), f"cc_{mod}.py")
     with open(path, "w") as f:
         f.write(src)
@@ -50,10 +73,11 @@ def load(mod: str):
     return m
 
 
-def time_tiles(m, name, sig, cx, warps, reps=7):
+def time_tiles(m, name, sig, cx, warps, reps=7, div=()):
     import tiles
 
     fn = getattr(m, name)
+    sig = {k: (f"{v}:16" if k in div else v) for k, v in sig.items()}
     out = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -78,7 +102,7 @@ def _triton_to_ptx_only():
     CUDABackend._tiles_ptx_only = True
 
 
-def time_triton(m, name, sig, cx, warps, reps=3):
+def time_triton(m, name, sig, cx, warps, reps=3, div=()):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -90,7 +114,8 @@ def time_triton(m, name, sig, cx, warps, reps=3):
     out = []
     for _ in range(reps):
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
-        src = ASTSource(fn, s, constexprs=cx)
+        attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in div}
+        src = ASTSource(fn, s, constexprs=cx, attrs=attrs)
         t0 = time.perf_counter()
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
         out.append(time.perf_counter() - t0)
@@ -133,19 +158,28 @@ def main():
     res = {"cpu_cores": os.cpu_count()}
     tm, rm = load("tiles"), load("triton")
     for k, (name, sig, cx, warps) in KERNELS.items():
-        res[f"tiles_{k}_ms"] = time_tiles(tm, name, sig, cx, warps)
-        try:
-            res[f"triton_{k}_ms"] = time_triton(rm, name, sig, cx, warps)
-        except Exception as e:  # Triton may need ptxas for its last stage; report what ran
-            res[f"triton_{k}_error"] = f"{type(e).__name__}: {e}"[:200]
+        for variant in ("", "launched_"):
+            s, c, div = as_launched(k) if variant else (sig, cx, ())
+            key = f"{variant}{k}"
+            res[f"tiles_{key}_ms"] = time_tiles(tm, name, s, c, warps, div=div)
+            try:
+                res[f"triton_{key}_ms"] = time_triton(rm, name, s, c, warps, div=div)
+            except Exception as e:  # Triton may need ptxas for its last stage; report what ran
+                res[f"triton_{key}_error"] = f"{type(e).__name__}: {e}"[:200]
     res["import_tiles_ms"] = import_ms("tiles")
     res["import_triton_ms"] = import_ms("triton")
     res["threads_speedup_2"] = threads_speedup(2)
-    for k in KERNELS:
-        t = res[f"tiles_{k}_ms"]
-        r = res.get(f"triton_{k}_ms")
-        print(f"{k}: tiles {t:.1f} ms" + (f", triton {r:.0f} ms ({t / r:.3f}x)" if r else
-                                          f", triton failed: {res.get(f'triton_{k}_error')}"))
+    for variant in ("", "launched_"):
+        for k in KERNELS:
+            t = res[f"tiles_{variant}{k}_ms"]
+            r = res.get(f"triton_{variant}{k}_ms")
+            print(f"{variant}{k}: tiles {t:.1f} ms" + (f", triton {r:.0f} ms ({t / r:.3f}x)" if r else
+                                                        f", triton failed: {res.get(f'triton_{variant}{k}_error')}"))
+        tt = sum(res[f"tiles_{variant}{k}_ms"] for k in KERNELS)
+        rr = [res.get(f"triton_{variant}{k}_ms") for k in KERNELS]
+        if all(rr):
+            res[f"{variant}total_ratio"] = tt / sum(rr)
+            print(f"{variant}total: tiles {tt:.1f} ms, triton {sum(rr):.0f} ms ({tt / sum(rr):.3f}x)")
     print(f"import: tiles {res['import_tiles_ms']:.0f} ms, triton {res['import_triton_ms']:.0f} ms")
     print(f"2 kernels on 2 threads: {res['threads_speedup_2']:.2f}x speed-up ({res['cpu_cores']} cores)")
     if a.json:
