@@ -337,6 +337,26 @@ def test_attention_forward_assembles_without_spills(ptxas, target):
     assert "0 bytes spill stores" in report, report
 
 
+def test_attention_ptx_is_the_same_in_every_process():
+    # The wgmma path once ordered register fragments by a HashMap's iteration, so the PTX (and
+    # what a user debugs) changed from process to process. Compile-only, three fresh processes.
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = ("import sys, hashlib; sys.path.insert(0, %r); import test_dot, tiles; "
+            "sig = {'q_ptr': '*fp16:16', 'k_ptr': '*fp16:16', 'v_ptr': '*fp16:16', 'o_ptr': '*fp16:16', "
+            "'seq_len': 'i32:16', 'sm_scale': 'fp32'}; "
+            "k = tiles.compile(test_dot.attention_fwd_kernel, signature=sig, "
+            "constexprs={'D': 64, 'BLOCK_M': 128, 'BLOCK_N': 64}, target='sm_90a', num_warps=8); "
+            "print(hashlib.sha1(k.asm['ptx'].encode()).hexdigest())") % here
+    env = dict(os.environ, TILES_CACHE="0")
+    digests = {subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              check=True).stdout.strip() for _ in range(3)}
+    assert len(digests) == 1, digests
+
+
 @tiles.jit
 def dot_in_while_kernel(a_ptr, c_ptr, n):
     r = tl.arange(0, 16)

@@ -8,7 +8,7 @@ use crate::lower::{Lowering, R};
 use crate::operand::SmemTile;
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use tile_ir::{BinaryOp, DType, DotPrecision, Elem, Layout, Op, OpKind, Value};
 
 /// Where a `dot` operand's elements are: in registers (its `#dot_op` layout), or staged in
@@ -817,7 +817,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             acc_at.push(start..words.len());
         }
-        let mut a_at: HashMap<(u32, u32), std::ops::Range<usize>> = HashMap::new();
+        // Ordered: the fragments are passed through the wait in this order (a HashMap made the
+        // PTX differ from process to process).
+        let mut a_at: BTreeMap<(u32, u32), std::ops::Range<usize>> = BTreeMap::new();
         if let Some(f) = &frag {
             for rm in 0..reps_m {
                 for kk in 0..k / 16 {
