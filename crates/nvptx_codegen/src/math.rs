@@ -3,10 +3,12 @@
 //! Triton does.
 
 use crate::lower::{dtype_type, memory_type, Lowering, R};
+use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::intrinsics::Intrinsic;
 use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
 use inkwell::values::{
-    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FastMathFlags, FloatValue, IntValue,
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, CallSiteValue, FastMathFlags, FloatValue,
+    IntValue,
 };
 use inkwell::{FloatPredicate, IntPredicate};
 use tile_ir::{BinaryOp, CmpPred, DType, Elem, OpKind, UnaryOp};
@@ -41,6 +43,22 @@ impl<'ctx> Lowering<'ctx, '_> {
         args: &[BasicValueEnum<'ctx>],
         side_effects: bool,
     ) -> R<Option<BasicValueEnum<'ctx>>> {
+        self.asm_noundef(ret, template, constraints, args, side_effects, &[])
+    }
+
+    /// [`Self::asm`] with the arguments at `noundef` marked `noundef`: they are never undef or
+    /// poison (tiles' own arithmetic carries no poison-generating flags), and saying so lets
+    /// LLVM treat the asm as a use that would make a poisoned value UB — its strength reduction
+    /// asks that of every address (see `address_next_to_use`).
+    pub fn asm_noundef(
+        &self,
+        ret: BasicTypeEnum<'ctx>,
+        template: &str,
+        constraints: &str,
+        args: &[BasicValueEnum<'ctx>],
+        side_effects: bool,
+        noundef: &[u32],
+    ) -> R<Option<BasicValueEnum<'ctx>>> {
         let arg_types: Vec<BasicMetadataTypeEnum> =
             args.iter().map(|a| a.get_type().into()).collect();
         let fn_type = ret.fn_type(&arg_types, false);
@@ -55,7 +73,21 @@ impl<'ctx> Lowering<'ctx, '_> {
         );
         let margs: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
         let call = self.b.build_indirect_call(fn_type, f, &margs, "asm")?;
+        self.mark_noundef(call, noundef);
         Ok(call.try_as_basic_value().basic())
+    }
+
+    fn mark_noundef(&self, call: CallSiteValue<'ctx>, params: &[u32]) {
+        if params.is_empty() {
+            return;
+        }
+        let kind = Attribute::get_named_enum_kind_id("noundef");
+        for &i in params {
+            call.add_attribute(
+                AttributeLoc::Param(i),
+                self.cx.create_enum_attribute(kind, 0),
+            );
+        }
     }
 
     /// Inline PTX returning nothing.
@@ -64,6 +96,17 @@ impl<'ctx> Lowering<'ctx, '_> {
         template: &str,
         constraints: &str,
         args: &[BasicValueEnum<'ctx>],
+    ) -> R<()> {
+        self.asm_void_noundef(template, constraints, args, &[])
+    }
+
+    /// [`Self::asm_void`] with the arguments at `noundef` marked `noundef` (see [`Self::asm_noundef`]).
+    pub fn asm_void_noundef(
+        &self,
+        template: &str,
+        constraints: &str,
+        args: &[BasicValueEnum<'ctx>],
+        noundef: &[u32],
     ) -> R<()> {
         let arg_types: Vec<BasicMetadataTypeEnum> =
             args.iter().map(|a| a.get_type().into()).collect();
@@ -78,7 +121,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             false,
         );
         let margs: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
-        self.b.build_indirect_call(fn_type, f, &margs, "")?;
+        let call = self.b.build_indirect_call(fn_type, f, &margs, "")?;
+        self.mark_noundef(call, noundef);
         Ok(())
     }
 

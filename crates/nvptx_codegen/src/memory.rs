@@ -196,8 +196,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(out)
     }
 
-    /// Moves the address of a plain (unpredicated) access next to it when nothing else uses it
-    /// yet: LLVM's straight-line strength reduction asks, for every candidate basis, whether a
+    /// Moves the address of an access next to it when nothing else uses it yet (predicated
+    /// accesses are inline asm that marks the address `noundef`, which LLVM can see): LLVM's straight-line strength reduction asks, for every candidate basis, whether a
     /// poisoned value would be UB, scanning a few instructions forward for a memory use; with a
     /// tile's addresses computed in one run ahead of its accesses that scan finds nothing and
     /// falls back to a walk that dominated code generation (attention with unaligned pointers:
@@ -282,7 +282,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let mut args: Vec<BasicValueEnum> = vec![addr.into(), pred.into()];
         args.extend(init);
-        let Some(r) = self.asm(ret, &t, &cons.join(","), &args, true)? else {
+        self.address_next_to_use(addr);
+        let Some(r) = self.asm_noundef(ret, &t, &cons.join(","), &args, true, &[0])? else {
             return self.internal("load asm");
         };
         let words: Vec<BasicValueEnum> = if nw == 1 {
@@ -407,7 +408,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         cons.push("~{memory}".into());
         let mut args: Vec<BasicValueEnum> = vec![pred.into(), addr.into()];
         args.extend(words);
-        self.asm_void(&t, &cons.join(","), &args)
+        self.address_next_to_use(addr);
+        self.asm_void_noundef(&t, &cons.join(","), &args, &[1])
     }
 
     pub fn barrier_sync(&mut self) -> R<()> {
