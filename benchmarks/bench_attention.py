@@ -10,10 +10,9 @@ Usage (GPU machine): python benchmarks/bench_attention.py [--json out.json]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
-import tempfile
+
+from _source import load_source
 
 SRC = '''
 import {mod} as triton
@@ -53,13 +52,7 @@ def attn_fwd(Q, K, V, Out, sm_scale, S, D: tl.constexpr, BLOCK_M: tl.constexpr, 
 
 
 def load(mod: str):
-    path = os.path.join(tempfile.mkdtemp(), f"attn_{mod}.py")
-    with open(path, "w") as f:
-        f.write(SRC.format(mod=mod))
-    spec = importlib.util.spec_from_file_location(f"attn_{mod}", path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_source(SRC.format(mod=mod), f"attn_{mod}")
 
 
 def main():

@@ -7,7 +7,6 @@ Usage: python benchmarks/bench_compile_cpu.py [--json out.json]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -19,6 +18,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from _source import load_source  # noqa: E402
 from bench_attention import SRC as ATTN_SRC  # noqa: E402
 from bench_matmul import SRC as MATMUL_SRC  # noqa: E402
 from bench_norms import SRC as NORMS_SRC  # noqa: E402
@@ -64,13 +64,7 @@ def load(mod: str):
     src = (f"import {mod} as triton\nimport {mod}.language as tl\n" + ADD_SRC.format(mod="triton")
            + NORMS_SRC.format(mod=mod).split("\n", 3)[3] + MATMUL_SRC.format(mod=mod).split("\n", 3)[3]
            + ATTN_SRC.format(mod=mod).split("\n", 3)[3])
-    path = os.path.join(tempfile.mkdtemp(), f"cc_{mod}.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"cc_{mod}", path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_source(src, f"cc_{mod}")
 
 
 def time_tiles(m, name, sig, cx, warps, reps=7, div=()):

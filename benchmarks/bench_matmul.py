@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
-import os
-import tempfile
+
+from _source import load_source
 
 SRC = '''
 import {mod} as triton
@@ -57,13 +56,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 
 
 def load(mod: str):
-    path = os.path.join(tempfile.mkdtemp(), f"mm_{mod}.py")
-    with open(path, "w") as f:
-        f.write(SRC.format(mod=mod))
-    spec = importlib.util.spec_from_file_location(f"mm_{mod}", path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_source(SRC.format(mod=mod), f"mm_{mod}")
 
 
 def main():

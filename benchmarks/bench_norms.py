@@ -7,10 +7,9 @@ GB/s counts the input read once and the output written once.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
-import tempfile
+
+from _source import load_source
 
 SRC = '''
 import {mod} as triton
@@ -63,13 +62,7 @@ def layer_norm_fwd(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl.conste
 
 
 def load(mod: str):
-    path = os.path.join(tempfile.mkdtemp(), f"norms_{mod}.py")
-    with open(path, "w") as f:
-        f.write(SRC.format(mod=mod))
-    spec = importlib.util.spec_from_file_location(f"norms_{mod}", path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_source(SRC.format(mod=mod), f"norms_{mod}")
 
 
 def main():

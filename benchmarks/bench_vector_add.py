@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from _source import load_source
+
 KERNEL_SRC = '''
 @{mod}.jit
 def add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
@@ -36,15 +38,8 @@ def make_kernel(mod_name: str):
     else:
         import triton as mod
         import triton.language as tl
-    src = KERNEL_SRC.format(mod="mod")
-    path = os.path.join(tempfile.mkdtemp(), f"add_{mod_name}.py")
-    with open(path, "w") as f:
-        f.write("import {0} as mod\nimport {0}.language as tl\n".format(mod_name) + src)
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"add_{mod_name}", path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    src = "import {0} as mod\nimport {0}.language as tl\n".format(mod_name) + KERNEL_SRC.format(mod="mod")
+    m = load_source(src, f"add_{mod_name}")
     _ = (mod, tl)
     return m.add_kernel
 
