@@ -987,8 +987,6 @@ def _extra_modules():
 
 
 extra = _extra_modules()
-
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "Any", "SimpleNamespace")]
 _ = _pymath
 
 

@@ -557,13 +557,14 @@ cos = _same("cos", "cos", "Cosine.")
 floor = _same("floor", "floor", "Rounds down.")
 ceil = _same("ceil", "ceil", "Rounds up.")
 erf = _same("erf", "erf", "The error function.")
-fast_expf = _same("fast_expf", "exp", "e**x (fast).")
+# libdevice's other names for the same functions (tiles has one precision for each).
+fast_expf = exp
 fast_exp10f = exp10
-fast_logf = _same("fast_logf", "log", "Natural logarithm (fast).")
-fast_log2f = _same("fast_log2f", "log2", "Base-2 logarithm (fast).")
+fast_logf = log
+fast_log2f = log2
 fast_log10f = log10
-fast_sinf = _same("fast_sinf", "sin", "Sine (fast).")
-fast_cosf = _same("fast_cosf", "cos", "Cosine (fast).")
+fast_sinf = sin
+fast_cosf = cos
 fast_tanf = tan
 fast_powf = pow
 sqrt_rn = sqrt
@@ -575,10 +576,7 @@ def fabs(x, _semantic=None):
     return semantic.abs_(x)
 
 
-@_export
-def abs(x, _semantic=None):
-    """Absolute value."""
-    return semantic.abs_(x)
+abs = fabs
 
 
 @_export
@@ -637,3 +635,7 @@ def mulhi(x, y, _semantic=None):
 def mul24(x, y, _semantic=None):
     """x * y on the low 24 bits (here: the full product's low 32 bits)."""
     return semantic.mul(x, y)
+
+
+__all__ += ["fast_expf", "fast_exp10f", "fast_logf", "fast_log2f", "fast_log10f", "fast_sinf", "fast_cosf",
+            "fast_tanf", "fast_powf", "sqrt_rn", "abs"]
