@@ -22,7 +22,8 @@ class CompiledKernel:
     """
 
     def __init__(self, name: str, out: Dict[str, Any], target: str, num_warps: int, num_stages: int,
-                 signature: Dict[str, str], constexprs: Dict[str, Any], file: str = "<unknown>"):
+                 signature: Dict[str, str], constexprs: Dict[str, Any], file: str = "<unknown>",
+                 arg_names: Sequence[str] = ()):
         self.name = out["name"]
         self.function_name = name
         self.asm: Dict[str, Any] = {"tir": out["tir"], "tir_opt": out["tir_opt"], "llir": out["llir"],
@@ -34,7 +35,7 @@ class CompiledKernel:
         self.signature = signature
         self.constexprs = constexprs
         self.params = [n for n, t in signature.items() if n not in constexprs and t != "constexpr"]
-        self.arg_names: list = []
+        self.arg_names = list(arg_names)  # every parameter, constexprs included (`kernel[grid](*args)`)
         self._loaded = None
         self.cache_key: Optional[str] = None
 
@@ -214,8 +215,8 @@ def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] 
     if hit is not None:
         out = dict(hit["stages"], name=hit["name"], shared=hit["shared"], num_threads=hit["num_threads"],
                    asserts=[tuple(a) for a in hit["asserts"]])
-        ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file)
-        ck.arg_names = list(fn.param_names)
+        ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file,
+                            fn.param_names)
         if "cubin" in hit:
             ck.asm["cubin"] = hit["cubin"]
         ck.cache_key = key
@@ -235,8 +236,8 @@ def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] 
         print(f"tiles: {out['name']}: frontend {(t1 - t0) * 1e3:.2f} ms, {stages} ms "
               f"(passes + LLVM + PTX {(t2 - t1) * 1e3:.2f} ms)", file=sys.stderr)
     _dump(out["name"], out)
-    ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file)
-    ck.arg_names = list(fn.param_names)
+    ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file,
+                        fn.param_names)
     if not dump:
         cache.store(key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
                           "asserts": out["asserts"], "target": target},
