@@ -5,7 +5,7 @@
 use crate::lower::{dtype_type, memory_type, Lowering, R};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::intrinsics::Intrinsic;
-use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionType};
 use inkwell::values::{
     BasicMetadataValueEnum, BasicValue, BasicValueEnum, CallSiteValue, FastMathFlags, FloatValue,
     IntValue,
@@ -62,32 +62,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         let arg_types: Vec<BasicMetadataTypeEnum> =
             args.iter().map(|a| a.get_type().into()).collect();
         let fn_type = ret.fn_type(&arg_types, false);
-        let f = self.cx.create_inline_asm(
-            fn_type,
-            template.to_string(),
-            constraints.to_string(),
-            side_effects,
-            false,
-            None,
-            false,
-        );
-        let margs: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
-        let call = self.b.build_indirect_call(fn_type, f, &margs, "asm")?;
-        self.mark_noundef(call, noundef);
+        let call = self.call_asm(fn_type, template, constraints, args, side_effects, noundef)?;
         Ok(call.try_as_basic_value().basic())
-    }
-
-    fn mark_noundef(&self, call: CallSiteValue<'ctx>, params: &[u32]) {
-        if params.is_empty() {
-            return;
-        }
-        let kind = Attribute::get_named_enum_kind_id("noundef");
-        for &i in params {
-            call.add_attribute(
-                AttributeLoc::Param(i),
-                self.cx.create_enum_attribute(kind, 0),
-            );
-        }
     }
 
     /// Inline PTX returning nothing.
@@ -111,19 +87,44 @@ impl<'ctx> Lowering<'ctx, '_> {
         let arg_types: Vec<BasicMetadataTypeEnum> =
             args.iter().map(|a| a.get_type().into()).collect();
         let fn_type = self.cx.void_type().fn_type(&arg_types, false);
+        self.call_asm(fn_type, template, constraints, args, true, noundef)?;
+        Ok(())
+    }
+
+    /// Emits a call of an inline-asm statement of type `fn_type`.
+    fn call_asm(
+        &self,
+        fn_type: FunctionType<'ctx>,
+        template: &str,
+        constraints: &str,
+        args: &[BasicValueEnum<'ctx>],
+        side_effects: bool,
+        noundef: &[u32],
+    ) -> R<CallSiteValue<'ctx>> {
         let f = self.cx.create_inline_asm(
             fn_type,
             template.to_string(),
             constraints.to_string(),
-            true,
+            side_effects,
             false,
             None,
             false,
         );
         let margs: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
-        let call = self.b.build_indirect_call(fn_type, f, &margs, "")?;
-        self.mark_noundef(call, noundef);
-        Ok(())
+        let name = if fn_type.get_return_type().is_some() {
+            "asm"
+        } else {
+            ""
+        };
+        let call = self.b.build_indirect_call(fn_type, f, &margs, name)?;
+        let kind = Attribute::get_named_enum_kind_id("noundef");
+        for &i in noundef {
+            call.add_attribute(
+                AttributeLoc::Param(i),
+                self.cx.create_enum_attribute(kind, 0),
+            );
+        }
+        Ok(call)
     }
 
     fn f32c(&self, x: f64) -> FloatValue<'ctx> {
