@@ -10,7 +10,7 @@
 //! the canonical 128/64/32-byte swizzled layout `wgmma` reads through matrix descriptors
 //! (its start 1024-byte aligned).
 
-use crate::lower::{int_type, Lowering, R};
+use crate::lower::{int_type, Geometry, Lowering, R};
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
 use tile_ir::{DType, Elem, OpKind, Value};
@@ -82,6 +82,22 @@ impl<'ctx> SmemTile<'ctx> {
 }
 
 impl<'ctx> Lowering<'ctx, '_> {
+    /// The element index in `t` of this thread's register at coordinates `c` of `geo`.
+    fn smem_index_of_reg(
+        &self,
+        t: &SmemTile<'ctx>,
+        geo: &Geometry<'ctx>,
+        c: &[u32],
+    ) -> R<IntValue<'ctx>> {
+        let i = self
+            .b
+            .build_int_add(geo.thread[0], self.i32(c[0] as u64), "ti")?;
+        let j = self
+            .b
+            .build_int_add(geo.thread[1], self.i32(c[1] as u64), "tj")?;
+        self.smem_index(t, i, j)
+    }
+
     /// The element index (not bytes) of tile element `(i, j)`; coordinates wrap at the tile's
     /// size (copies of small tiles).
     pub fn smem_index(
@@ -196,14 +212,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         let word_bits = d.bits() * vec as u32;
         for (ci, chunk) in geo.regs.chunks(vec).enumerate() {
-            let c = &chunk[0];
-            let i = self
-                .b
-                .build_int_add(geo.thread[0], self.i32(c[0] as u64), "ti")?;
-            let j = self
-                .b
-                .build_int_add(geo.thread[1], self.i32(c[1] as u64), "tj")?;
-            let idx = self.smem_index(&tile, i, j)?;
+            let idx = self.smem_index_of_reg(&tile, &geo, &chunk[0])?;
             let p = self.smem_ptr(&tile, idx)?;
             let vals = &regs[ci * vec..(ci + 1) * vec];
             if vec == 1 {
@@ -448,14 +457,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             format!("cp.async.ca.shared.global [$0], [$1], {bytes}, $2;")
         };
         for (ci, chunk) in geo.regs.chunks(vec).enumerate() {
-            let c = &chunk[0];
-            let i = self
-                .b
-                .build_int_add(geo.thread[0], self.i32(c[0] as u64), "ti")?;
-            let j = self
-                .b
-                .build_int_add(geo.thread[1], self.i32(c[1] as u64), "tj")?;
-            let idx = self.smem_index(&t, i, j)?;
+            let idx = self.smem_index_of_reg(&t, &geo, &chunk[0])?;
             let saddr = self.smem_addr32(&t, idx)?;
             let g = ptrs[ci * vec];
             let size = match &mask {
