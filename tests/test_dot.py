@@ -284,7 +284,7 @@ def test_benchmark_configs_have_no_spills(ptxas, dt, config, target):
 
 @tiles.jit
 def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seq_len, sm_scale, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                         BLOCK_N: tl.constexpr):
+                         BLOCK_N: tl.constexpr, K_T: tl.constexpr = False):
     # Online-softmax attention for one head: two dots per step, the softmax on the first's
     # #mma result, the probabilities fed to the second dot from registers.
     start_m = tl.program_id(0)
@@ -296,8 +296,14 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seq_len, sm_scale, D: tl.co
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     for start_n in range(0, seq_len, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        kt = tl.load(k_ptr + offs_n[None, :] * D + offs_d[:, None], mask=offs_n[None, :] < seq_len, other=0.0)
-        qk = tl.dot(q, kt) * sm_scale
+        if K_T:
+            # As Triton's tutorial writes it: k loaded row-major and transposed with `.T` (the
+            # pipeline then reads its ring slot transposed).
+            k = tl.load(k_ptr + offs_n[:, None] * D + offs_d[None, :], mask=offs_n[:, None] < seq_len, other=0.0)
+            qk = tl.dot(q, k.T) * sm_scale
+        else:
+            kt = tl.load(k_ptr + offs_n[None, :] * D + offs_d[:, None], mask=offs_n[None, :] < seq_len, other=0.0)
+            qk = tl.dot(q, kt) * sm_scale
         qk = tl.where(offs_n[None, :] < seq_len, qk, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         p = tl.exp(qk - m_new[:, None])
@@ -310,18 +316,22 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seq_len, sm_scale, D: tl.co
     tl.store(o_ptr + offs_m[:, None] * D + offs_d[None, :], out.to(tl.float16), mask=offs_m[:, None] < seq_len)
 
 
-@pytest.mark.parametrize("seq_len", [128, 200])
-def test_attention_forward_two_dots(dev, rng, seq_len):
+def _check_attention(dev, rng, seq_len, **launch):
     D = 64
     q, k, v = (random(rng, (seq_len, D), "float16", -1, 1) for _ in range(3))
     o = dev.put(np.zeros((seq_len, D), np.float16))
     scale = 1.0 / np.sqrt(D)
     attention_fwd_kernel[(triton_cdiv(seq_len, 64),)](dev.put(q), dev.put(k), dev.put(v), o, seq_len, scale, D=D,
-                                                       BLOCK_M=64, BLOCK_N=64)
+                                                       BLOCK_M=64, BLOCK_N=64, **launch)
     s = (q.astype(np.float64) @ k.astype(np.float64).T) * scale
     p = np.exp(s - s.max(1, keepdims=True))
     ref = (p / p.sum(1, keepdims=True)) @ v.astype(np.float64)
     assert _rel_err(dev.get(o), ref) < 1e-2
+
+
+@pytest.mark.parametrize("seq_len", [128, 200])
+def test_attention_forward_two_dots(dev, rng, seq_len):
+    _check_attention(dev, rng, seq_len)
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
@@ -377,45 +387,9 @@ def test_dot_inside_a_while_loop(dev, rng):
     assert _rel_err(dev.get(c), 3 * (af @ af)) < 1e-2
 
 
-@tiles.jit
-def attention_kT_kernel(q_ptr, k_ptr, v_ptr, o_ptr, seq_len, sm_scale, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr):
-    # As Triton's tutorial writes it: k loaded row-major and transposed with `.T` (the
-    # pipeline then reads its ring slot transposed).
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
-    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :], mask=offs_m[:, None] < seq_len, other=0.0)
-    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    for start_n in range(0, seq_len, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = tl.load(k_ptr + offs_n[:, None] * D + offs_d[None, :], mask=offs_n[:, None] < seq_len, other=0.0)
-        qk = tl.dot(q, k.T) * sm_scale
-        qk = tl.where(offs_n[None, :] < seq_len, qk, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.exp(qk - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptr + offs_n[:, None] * D + offs_d[None, :], mask=offs_n[:, None] < seq_len, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
-        m_i = m_new
-    out = acc / l_i[:, None]
-    tl.store(o_ptr + offs_m[:, None] * D + offs_d[None, :], out.to(tl.float16), mask=offs_m[:, None] < seq_len)
-
-
 @pytest.mark.parametrize("seq_len", [128, 200])
 def test_attention_with_transposed_k(dev, rng, seq_len):
-    D = 64
-    q, k, v = (random(rng, (seq_len, D), "float16", -1, 1) for _ in range(3))
-    o = dev.put(np.zeros((seq_len, D), np.float16))
-    scale = 1.0 / np.sqrt(D)
-    attention_kT_kernel[(triton_cdiv(seq_len, 64),)](dev.put(q), dev.put(k), dev.put(v), o, seq_len, scale, D=D,
-                                                      BLOCK_M=64, BLOCK_N=64, num_stages=3)
-    s = (q.astype(np.float64) @ k.astype(np.float64).T) * scale
-    p = np.exp(s - s.max(1, keepdims=True))
-    ref = (p / p.sum(1, keepdims=True)) @ v.astype(np.float64)
-    assert _rel_err(dev.get(o), ref) < 1e-2
+    _check_attention(dev, rng, seq_len, K_T=True, num_stages=3)
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
@@ -424,8 +398,9 @@ def test_transposed_operand_is_pipelined(ptxas, target):
 
     sig = {"q_ptr": "*fp16:16", "k_ptr": "*fp16:16", "v_ptr": "*fp16:16", "o_ptr": "*fp16:16", "seq_len": "i32:16",
            "sm_scale": "fp32"}
-    k = tiles.compile(attention_kT_kernel, signature=sig, constexprs={"D": 64, "BLOCK_M": 64, "BLOCK_N": 64},
-                      target=target, num_warps=4, num_stages=3)
+    k = tiles.compile(attention_fwd_kernel, signature=sig,
+                      constexprs={"D": 64, "BLOCK_M": 64, "BLOCK_N": 64, "K_T": True}, target=target, num_warps=4,
+                      num_stages=3)
     ir = k.asm["tir_opt"]
     assert "local_view {buf = 0, stages = 3, trans}" in ir and "permute" not in ir.split(" for ")[1]
     assert tiles._tiles.parse_ir(ir).text() == ir
