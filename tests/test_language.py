@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tiles
+import tiles.language as tl
 from kernels import (
     axpby_kernel,
     binary_kernel,
@@ -157,6 +158,31 @@ def test_scalar_arguments_promote(dev, rng, name):
     xd, od = dev.put(x), dev.put(out)
     axpby_kernel[(tiles.cdiv(n, 128),)](xd, od, alpha, beta, n, BLOCK=128)
     np.testing.assert_allclose(dev.get(od).astype(np.float64), ref.astype(np.float64), rtol=1e-3)
+
+
+@tiles.jit
+def unsigned_literal_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x_ptr + offs, mask=mask)
+    # Python ints are one kind with unsigned tensors (Triton): the tensor's type wins, even for % and //.
+    r = v % 7 + v // 3 + (v << 2) + tl.umulhi(v, v) + 5
+    tl.store(out_ptr + offs, r, mask=mask)
+
+
+def test_unsigned_tensors_with_int_literals(dev, rng):
+    name = "uint32"  # umulhi takes 32- and 64-bit integers
+    n = 300
+    x = rng.integers(0, np.iinfo(name).max, n, dtype=np.uint64).astype(name)
+    w = x.astype(np.uint64)
+    bits = np.iinfo(name).bits
+    mod = np.uint64(1 << bits)
+    hi = (w * w) >> np.uint64(bits)
+    ref = ((w % 7) + (w // 3) + ((w << np.uint64(2)) % mod) + hi + 5) % mod
+    out = np.zeros_like(x)
+    xd, od = dev.put(x), dev.put(out)
+    unsigned_literal_kernel[(tiles.cdiv(n, 128),)](xd, od, n, BLOCK=128)
+    np.testing.assert_array_equal(dev.get(od), ref.astype(name))
 
 
 def test_2d_broadcast_and_masks(dev, rng):

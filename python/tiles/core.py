@@ -18,7 +18,9 @@ _IR_NAMES = {
     "fp8e5": "fp8e5", "fp8e4nv": "fp8e4nv",
 }
 _FROM_IR = {v: k for k, v in _IR_NAMES.items()}
-_KIND = {"bool": 0, "uint": 1, "int": 2, "float": 3}
+# Kinds for literal promotion: bool < integer < float (signed and unsigned integers are one kind, as
+# in Triton: a Python int combined with a uint32 tensor stays uint32).
+_KIND = {"bool": 0, "int": 1, "float": 2}
 
 
 class dtype:
@@ -106,8 +108,6 @@ class dtype:
     def kind(self) -> int:
         if self.is_bool():
             return _KIND["bool"]
-        if self.is_int_unsigned():
-            return _KIND["uint"]
         if self.is_int():
             return _KIND["int"]
         return _KIND["float"]
@@ -184,7 +184,7 @@ class pointer_type(dtype):
         return False
 
     def kind(self) -> int:
-        return 4
+        return 3
 
     @property
     def primitive_bitwidth(self) -> int:
