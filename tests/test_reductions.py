@@ -250,6 +250,24 @@ def test_atomic_max_min_or_xchg(dev, rng):
     np.testing.assert_array_equal(got[n:], before)
 
 
+@tiles.jit
+def block_extrema_kernel(x_ptr, max_ptr, min_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    # One scalar per program: a float atomic on a single address with a 0-d value.
+    tl.atomic_max(max_ptr, tl.max(x, 0))
+    tl.atomic_min(min_ptr, tl.min(x, 0))
+
+
+def test_scalar_float_atomic_max_min(dev, rng):
+    n = 1024
+    x = (rng.standard_normal(n) * 10).astype(np.float32)
+    mx, mn = np.full(1, -np.inf, np.float32), np.full(1, np.inf, np.float32)
+    xd, mxd, mnd = dev.put(x), dev.put(mx), dev.put(mn)
+    block_extrema_kernel[(n // 128,)](xd, mxd, mnd, n, BLOCK=128)
+    assert dev.get(mxd)[0] == x.max() and dev.get(mnd)[0] == x.min()
+
+
 def test_spin_lock_with_cas_and_xchg(dev, rng):
     n = 4096
     x = rng.standard_normal(n).astype(np.float32)

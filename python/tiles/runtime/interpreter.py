@@ -261,9 +261,9 @@ class NumpyBackend:
         if dt.is_ptr() or x.dtype.is_ptr():
             # Addresses are int64 here, in both forms.
             return _arr(x.handle).astype(np.int64)
-        a = np.ascontiguousarray(_arr(x.handle))
-        shape = a.shape
-        return a.reshape(-1).view(numpy_dtype(dt)).reshape(shape)
+        a = _arr(x.handle)
+        shape = a.shape  # before ascontiguousarray, which makes a 0-d array 1-d
+        return np.ascontiguousarray(a).reshape(-1).view(numpy_dtype(dt)).reshape(shape)
 
     def addptr(self, p, o):
         eb = numpy_dtype(p.dtype.element_ty).itemsize
