@@ -466,6 +466,44 @@ def xor_sum(input, axis=None, keep_dims=False, _semantic=None):
     return semantic.reduce([input], _v(axis), _xor_combine, _v(keep_dims))[0]
 
 
+def _or_combine(a, b):
+    return semantic.or_(a, b)
+
+
+@_method
+def reduce_or(input, axis, keep_dims=False, _semantic=None):
+    """Bitwise or of the elements along `axis` (integers)."""
+    input = semantic.to_tensor(input)
+    if not input.dtype.is_int():
+        raise TypeError("reduce_or only supports integers")
+    return semantic.reduce([input], _v(axis), _or_combine, _v(keep_dims))[0]
+
+
+# The functions behind `+`, `-` and `*` (Triton names them; the overflow check is not ours to do).
+@builtin
+def add(x, y, sanitize_overflow=True, _semantic=None):
+    """x + y."""
+    return semantic.add(x, y)
+
+
+@builtin
+def sub(x, y, sanitize_overflow=True, _semantic=None):
+    """x - y."""
+    return semantic.sub(x, y)
+
+
+@builtin
+def mul(x, y, sanitize_overflow=True, _semantic=None):
+    """x * y."""
+    return semantic.mul(x, y)
+
+
+@builtin
+def to_tensor(x, _semantic=None):
+    """A Python number (or tensor) as a tensor, with the type a literal takes."""
+    return semantic.to_tensor(x)
+
+
 # -- atomics and barriers -------------------------------------------------------------------------
 
 def _atomic(op):
