@@ -106,3 +106,33 @@ def test_tuple_arguments_compile(ptxas):
                       constexprs={"BLOCK": 128}, target="sm_90a")
     assert "ptrs_0" in k.asm["tir"] and "params_1" in k.asm["tir"]
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def fp8_bytes_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m).to(tl.float32)
+    # tl.add/sub/mul/to_tensor are the functions behind the operators; reduce_or is a bitwise reduction.
+    y = tl.sub(tl.mul(tl.add(x, tl.to_tensor(1)), 2.0), 1)
+    tl.store(out_ptr + offs, y, mask=m)
+    tl.store(out_ptr + n + offs, tl.reduce_or(offs * m, 0).to(tl.float32) + offs * 0, mask=m)
+
+
+def test_reinterpret_bytes_as_fp8(dev, rng):
+    import ml_dtypes
+
+    n = 100
+    x = rng.standard_normal(n).astype(ml_dtypes.float8_e5m2)
+    raw = dev.put(x.view(np.uint8))  # bytes in memory; the kernel reads them as fp8e5
+    out = dev.put(np.zeros(2 * n, np.float32))
+    fp8_bytes_kernel[(1,)](tiles.reinterpret(raw, tl.float8e5), out, n, BLOCK=128)
+    got = dev.get(out)
+    np.testing.assert_array_equal(got[:n], (x.astype(np.float32) + 1) * 2 - 1)
+    assert (got[n:] == np.bitwise_or.reduce(np.arange(n))).all()
+
+
+def test_triton_error_classes():
+    assert issubclass(tiles.CompilationError, tiles.TritonError)
+    assert issubclass(tiles.OutOfResources, tiles.TritonError)
+    assert issubclass(tiles.LaunchError, tiles.TritonError)

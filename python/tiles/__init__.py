@@ -12,9 +12,17 @@ from . import (
 )
 from .compiler import CompiledKernel, compile, compile_many  # noqa: F401
 from .core import constexpr  # noqa: F401
-from .errors import CompilationError, InterpreterError, LaunchError, OutOfBoundsError  # noqa: F401
+from .errors import (  # noqa: F401
+    CompilationError,
+    InterpreterError,
+    LaunchError,
+    OutOfBoundsError,
+    OutOfResources,
+    TilesError,  # noqa: F401
+)
+from .errors import TilesError as TritonError  # noqa: F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: F401
-from .runtime.jit import JITFunction, jit  # noqa: F401
+from .runtime.jit import JITFunction, TensorWrapper, jit, reinterpret  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -42,4 +50,5 @@ def next_power_of_2(n: int) -> int:
 
 __all__ = ["autotune", "heuristics", "Config", "testing", "jit", "JITFunction", "compile", "compile_many",
            "CompiledKernel", "CompilationError", "OutOfBoundsError", "InterpreterError", "LaunchError", "constexpr",
-           "cdiv", "next_power_of_2", "language", "set_allocator", "tools"]
+           "cdiv", "next_power_of_2", "language", "set_allocator", "tools", "reinterpret",
+           "TensorWrapper", "OutOfResources", "TilesError", "TritonError"]

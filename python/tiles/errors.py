@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Optional
 
 
-class CompilationError(Exception):
+class TilesError(Exception):
+    """The base of tiles' own exceptions (`tiles.TritonError` names it too)."""
+
+
+class CompilationError(TilesError):
     """A kernel could not be compiled. Shows the kernel's file, line and a caret."""
 
     def __init__(self, message: str, file: str = "<unknown>", line: int = 0, col: int = 0,
@@ -21,15 +25,15 @@ class CompilationError(Exception):
         super().__init__(text)
 
 
-class OutOfBoundsError(IndexError):
+class OutOfBoundsError(TilesError, IndexError):
     """The interpreter caught a load or store outside the buffer its pointer came from."""
 
 
-class LaunchError(Exception):
+class LaunchError(TilesError):
     """A kernel could not be launched (bad arguments, no GPU, driver error)."""
 
 
-class InterpreterError(Exception):
+class InterpreterError(TilesError):
     """An op failed while interpreting a kernel; names the kernel's line and program id."""
 
 

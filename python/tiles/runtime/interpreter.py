@@ -567,6 +567,13 @@ def _host_array(v: Any, name: str):
         return v
     if isinstance(v, np.generic):  # numpy scalars are scalars, not buffers
         return None
+    from .jit import TensorWrapper
+
+    if isinstance(v, TensorWrapper):
+        from .._numpy_types import numpy_dtype
+
+        base = _host_array(v.base, name)
+        return None if base is None else base.view(numpy_dtype(v.dtype))
     if hasattr(v, "data_ptr") and hasattr(v, "is_cuda"):  # torch
         if v.is_cuda:
             raise LaunchError(f"argument '{name}' is a CUDA tensor")

@@ -57,11 +57,64 @@ def interpreting(jitfn: "JITFunction") -> bool:
     return not driver.available()
 
 
+class TensorWrapper:
+    """A device tensor seen as another dtype (Triton's `reinterpret`): the same memory, the
+    kernel's pointer takes `dtype` (a `tiles.language` dtype, e.g. `tl.float8e5`)."""
+
+    def __init__(self, base: Any, dtype: Any):
+        self.base = base
+        self.dtype = dtype
+        self.data = base
+        self.shape = tuple(base.shape)
+        self.device = getattr(base, "device", None)
+        self.is_cuda = bool(getattr(base, "is_cuda", False))
+
+    def data_ptr(self) -> int:
+        return self.base.data_ptr()
+
+    def stride(self, *i):
+        return self.base.stride(*i)
+
+    def numel(self) -> int:
+        return self.base.numel()
+
+    def element_size(self) -> int:
+        return self.base.element_size()
+
+    def __str__(self) -> str:
+        return f"TensorWrapper[{self.dtype}]({self.base})"
+
+
+def reinterpret(tensor: Any, dtype: Any) -> Any:
+    """`tensor`'s memory as `dtype` for a kernel argument. Host (numpy) arrays, which the
+    interpreter runs on, become numpy views of that dtype."""
+    from .. import core
+
+    if isinstance(tensor, TensorWrapper):
+        tensor = tensor.base
+    if not isinstance(dtype, core.dtype):
+        return tensor  # a torch dtype: the tensor already says what it holds
+    try:
+        import numpy as np
+
+        if isinstance(tensor, np.ndarray):
+            from .._numpy_types import numpy_dtype
+
+            return tensor.view(numpy_dtype(dtype))
+    except ImportError:
+        pass
+    return TensorWrapper(tensor, dtype)
+
+
 def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
     """(address, dtype) of a device array argument, or None if `v` is not an array."""
     t = type(v)
     if isinstance(v, (bool, int, float)) or (t.__module__ == "numpy" and t.__name__ != "ndarray"):
         return None  # Python and numpy scalars
+    if isinstance(v, TensorWrapper):
+        if not v.is_cuda:
+            raise LaunchError(f"argument '{name}' wraps a CPU tensor; the GPU kernel needs a CUDA tensor")
+        return v.data_ptr(), v.dtype.ir
     if hasattr(v, "data_ptr") and hasattr(v, "dtype") and hasattr(v, "is_cuda"):  # torch
         if not v.is_cuda:
             raise LaunchError(f"argument '{name}' is a CPU tensor; the GPU kernel needs a CUDA tensor "
