@@ -97,6 +97,23 @@ def test_addresses_sit_next_to_their_accesses():
     assert accesses >= 2
 
 
+def test_barriers_stay_in_uniform_control_flow(ptxas):
+    # A scalar atomic runs in one thread and broadcasts its result through shared memory between
+    # barriers. Collective asm (bar.sync, shfl.sync, mma, wgmma, ...) is `convergent`, so LLVM
+    # may not clone a barrier into the thread-dependent branches around it: that hung the GPU.
+    import re
+
+    from test_reductions import block_extrema_kernel
+
+    for target in ("sm_80", "sm_90a"):
+        k = tiles.compile(block_extrema_kernel, signature=sig(x_ptr="*fp32", max_ptr="*fp32", min_ptr="*fp32", n="i32"),
+                          constexprs={"BLOCK": 128}, target=target)
+        barriers_ir = len(re.findall(r'asm sideeffect "bar\.sync', k.asm["llir"]))
+        assert barriers_ir >= 4 and barriers_ir == k.asm["ptx"].count("bar.sync")
+        assert re.search(r"attributes #\d+ = \{[^}]*convergent", k.asm["llir"])
+        assemble(ptxas, k.asm["ptx"], target)
+
+
 @pytest.mark.parametrize("name", NUMERIC + ["bool"])
 def test_copy_every_dtype(ptxas, name):
     t = IR[name]

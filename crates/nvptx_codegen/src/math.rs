@@ -117,6 +117,15 @@ impl<'ctx> Lowering<'ctx, '_> {
             ""
         };
         let call = self.b.build_indirect_call(fn_type, f, &margs, name)?;
+        if is_collective(template) {
+            // Every thread of the warp (or CTA) must reach this very instruction: LLVM may not
+            // duplicate it into, or sink it under, control flow that depends on the thread.
+            let convergent = Attribute::get_named_enum_kind_id("convergent");
+            call.add_attribute(
+                AttributeLoc::Function,
+                self.cx.create_enum_attribute(convergent, 0),
+            );
+        }
         let kind = Attribute::get_named_enum_kind_id("noundef");
         for &i in noundef {
             call.add_attribute(
@@ -641,4 +650,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         let v = b.build_int_truncate(v, i8t, "v")?;
         Ok(b.build_or(sign, v, "f8")?)
     }
+}
+
+/// Whether an inline-PTX statement is collective: barriers and the `.sync` / `.aligned` warp
+/// instructions (shuffles, votes, `mma`, `ldmatrix`, `wgmma`, ...), which every thread of the
+/// warp or CTA must execute together. Their calls are marked `convergent`.
+pub(crate) fn is_collective(template: &str) -> bool {
+    [
+        "bar.", "barrier.", ".sync", ".aligned", "shfl", "vote", "wgmma", "ldmatrix", "stmatrix",
+        "redux",
+    ]
+    .iter()
+    .any(|k| template.contains(k))
 }
