@@ -295,3 +295,38 @@ def test_native_launches_respect_every_specialisation(monkeypatch, rng):
         binary_kernel[(1,)](ints, ints, out, 100, OP="mul", BLOCK=128)
         torch.cuda.synchronize()
         assert torch.equal(out, ints * ints)
+
+
+@tiles.jit
+def reverse_loop_kernel(x_ptr, out_ptr, n, STEP: tl.constexpr):
+    # Horner's rule over x[n-1], x[n-1-STEP], ...: the order of the terms shows in the result.
+    acc = tl.zeros([1], dtype=tl.float32)
+    for i in range(n - 1, -1, -STEP):
+        acc = acc * 0.5 + tl.load(x_ptr + i + tl.arange(0, 1))
+    for j in tl.range(n, 0, -3):
+        acc += j
+    tl.store(out_ptr + tl.arange(0, 1), acc)
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_loops_with_a_negative_step(dev, rng, step):
+    n = 11
+    x = rng.standard_normal(n).astype(np.float32)
+    out = dev.put(np.zeros(1, np.float32))
+    reverse_loop_kernel[(1,)](dev.put(x), out, n, STEP=step)
+    acc = 0.0
+    for i in range(n - 1, -1, -step):
+        acc = acc * 0.5 + float(x[i])
+    acc += sum(range(n, 0, -3))
+    np.testing.assert_allclose(dev.get(out)[0], acc, rtol=1e-5)
+
+
+def test_loops_with_a_negative_step_compile(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(reverse_loop_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                      constexprs={"STEP": 2}, target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+    with pytest.raises(tiles.CompilationError, match="step must not be 0"):
+        tiles.compile(reverse_loop_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                      constexprs={"STEP": 0}, target="sm_90a")

@@ -531,8 +531,12 @@ class CodeGenerator(ast.NodeVisitor):
             if kwargs or not 1 <= len(args) <= 3:
                 raise self.src.error(it, "range takes 1 to 3 positional arguments")
             lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
-        if not _is_tensor(step) and _unwrap(step) <= 0:
-            raise self.src.error(it, "loops with a step <= 0 are not supported yet")
+        reverse = False
+        if not _is_tensor(step) and _unwrap(step) == 0:
+            raise self.src.error(it, "a loop's step must not be 0")
+        if not _is_tensor(step) and _unwrap(step) < 0:
+            # range(hi, lo, -s) runs k over range(lo, hi, s) with i = hi + lo - k (same trip count).
+            reverse, lb, ub, step = True, ub, lb, -_unwrap(step)
         bounds = [semantic.to_tensor(_unwrap(x)) if not _is_tensor(x) else x for x in (lb, ub, step)]
         for b in bounds:
             if b.shape or not b.dtype.is_int():
@@ -551,7 +555,7 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.src.error(node, "return inside a loop is not supported")
         types = {}
         if any(not _is_tensor(inits[n]) for n in carried):
-            types = self._loop_types(node, bounds, carried, inits, agg)
+            types = self._loop_types(node, bounds, carried, inits, agg, reverse)
         init_tensors = []
         for n in carried:
             v = inits[n]
@@ -559,18 +563,20 @@ class CodeGenerator(ast.NodeVisitor):
                 dt, shape = types.get(n, (semantic.literal_type(_unwrap(v)), ()))
                 v = semantic.broadcast_to(semantic.to_tensor(_unwrap(v), dt), shape)
             init_tensors.append(v)
-        yields = self._loop_body(node, bounds, carried, init_tensors, keep=True, stages=stages, agg=agg)
+        yields = self._loop_body(node, bounds, carried, init_tensors, keep=True, stages=stages, agg=agg,
+                                 reverse=reverse)
         for n, t in zip(carried, yields):
             self.scope[n] = t
         agg.finish(self.scope)
 
-    def _loop_types(self, node, bounds, carried, inits, agg=None):
+    def _loop_types(self, node, bounds, carried, inits, agg=None, reverse=False):
         """Runs the body once, discarded, to learn the types literals must take as loop state."""
         tensors = [v if _is_tensor(v) else semantic.to_tensor(_unwrap(v)) for v in (inits[n] for n in carried)]
-        outs = self._loop_body(node, bounds, carried, tensors, keep=False, agg=agg)
+        outs = self._loop_body(node, bounds, carried, tensors, keep=False, agg=agg, reverse=reverse)
         return {n: (o.dtype, o.shape) for n, o in zip(carried, outs)}
 
-    def _loop_body(self, node, bounds, carried, init_tensors, keep: bool, stages: int = 0, agg=None):
+    def _loop_body(self, node, bounds, carried, init_tensors, keep: bool, stages: int = 0, agg=None,
+                   reverse: bool = False):
         handle, iv, args = self.builder.begin_for(bounds[0].handle, bounds[1].handle, bounds[2].handle,
                                                   [t.handle for t in init_tensors], max(stages, 0))
         before = dict(self.scope)
@@ -579,7 +585,10 @@ class CodeGenerator(ast.NodeVisitor):
             self.scope[n] = tensor(h, t.dtype, t.shape)
         if agg is not None:
             agg.rebuild(self.scope)
-        self._assign(node.target, tensor(iv, bounds[0].dtype, ()))
+        iv = tensor(iv, bounds[0].dtype, ())
+        if reverse:
+            iv = semantic.add(semantic.sub(bounds[1], iv), bounds[0])
+        self._assign(node.target, iv)
         try:
             self.visit_stmts(node.body)
             if agg is not None:
