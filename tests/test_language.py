@@ -330,3 +330,19 @@ def test_loops_with_a_negative_step_compile(ptxas):
     with pytest.raises(tiles.CompilationError, match="step must not be 0"):
         tiles.compile(reverse_loop_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
                       constexprs={"STEP": 0}, target="sm_90a")
+
+
+@tiles.jit
+def chained_compare_kernel(x_ptr, out_ptr, lo, hi, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    if 0 < BLOCK <= 1024:  # a chain of compile-time values
+        inside = lo <= x < hi  # a chain of tiles: each comparison, and-ed
+        tl.store(out_ptr + offs, tl.where(inside, x, 0.0))
+
+
+def test_chained_comparisons(dev, rng):
+    x = rng.standard_normal(128).astype(np.float32)
+    out = dev.put(np.full(128, np.nan, np.float32))
+    chained_compare_kernel[(1,)](dev.put(x), out, -0.5, 0.5, BLOCK=128)
+    np.testing.assert_array_equal(dev.get(out), np.where((x >= -0.5) & (x < 0.5), x, 0.0))

@@ -14,7 +14,7 @@ import ctypes
 import math
 import os
 import sys
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 import numpy as np
 
@@ -507,9 +507,52 @@ def _interp_not(x: Any) -> Any:
     return semantic.not_(x) if isinstance(x, tensor) and x.shape else (not x)
 
 
+_CMP_OPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne",
+            ast.Is: "is_", ast.IsNot: "is_not", ast.In: "contains_r", ast.NotIn: "not_contains_r"}
+
+
+def _interp_compare(left: Any, ops: Sequence[str], *comparators: Callable[[], Any]) -> Any:
+    """`a < b < c` as the compiler reads it: each comparison once, and-ed elementwise on tiles."""
+    import operator
+
+    from .. import semantic
+    from ..core import tensor
+
+    acc = None
+    for op, thunk in zip(ops, comparators):
+        right = thunk()
+        if op == "contains_r":
+            r = left in right
+        elif op == "not_contains_r":
+            r = left not in right
+        else:
+            r = getattr(operator, op)(left, right)
+        if acc is None:
+            acc = r
+        elif isinstance(acc, tensor) or isinstance(r, tensor):
+            acc = semantic.logical_and(acc, r)
+        else:
+            acc = acc and r
+        if not isinstance(acc, tensor) and not acc:
+            return acc
+        left = right
+    return acc
+
+
 class _Rewrite(ast.NodeTransformer):
     """`assert c, m` -> `__tiles_assert__(c, m)`; `print(...)` -> `__tiles_print__(...)`;
-    `and`/`or`/`not` on tiles -> elementwise logic (short-circuit kept for plain values)."""
+    `and`/`or`/`not` on tiles -> elementwise logic (short-circuit kept for plain values);
+    chained comparisons (`0 <= i < n`) -> each comparison and-ed, as compiled kernels do."""
+
+    def visit_Compare(self, node: ast.Compare):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        ops = ast.Tuple([ast.Constant(_CMP_OPS[type(o)]) for o in node.ops], ast.Load())
+        thunks = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                             body=c) for c in node.comparators]
+        return ast.copy_location(ast.Call(func=ast.Name("__tiles_compare__", ast.Load()),
+                                          args=[node.left, ops] + thunks, keywords=[]), node)
 
     def visit_BoolOp(self, node: ast.BoolOp):
         self.generic_visit(node)
@@ -552,7 +595,7 @@ def interpreted_function(jitfn):
         code = compile(tree, src.file, "exec")
         ns = src.globals()
         ns.update(__tiles_assert__=_interp_assert, __tiles_print__=_interp_print, __tiles_and__=_interp_and,
-                  __tiles_or__=_interp_or, __tiles_not__=_interp_not)
+                  __tiles_or__=_interp_or, __tiles_not__=_interp_not, __tiles_compare__=_interp_compare)
         exec(code, ns)
         fn = ns[node.name]
     except Exception:
