@@ -18,11 +18,16 @@ UNARY = {
     "trunc": (np.trunc, (-100, 100)), "rint": (np.rint, (-100, 100)), "round": (None, (-100, 100)),
     "erfc": (None, (-3, 3)), "exp": (np.exp, (-20, 20)), "log": (np.log, (1e-3, 1e3)),
     "sqrt": (np.sqrt, (0, 1e4)), "rsqrt": (lambda x: 1 / np.sqrt(x), (1e-2, 1e4)),
+    "erfinv": (None, (-0.99, 0.99)), "erfcinv": (None, (0.05, 1.95)), "normcdf": (None, (-5, 5)),
+    "normcdfinv": (None, (0.01, 0.99)), "logb": (lambda x: np.frexp(x)[1] - 1.0, (-1e4, 1e4)),
 }
 BINARY = {
     "pow": (np.power, (0.1, 10), (-4, 4)), "atan2": (np.arctan2, (-5, 5), (-5, 5)),
     "fmod": (np.fmod, (-50, 50), (0.5, 7)), "copysign": (np.copysign, (-5, 5), (-5, 5)),
-    "hypot": (np.hypot, (-1e3, 1e3), (-1e3, 1e3)),
+    "hypot": (np.hypot, (-1e3, 1e3), (-1e3, 1e3)), "rhypot": (lambda x, y: 1 / np.hypot(x, y), (-1e3, 1e3), (1, 1e3)),
+    "fdim": (lambda x, y: np.where(x > y, x - y, 0.0), (-5, 5), (-5, 5)),
+    "add_rn": (np.add, (-5, 5), (-5, 5)), "sub_rn": (np.subtract, (-5, 5), (-5, 5)),
+    "mul_rn": (np.multiply, (-5, 5), (-5, 5)),
 }
 
 
@@ -36,7 +41,19 @@ def _erfc(x):
     return np.vectorize(math.erfc)(x)
 
 
-REFS = {"round": _round_away, "erfc": _erfc}
+def _erfinv(y):
+    """Newton on math.erf in float64 (no scipy needed)."""
+    import math
+
+    erf = np.vectorize(math.erf)
+    x = np.arctanh(y) * 0.8862269254527579  # a start that tracks erfinv's shape
+    for _ in range(60):
+        x = x - (erf(x) - y) / (1.1283791670955126 * np.exp(-x * x))
+    return x
+
+
+REFS = {"round": _round_away, "erfc": _erfc, "erfinv": _erfinv, "erfcinv": lambda y: _erfinv(1 - y),
+        "normcdf": lambda x: 0.5 * _erfc(-x / np.sqrt(2)), "normcdfinv": lambda p: np.sqrt(2) * _erfinv(2 * p - 1)}
 
 
 @tiles.jit
@@ -80,6 +97,7 @@ def test_unary(dev, rng, name, dt):
 @pytest.mark.parametrize("name", sorted(BINARY))
 def test_binary(dev, rng, name, dt):
     ref_fn, (lo, hi), (lo2, hi2) = BINARY[name]
+    ref_fn = REFS.get(name, ref_fn)
     n = 3000
     x = rng.uniform(lo, hi, n).astype(dt)
     z = rng.uniform(lo2, hi2, n).astype(dt)
@@ -113,6 +131,61 @@ def test_classification(dev):
     np.testing.assert_array_equal(got[:, 3], [bin(int(v)).count("1") for v in x.view(np.uint32)])
 
 
+@tiles.jit
+def bits_kernel(i_ptr, j_ptr, x_ptr, y_ptr, out_ptr, fout_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    i = tl.load(i_ptr + offs, mask=m)
+    j = tl.load(j_ptr + offs, mask=m)
+    x = tl.load(x_ptr + offs, mask=m)
+    y = tl.load(y_ptr + offs, mask=m)
+    o = out_ptr + offs * 8
+    tl.store(o, libdevice.clz(i), mask=m)
+    tl.store(o + 1, libdevice.brev(i), mask=m)
+    tl.store(o + 2, libdevice.ffs(i), mask=m)
+    tl.store(o + 3, libdevice.hadd(i, j), mask=m)
+    tl.store(o + 4, libdevice.rhadd(i, j), mask=m)
+    tl.store(o + 5, libdevice.ilogb(x), mask=m)
+    tl.store(o + 6, libdevice.float2int_rd(x), mask=m)
+    tl.store(o + 7, libdevice.clz(i.to(tl.int64) << 3) + libdevice.ffs(i.to(tl.int64) << 3), mask=m)
+    tl.store(fout_ptr + offs * 2, libdevice.nextafter(x, y), mask=m)
+    tl.store(fout_ptr + offs * 2 + 1, libdevice.uint_as_float(libdevice.float_as_uint(x).to(tl.uint32, bitcast=True)),
+             mask=m)
+
+
+def test_bit_and_exponent_functions(dev, rng):
+    n = 64
+    i = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
+    i[:4] = [0, 1, -1, 1 << 20]
+    j = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
+    x = (rng.standard_normal(n) * 10.0 ** rng.integers(-40, 30, n)).astype(np.float32)
+    x[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-42]
+    y = rng.standard_normal(n).astype(np.float32)
+    y[:2] = [1.0, -1.0]
+    out, fout = dev.put(np.zeros(8 * n, np.int32)), dev.put(np.zeros(2 * n, np.float32))
+    bits_kernel[(1,)](dev.put(i), dev.put(j), dev.put(x), dev.put(y), out, fout, n, BLOCK=64)
+    got, fgot = dev.get(out).reshape(n, 8), dev.get(fout).reshape(n, 2)
+    u = i.view(np.uint32).astype(np.int64)
+    clz = np.array([32 - int(v).bit_length() for v in u])
+    np.testing.assert_array_equal(got[:, 0], clz)
+    np.testing.assert_array_equal(got[:, 1].view(np.uint32), [int(f"{int(v):032b}"[::-1], 2) for v in u])
+    ffs = np.array([0 if v == 0 else (int(v) & -int(v)).bit_length() for v in u])
+    np.testing.assert_array_equal(got[:, 2], ffs)
+    s = i.astype(np.int64) + j.astype(np.int64)
+    np.testing.assert_array_equal(got[:, 3], s >> 1)
+    np.testing.assert_array_equal(got[:, 4], (s + 1) >> 1)
+    finite = np.isfinite(x) & (x != 0)
+    np.testing.assert_array_equal(got[finite, 5], np.frexp(x[finite].astype(np.float64))[1] - 1)
+    np.testing.assert_array_equal(got[:6, 5], [-(2**31), -(2**31), 2**31 - 1, 2**31 - 1, -(2**31), -140])
+    ok = np.isfinite(x) & (np.abs(x) < 2e9)
+    np.testing.assert_array_equal(got[ok, 6], np.floor(x[ok]).astype(np.int32))
+    w = (i.astype(np.int64) << 3).view(np.uint64)
+    want7 = [(64 - int(v).bit_length()) + (0 if v == 0 else (int(v) & -int(v)).bit_length()) for v in w]
+    np.testing.assert_array_equal(got[:, 7], want7)
+    np.testing.assert_array_equal(fgot[:, 0], np.nextafter(x, y))
+    np.testing.assert_array_equal(fgot[:, 1].view(np.uint32), x.view(np.uint32))
+
+
 def test_fp16_inputs_go_through_fp32(dev, rng):
     x = rng.uniform(-3, 3, 512).astype(np.float16)
     y = dev.put(np.zeros(512, np.float16))
@@ -140,6 +213,10 @@ def test_every_function_assembles(ptxas, target):
                                                         "n": "i32"}, constexprs={"FN": name, "BLOCK": 256},
                               target=target)
             assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(bits_kernel, signature={"i_ptr": "*i32", "j_ptr": "*i32", "x_ptr": "*fp32", "y_ptr": "*fp32",
+                                              "out_ptr": "*i32", "fout_ptr": "*fp32", "n": "i32"},
+                      constexprs={"BLOCK": 64}, target=target)
+    assemble(ptxas, k.asm["ptx"], target)
 
 
 def test_module_paths():

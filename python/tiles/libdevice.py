@@ -52,6 +52,11 @@ def _abs(x):
     return semantic.abs_(x)
 
 
+def _full_like_t(t, value):
+    """A tile shaped and typed as `t`, every element `value`."""
+    return semantic.broadcast_to(semantic.scalar_constant(value, t.dtype), t.shape)
+
+
 def _poly(x, coeffs):
     """Horner: coeffs from the highest degree down."""
     r = coeffs[0]
@@ -637,5 +642,318 @@ def mul24(x, y, _semantic=None):
     return semantic.mul(x, y)
 
 
+
+# -- round-to-nearest arithmetic (tiles does not contract these into FMAs across calls) ----------
+
+def _binary_float(name, fn, doc):
+    def f(x, y, _semantic=None):
+        x, dt = _float(x)
+        y, _ = _float(y)
+        x, y = semantic.binary_operands(x, y)
+        return _back(fn(x, y), dt)
+
+    f.__name__ = name
+    f.__doc__ = doc
+    return _export(f)
+
+
+add_rn = _binary_float("add_rn", lambda x, y: x + y, "x + y, rounded to nearest.")
+sub_rn = _binary_float("sub_rn", lambda x, y: x - y, "x - y, rounded to nearest.")
+mul_rn = _binary_float("mul_rn", lambda x, y: x * y, "x * y, rounded to nearest.")
+fma_rn = fma
+
+
+@_export
+def fdim(x, y, _semantic=None):
+    """x - y where x > y, else +0 (NaN if either is NaN)."""
+    x, dt = _float(x)
+    y, _ = _float(y)
+    x, y = semantic.binary_operands(x, y)
+    return _back(_where((x != x) | (y != y), x + y, _where(x > y, x - y, _full_like_t(x, 0))), dt)
+
+
+@_export
+def nextafter(x, y, _semantic=None):
+    """The representable number after x in the direction of y."""
+    x, dt = _float(x)
+    y, _ = _float(y)
+    x, y = semantic.binary_operands(x, y)
+    ity = core.int64 if _f64(x) else core.int32
+    bits = semantic.bitcast(x, ity)
+    step = _where((x < y) == (x > 0.0), _full_like_t(bits, 1), _full_like_t(bits, -1))
+    away = semantic.bitcast(bits + step, x.dtype)
+    tiny = _copysign(semantic.bitcast(_full_like_t(bits, 1), x.dtype), y)
+    r = _where(x == 0.0, tiny, away)
+    r = _where(x == y, y, r)
+    return _back(_where((x != x) | (y != y), x + y, r), dt)
+
+
+def _exponent(x):
+    """(ilogb(x) as int32 for finite nonzero x, is_finite_nonzero)."""
+    f64 = _f64(x)
+    ity, mbits, bias = (core.int64, 52, 1023) if f64 else (core.int32, 23, 127)
+    a = _abs(x)
+    sub = a < (2.0 ** -1022 if f64 else 2.0 ** -126)
+    scaled = _where(sub, a * (2.0 ** 64), a)
+    e = ((semantic.bitcast(scaled, ity) >> mbits) & (2047 if f64 else 255)) - bias
+    e = _where(sub, e - 64, e)
+    return semantic.cast(e, core.int32)
+
+
+@_export
+def ilogb(x, _semantic=None):
+    """The unbiased exponent of x (int32); INT_MIN for 0 and NaN, INT_MAX for infinities."""
+    x, _ = _float(x)
+    e = _exponent(x)
+    lo, hi = _full_like_t(e, -(2**31)), _full_like_t(e, 2**31 - 1)
+    e = _where(x == 0.0, lo, e)
+    e = _where(x != x, lo, e)
+    return _where(_abs(x) == float("inf"), hi, e)
+
+
+@_export
+def logb(x, _semantic=None):
+    """The unbiased exponent of x as a float (-inf for 0, +inf for infinities, NaN for NaN)."""
+    x, dt = _float(x)
+    r = semantic.cast(_exponent(x), x.dtype)
+    r = _where(x == 0.0, _full_like_t(x, float("-inf")), r)
+    r = _where(_abs(x) == float("inf"), _abs(x), r)
+    return _back(_where(x != x, x, r), dt)
+
+
+def _norm(args):
+    vals = [_float(a)[0] for a in args]
+    dt = _float(args[0])[1]
+    for i in range(1, len(vals)):
+        vals[0], vals[i] = semantic.binary_operands(vals[0], vals[i])
+    m = _abs(vals[0])
+    for v in vals[1:]:
+        m = semantic.maximum(m, _abs(v))
+    safe = _where(m == 0.0, _full_like_t(m, 1.0), m)
+    acc = None
+    for v in vals:
+        q = v / safe
+        acc = q * q if acc is None else acc + q * q
+    r = m * semantic.unary_math("sqrt", acc)
+    r = _where(m == float("inf"), m, r)
+    return r, dt
+
+
+def _norm_fn(name, n, recip):
+    def f(*args, _semantic=None):
+        if len(args) != n:
+            raise TypeError(f"{name} takes {n} arguments")
+        r, dt = _norm(args)
+        return _back(1.0 / r if recip else r, dt)
+
+    f.__name__ = name
+    f.__doc__ = ("1 / " if recip else "") + f"the Euclidean norm of {n} values (scaled, no overflow)."
+    return _export(f)
+
+
+norm3d = _norm_fn("norm3d", 3, False)
+norm4d = _norm_fn("norm4d", 4, False)
+rnorm3d = _norm_fn("rnorm3d", 3, True)
+rnorm4d = _norm_fn("rnorm4d", 4, True)
+rhypot = _norm_fn("rhypot", 2, True)
+
+
+@_export
+def erfinv(x, _semantic=None):
+    """The inverse error function (Giles' single-precision approximation; fp64 refines it with
+    two Newton steps on erf)."""
+    x, dt = _float(x)
+    f32 = semantic.cast(x, core.float32) if _f64(x) else x
+    w = -semantic.unary_math("log", (1.0 - f32) * (1.0 + f32))
+    small = w < 5.0
+    ws = w - 2.5
+    p1 = _poly(ws, [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941])
+    wl = semantic.unary_math("sqrt", _where(small, _full_like_t(w, 9.0), w)) - 3.0
+    p2 = _poly(wl, [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682])
+    r = _where(small, p1, p2) * f32
+    if _f64(x):
+        r = semantic.cast(r, core.float64)
+        for _ in range(2):
+            err = semantic.unary_math("erf", r) - x
+            r = r - err / (1.1283791670955126 * semantic.unary_math("exp", -r * r))
+    r = _where(_abs(x) == 1.0, _copysign(_full_like_t(x, float("inf")), x), r)
+    return _back(_where(_abs(x) > 1.0, _full_like_t(x, float("nan")), r), dt)
+
+
+@_export
+def erfcinv(x, _semantic=None):
+    """The inverse complementary error function: erfinv(1 - x)."""
+    x, dt = _float(x)
+    return _back(erfinv(1.0 - x), dt)
+
+
+@_export
+def normcdf(x, _semantic=None):
+    """The standard normal distribution function, 0.5 * erfc(-x / sqrt(2))."""
+    x, dt = _float(x)
+    return _back(0.5 * erfc(-x * 0.7071067811865476), dt)
+
+
+@_export
+def normcdfinv(x, _semantic=None):
+    """The inverse of normcdf: sqrt(2) * erfinv(2x - 1)."""
+    x, dt = _float(x)
+    return _back(1.4142135623730951 * erfinv(2.0 * x - 1.0), dt)
+
+
+# -- bits ----------------------------------------------------------------------------------------
+
+def _unsigned(x):
+    x = semantic.to_tensor(x)
+    wide = x.dtype.primitive_bitwidth == 64
+    return semantic.bitcast(x, core.uint64 if wide else core.uint32), wide
+
+
+@_export
+def clz(x, _semantic=None):
+    """Number of leading zero bits (int32; 32 or 64 for 0)."""
+    u, wide = _unsigned(x)
+    n = _full_like_t(semantic.cast(u, core.int32), 0)
+    width = 64 if wide else 32
+    shift = width // 2
+    while shift:
+        top = u >> (width - shift)
+        empty = top == 0
+        n = _where(empty, n + shift, n)
+        u = _where(empty, u << shift, u)
+        shift //= 2
+    zero = semantic.bitcast(semantic.to_tensor(x), core.uint64 if wide else core.uint32) == 0
+    return _where(zero, _full_like_t(n, width), n)
+
+
+@_export
+def brev(x, _semantic=None):
+    """The bits of x in reverse order (int32 or int64, as given)."""
+    x = semantic.to_tensor(x)
+    u, wide = _unsigned(x)
+    masks = [(1, 0x5555555555555555), (2, 0x3333333333333333), (4, 0x0F0F0F0F0F0F0F0F),
+             (8, 0x00FF00FF00FF00FF), (16, 0x0000FFFF0000FFFF), (32, 0x00000000FFFFFFFF)]
+    for sh, m in masks[: 6 if wide else 5]:
+        m = m if wide else m & 0xFFFFFFFF
+        u = ((u >> sh) & m) | ((u & m) << sh)
+    return semantic.bitcast(u, x.dtype)
+
+
+@_export
+def ffs(x, _semantic=None):
+    """1 + the index of the lowest set bit (int32; 0 for 0)."""
+    u, wide = _unsigned(x)
+    low = u & (0 - u)
+    n = popc(low - 1) + 1
+    return _where(u == 0, _full_like_t(n, 0), n)
+
+
+@_export
+def hadd(x, y, _semantic=None):
+    """(x + y) >> 1 without overflow."""
+    x, y = semantic.binary_operands(x, y)
+    return (x & y) + ((x ^ y) >> 1)
+
+
+@_export
+def rhadd(x, y, _semantic=None):
+    """(x + y + 1) >> 1 without overflow."""
+    x, y = semantic.binary_operands(x, y)
+    return (x | y) - ((x ^ y) >> 1)
+
+
+@_export
+def sad(x, y, z, _semantic=None):
+    """|x - y| + z."""
+    x = semantic.to_tensor(x)
+    a, b = semantic.cast(x, core.int64), semantic.cast(semantic.to_tensor(y), core.int64)
+    if x.dtype.is_int_unsigned():
+        a, b = semantic.cast(x, core.uint64), semantic.cast(semantic.to_tensor(y), core.uint64)
+    d = _where(a > b, a - b, b - a) + semantic.cast(semantic.to_tensor(z), a.dtype)
+    return semantic.cast(d, core.uint32 if x.dtype.is_int_unsigned() else core.int32)
+
+
+@_export
+def float_as_uint(x, _semantic=None):
+    """The bits of an fp32 (int32, as libdevice's declaration in Triton)."""
+    return semantic.bitcast(x, core.int32)
+
+
+@_export
+def uint_as_float(x, _semantic=None):
+    """The bits of a uint32 as fp32."""
+    return semantic.bitcast(x, core.float32)
+
+
+@_export
+def double2hiint(x, _semantic=None):
+    """The high 32 bits of an fp64 (int32)."""
+    return semantic.cast(semantic.bitcast(x, core.int64) >> 32, core.int32)
+
+
+@_export
+def double2loint(x, _semantic=None):
+    """The low 32 bits of an fp64 (int32)."""
+    return semantic.cast(semantic.bitcast(x, core.int64), core.int32)
+
+
+@_export
+def hiloint2double(hi, lo, _semantic=None):
+    """An fp64 from its high and low 32 bits."""
+    h = semantic.cast(semantic.to_tensor(hi), core.int64) << 32
+    lo_bits = semantic.cast(semantic.bitcast(semantic.to_tensor(lo), core.uint32), core.int64)
+    return semantic.bitcast(h | lo_bits, core.float64)
+
+
+# -- conversions with a rounding mode (the ones that need no directed rounding of the result) -----
+
+def _convert(name, rounding, to, doc):
+    def f(x, _semantic=None):
+        x = semantic.to_tensor(x)
+        if rounding is not None:
+            x = rounding(x)
+        return semantic.cast(x, to)
+
+    f.__name__ = name
+    f.__doc__ = doc
+    return _export(f)
+
+
+def _floor(x):
+    return semantic.unary_math("floor", x)
+
+
+def _ceil(x):
+    return semantic.unary_math("ceil", x)
+
+
+float2int_rd = _convert("float2int_rd", _floor, core.int32, "fp32 to int32, rounding down.")
+float2int_ru = _convert("float2int_ru", _ceil, core.int32, "fp32 to int32, rounding up.")
+double2int_rn = _convert("double2int_rn", _rint, core.int32, "fp64 to int32, rounding to nearest even.")
+double2int_rz = _convert("double2int_rz", None, core.int32, "fp64 to int32, rounding toward zero.")
+double2int_rd = _convert("double2int_rd", _floor, core.int32, "fp64 to int32, rounding down.")
+double2int_ru = _convert("double2int_ru", _ceil, core.int32, "fp64 to int32, rounding up.")
+float2ll_rn = _convert("float2ll_rn", _rint, core.int64, "fp32 to int64, rounding to nearest even.")
+float2ll_rz = _convert("float2ll_rz", None, core.int64, "fp32 to int64, rounding toward zero.")
+float2ll_rd = _convert("float2ll_rd", _floor, core.int64, "fp32 to int64, rounding down.")
+float2ll_ru = _convert("float2ll_ru", _ceil, core.int64, "fp32 to int64, rounding up.")
+double2ll_rn = _convert("double2ll_rn", _rint, core.int64, "fp64 to int64, rounding to nearest even.")
+double2ll_rz = _convert("double2ll_rz", None, core.int64, "fp64 to int64, rounding toward zero.")
+double2ll_rd = _convert("double2ll_rd", _floor, core.int64, "fp64 to int64, rounding down.")
+double2ll_ru = _convert("double2ll_ru", _ceil, core.int64, "fp64 to int64, rounding up.")
+int2float_rn = _convert("int2float_rn", None, core.float32, "int32 to fp32, rounding to nearest even.")
+uint2float_rn = _convert("uint2float_rn", None, core.float32, "uint32 to fp32, rounding to nearest even.")
+ll2float_rn = _convert("ll2float_rn", None, core.float32, "int64 to fp32, rounding to nearest even.")
+ull2float_rn = _convert("ull2float_rn", None, core.float32, "uint64 to fp32, rounding to nearest even.")
+int2double_rn = _convert("int2double_rn", None, core.float64, "int32 to fp64 (exact).")
+uint2double_rn = _convert("uint2double_rn", None, core.float64, "uint32 to fp64 (exact).")
+ll2double_rn = _convert("ll2double_rn", None, core.float64, "int64 to fp64, rounding to nearest even.")
+ull2double_rn = _convert("ull2double_rn", None, core.float64, "uint64 to fp64, rounding to nearest even.")
+double2float_rn = _convert("double2float_rn", None, core.float32, "fp64 to fp32, rounding to nearest even.")
+
+
 __all__ += ["fast_expf", "fast_exp10f", "fast_logf", "fast_log2f", "fast_log10f", "fast_sinf", "fast_cosf",
             "fast_tanf", "fast_powf", "sqrt_rn", "abs"]
+__all__ += ["fma_rn"]
