@@ -136,3 +136,38 @@ def test_triton_error_classes():
     assert issubclass(tiles.CompilationError, tiles.TritonError)
     assert issubclass(tiles.OutOfResources, tiles.TritonError)
     assert issubclass(tiles.LaunchError, tiles.TritonError)
+
+
+@tiles.constexpr_function
+def _block_for(n):
+    return max(16, 1 << (n - 1).bit_length())
+
+
+@tiles.must_use_result
+@tiles.jit
+def _clamp_add(a, b):
+    return tl.minimum(a + b, 4.0), a - b
+
+
+@tiles.jit
+def map_kernel(x_ptr, y_ptr, out_ptr, N: tl.constexpr):
+    B: tl.constexpr = _block_for(N)
+    tl.static_assert(B * 2 <= tl.TRITON_MAX_TENSOR_NUMEL)
+    offs = tl.arange(0, B)
+    m = offs < N
+    x = tl.load(x_ptr + offs, mask=m)
+    y = tl.load(y_ptr)  # a scalar, broadcast against the tile
+    s, d = tl.map_elementwise(_clamp_add, x, y)
+    tl.store(out_ptr + offs, s, mask=m)
+    tl.store(out_ptr + N + offs, d, mask=m)
+
+
+def test_map_elementwise_and_constexpr_functions(dev, rng):
+    n = 50
+    x = rng.standard_normal(n).astype(np.float32) * 4
+    y = rng.standard_normal(1).astype(np.float32)
+    out = dev.put(np.zeros(2 * n, np.float32))
+    map_kernel[(1,)](dev.put(x), dev.put(y), out, N=n)
+    got = dev.get(out)
+    np.testing.assert_allclose(got[:n], np.minimum(x + y[0], 4.0), rtol=1e-6)
+    np.testing.assert_allclose(got[n:], x - y[0], rtol=1e-6)

@@ -22,7 +22,14 @@ from .errors import (  # noqa: F401
 )
 from .errors import TilesError as TritonError  # noqa: F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: F401
-from .runtime.jit import JITFunction, TensorWrapper, jit, reinterpret  # noqa: F401
+from .runtime.jit import (  # noqa: F401
+    JITFunction,
+    TensorWrapper,
+    constexpr_function,
+    jit,
+    must_use_result,
+    reinterpret,
+)
 
 __version__ = "0.1.0"
 
@@ -51,4 +58,4 @@ def next_power_of_2(n: int) -> int:
 __all__ = ["autotune", "heuristics", "Config", "testing", "jit", "JITFunction", "compile", "compile_many",
            "CompiledKernel", "CompilationError", "OutOfBoundsError", "InterpreterError", "LaunchError", "constexpr",
            "cdiv", "next_power_of_2", "language", "set_allocator", "tools", "reinterpret",
-           "TensorWrapper", "OutOfResources", "TilesError", "TritonError"]
+           "TensorWrapper", "OutOfResources", "TilesError", "TritonError", "constexpr_function", "must_use_result"]

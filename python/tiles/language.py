@@ -12,7 +12,7 @@ import math as _pymath
 from types import SimpleNamespace
 from typing import Any
 
-from . import semantic
+from . import core, semantic  # noqa: F401  (`tl.core`, as Triton's module)
 from .core import (  # noqa: F401  (re-exported names)
     bfloat16,
     block_type,
@@ -502,6 +502,24 @@ def mul(x, y, sanitize_overflow=True, _semantic=None):
 def to_tensor(x, _semantic=None):
     """A Python number (or tensor) as a tensor, with the type a literal takes."""
     return semantic.to_tensor(x)
+
+
+# The most elements one tile may hold (Triton's limit, kept for code that checks against it).
+TRITON_MAX_TENSOR_NUMEL = 1048576
+
+
+@builtin
+def map_elementwise(scalar_fn, *args, pack=1, _semantic=None):
+    """Applies `scalar_fn` (a @jit function) to the elements of `args` (broadcast together).
+
+    tiles calls `scalar_fn` on whole tiles, so it must be written with elementwise ops (no
+    `if` on its arguments' values); `pack` is accepted and ignored."""
+    tiles_ = [semantic.to_tensor(a) for a in args]
+    shape = ()
+    for t in tiles_:
+        shape = semantic.broadcast_shapes(shape, t.shape)
+    tiles_ = [semantic.broadcast_to(t, shape) for t in tiles_]
+    return _call(scalar_fn)(*tiles_)
 
 
 # -- atomics and barriers -------------------------------------------------------------------------

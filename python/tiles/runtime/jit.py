@@ -57,6 +57,20 @@ def interpreting(jitfn: "JITFunction") -> bool:
     return not driver.available()
 
 
+def constexpr_function(fn: Callable) -> Callable:
+    """Marks a plain Python function that kernels call on compile-time values (Triton >= 3.5).
+    tiles calls any plain Python function so; the mark is kept for tools that look for it."""
+    fn.__tiles_constexpr_function__ = True
+    return fn
+
+
+def must_use_result(x: Any = None) -> Any:
+    """Triton's decorator asking callers to use a @jit function's result: accepted, not enforced."""
+    if callable(x):
+        return x
+    return lambda fn: fn
+
+
 class TensorWrapper:
     """A device tensor seen as another dtype (Triton's `reinterpret`): the same memory, the
     kernel's pointer takes `dtype` (a `tiles.language` dtype, e.g. `tl.float8e5`)."""
