@@ -346,3 +346,20 @@ def test_chained_comparisons(dev, rng):
     out = dev.put(np.full(128, np.nan, np.float32))
     chained_compare_kernel[(1,)](dev.put(x), out, -0.5, 0.5, BLOCK=128)
     np.testing.assert_array_equal(dev.get(out), np.where((x >= -0.5) & (x < 0.5), x, 0.0))
+
+
+@tiles.jit
+def annotated_kernel(out_ptr, n: tl.int64, scale: tl.float32, small):
+    # An annotation fixes a scalar parameter's type: n is int64 even for values that fit 32 bits.
+    tl.static_assert(n.dtype == tl.int64)
+    tl.static_assert(scale.dtype == tl.float32)
+    tl.store(out_ptr, n * 4 + small)
+    tl.store(out_ptr + 1, (scale * 3).to(tl.int64))
+
+
+def test_annotated_scalar_parameters(dev):
+    out = dev.put(np.zeros(2, np.int64))
+    annotated_kernel[(1,)](out, 2**30, 2, 7)  # an int for the float parameter is converted
+    np.testing.assert_array_equal(dev.get(out), [2**32 + 7, 6])
+    with pytest.raises(tiles.LaunchError, match="annotated i64"):
+        annotated_kernel[(1,)](out, 1.5, 2.0, 7)

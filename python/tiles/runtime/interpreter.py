@@ -659,7 +659,7 @@ def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
 def run(jitfn, vals: Sequence[Any], grid) -> None:
     """Runs every program of the grid, in order, on the CPU."""
     from ..core import constexpr, pointer_type, tensor, use_backend
-    from .jit import _scalar_type
+    from .jit import _annotated_scalar_type, _scalar_type
 
     mem = Memory()
     args: List[Any] = []
@@ -717,7 +717,7 @@ def run(jitfn, vals: Sequence[Any], grid) -> None:
         else:
             if isinstance(v, np.generic):
                 v = v.item()
-            ty = _scalar_type(v, p.name)
+            ty = _annotated_scalar_type(p, v)
             dt = core.dtype_from_ir(ty)
             args.append(tensor(np.array(v, dtype=numpy_dtype(dt)), dt, ()))
     g = grid(dict(zip(jitfn.param_names, vals))) if callable(grid) else grid

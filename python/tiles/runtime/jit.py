@@ -44,6 +44,22 @@ class Param:
         ann = p.annotation
         self.is_constexpr = ann is core.constexpr or (isinstance(ann, str) and ann.split(".")[-1] == "constexpr")
         self.do_not_specialize = do_not_specialize
+        # `n: tl.int64` (or the string "tl.int64") fixes a scalar parameter's type, as in Triton.
+        if isinstance(ann, str):
+            ann = getattr(core, ann.split(".")[-1], None)
+        self.scalar_type: Optional[str] = None
+        if isinstance(ann, core.dtype) and not ann.is_ptr() and ann.ir in _CTYPES:
+            self.scalar_type = ann.ir
+
+
+def _annotated_scalar_type(p: "Param", v: Any) -> str:
+    """The signature type of scalar `v` for parameter `p` (its annotation, when it has one)."""
+    ty = _scalar_type(v, p.name)
+    if p.scalar_type is None:
+        return ty
+    if isinstance(v, float) and not p.scalar_type.startswith("fp"):
+        raise LaunchError(f"argument '{p.name}' is annotated {p.scalar_type} but got the float {v}")
+    return p.scalar_type
 
 
 def interpreting(jitfn: "JITFunction") -> bool:
@@ -351,7 +367,7 @@ class JITFunction:
                 continue
             if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
                 v = v.item()  # numpy scalars pass as Python scalars
-            ty = _scalar_type(v, p.name)
+            ty = _annotated_scalar_type(p, v)
             div = 0
             if ty in ("i32", "i64", "u64") and not p.do_not_specialize:
                 div = 1 if v == 1 else 16 if v % 16 == 0 else 0
