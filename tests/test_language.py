@@ -363,3 +363,26 @@ def test_annotated_scalar_parameters(dev):
     np.testing.assert_array_equal(dev.get(out), [2**32 + 7, 6])
     with pytest.raises(tiles.LaunchError, match="annotated i64"):
         annotated_kernel[(1,)](out, 1.5, 2.0, 7)
+
+
+@tiles.jit
+def while_counter_kernel(x_ptr, out_ptr, n, limit):
+    # `i` starts as a Python int; compiled it becomes loop state (a tensor), so `.to` works on it.
+    i = 0
+    total = 0.0
+    done = False
+    while (i < n) & (not done):
+        total += tl.load(x_ptr + i)
+        done = total > limit
+        i += 1
+    tl.store(out_ptr, total)
+    tl.store(out_ptr + 1, i.to(tl.float32))
+
+
+def test_while_with_a_literal_counter(dev, rng):
+    x = rng.uniform(0, 3, 40).astype(np.float32)
+    out = dev.put(np.zeros(2, np.float32))
+    while_counter_kernel[(1,)](dev.put(x), out, 40, 10.0)
+    c = np.cumsum(x.astype(np.float32))
+    k = int(np.argmax(c > 10.0)) + 1
+    np.testing.assert_allclose(dev.get(out), [c[k - 1], k], rtol=1e-5)

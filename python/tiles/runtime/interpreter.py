@@ -500,6 +500,14 @@ def _interp_or(first: Any, *rest: Any) -> Any:
     return acc
 
 
+def _interp_to(x: Any, *args: Any, **kwargs: Any) -> Any:
+    from .. import semantic
+
+    if isinstance(x, (bool, int, float)):
+        x = semantic.to_tensor(x)
+    return x.to(*args, **kwargs)
+
+
 def _interp_not(x: Any) -> Any:
     from .. import semantic
     from ..core import tensor
@@ -578,6 +586,11 @@ class _Rewrite(ast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.func, ast.Name) and node.func.id == "print":
             node.func = ast.copy_location(ast.Name("__tiles_print__", ast.Load()), node.func)
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+            # `i.to(...)` where compiled code has a tensor (a literal that became loop state) and
+            # the interpreter still a Python number.
+            return ast.copy_location(ast.Call(func=ast.Name("__tiles_to__", ast.Load()),
+                                              args=[node.func.value] + node.args, keywords=node.keywords), node)
         return node
 
 
@@ -595,7 +608,8 @@ def interpreted_function(jitfn):
         code = compile(tree, src.file, "exec")
         ns = src.globals()
         ns.update(__tiles_assert__=_interp_assert, __tiles_print__=_interp_print, __tiles_and__=_interp_and,
-                  __tiles_or__=_interp_or, __tiles_not__=_interp_not, __tiles_compare__=_interp_compare)
+                  __tiles_or__=_interp_or, __tiles_not__=_interp_not, __tiles_compare__=_interp_compare,
+                  __tiles_to__=_interp_to)
         exec(code, ns)
         fn = ns[node.name]
     except Exception:
