@@ -154,18 +154,22 @@ impl<'ctx> Lowering<'ctx, '_> {
             .map(|(b, _)| b)
     }
 
+    /// Register index of each element coordinate of a tile of type `ty` in this thread.
+    fn reg_index(&mut self, ty: &tile_ir::Type) -> R<HashMap<Vec<u32>, usize>> {
+        let g = self.geometry(ty)?;
+        Ok(g.regs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.clone(), i))
+            .collect())
+    }
+
     fn reg_src(&mut self, v: Value) -> R<Src<'ctx>> {
         if let Some(t) = self.views.get(&v) {
             return Ok(Src::Smem(*t));
         }
         let ty = *self.func.ty(v);
-        let g = self.geometry(&ty)?;
-        let index = g
-            .regs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.clone(), i))
-            .collect();
+        let index = self.reg_index(&ty)?;
         let d = ty.shape.dims();
         Ok(Src::Regs {
             regs: self.get(v)?.clone(),
@@ -358,14 +362,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let reps_n = (sc[1] / tn).max(1);
         let reps_k = sa[1] / kt;
         let geo = Frag::new(self, wm, wn, kw, tm, tn)?;
-        let ic: HashMap<Vec<u32>, usize> = {
-            let g = self.geometry(&tc)?;
-            g.regs
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c.clone(), i))
-                .collect()
-        };
+        let ic = self.reg_index(&tc)?;
         let mut rc = self.get(c)?.clone();
         let split = din == DType::F32 && precision == DotPrecision::Tf32x3;
         // (part of a, part of b) products: big·big, or big·small + small·big + big·big.
@@ -729,14 +726,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let k = ta.shape.dims()[1];
         let reps_m = sc[0] / (16 * wm);
         let n_instr = sc[1] / inst_n;
-        let ic: HashMap<Vec<u32>, usize> = {
-            let g = self.geometry(&tc)?;
-            g.regs
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c.clone(), i))
-                .collect()
-        };
+        let ic = self.reg_index(&tc)?;
         let mut rc = self.get(c)?.clone();
         let acc_elem_t = crate::lower::dtype_type(self.cx, dacc);
         let packed = dacc == DType::F16;

@@ -5,7 +5,7 @@
 use crate::lower::{dtype_type, memory_type, Lowering, R};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::intrinsics::Intrinsic;
-use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionType};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
 use inkwell::values::{
     BasicMetadataValueEnum, BasicValue, BasicValueEnum, CallSiteValue, FastMathFlags, FloatValue,
     IntValue,
@@ -59,10 +59,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         side_effects: bool,
         noundef: &[u32],
     ) -> R<Option<BasicValueEnum<'ctx>>> {
-        let arg_types: Vec<BasicMetadataTypeEnum> =
-            args.iter().map(|a| a.get_type().into()).collect();
-        let fn_type = ret.fn_type(&arg_types, false);
-        let call = self.call_asm(fn_type, template, constraints, args, side_effects, noundef)?;
+        let call = self.call_asm(
+            Some(ret),
+            template,
+            constraints,
+            args,
+            side_effects,
+            noundef,
+        )?;
         Ok(call.try_as_basic_value().basic())
     }
 
@@ -84,23 +88,26 @@ impl<'ctx> Lowering<'ctx, '_> {
         args: &[BasicValueEnum<'ctx>],
         noundef: &[u32],
     ) -> R<()> {
-        let arg_types: Vec<BasicMetadataTypeEnum> =
-            args.iter().map(|a| a.get_type().into()).collect();
-        let fn_type = self.cx.void_type().fn_type(&arg_types, false);
-        self.call_asm(fn_type, template, constraints, args, true, noundef)?;
+        self.call_asm(None, template, constraints, args, true, noundef)?;
         Ok(())
     }
 
-    /// Emits a call of an inline-asm statement of type `fn_type`.
+    /// Emits a call of an inline-asm statement returning `ret` (nothing for `None`).
     fn call_asm(
         &self,
-        fn_type: FunctionType<'ctx>,
+        ret: Option<BasicTypeEnum<'ctx>>,
         template: &str,
         constraints: &str,
         args: &[BasicValueEnum<'ctx>],
         side_effects: bool,
         noundef: &[u32],
     ) -> R<CallSiteValue<'ctx>> {
+        let arg_types: Vec<BasicMetadataTypeEnum> =
+            args.iter().map(|a| a.get_type().into()).collect();
+        let fn_type = match ret {
+            Some(t) => t.fn_type(&arg_types, false),
+            None => self.cx.void_type().fn_type(&arg_types, false),
+        };
         let f = self.cx.create_inline_asm(
             fn_type,
             template.to_string(),
@@ -111,11 +118,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             false,
         );
         let margs: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
-        let name = if fn_type.get_return_type().is_some() {
-            "asm"
-        } else {
-            ""
-        };
+        let name = if ret.is_some() { "asm" } else { "" };
         let call = self.b.build_indirect_call(fn_type, f, &margs, name)?;
         if is_collective(template) {
             // Every thread of the warp (or CTA) must reach this very instruction: LLVM may not
