@@ -36,6 +36,14 @@ def _float(x):
     raise semantic.TilesTypeError(f"libdevice functions take floating-point tensors, got {dt}")
 
 
+def _float_pair(x, y):
+    """(x, y) as one fp32/fp64 type, and the dtype to return (x's)."""
+    x, dt = _float(x)
+    y, _ = _float(y)
+    x, y = semantic.binary_operands(x, y)
+    return x, y, dt
+
+
 def _back(y: tensor, dt) -> tensor:
     return y if y.dtype == dt else semantic.cast(y, dt)
 
@@ -50,11 +58,6 @@ def _where(c, a, b):
 
 def _abs(x):
     return semantic.abs_(x)
-
-
-def _full_like_t(t, value):
-    """A tile shaped and typed as `t`, every element `value`."""
-    return semantic.broadcast_to(semantic.scalar_constant(value, t.dtype), t.shape)
 
 
 def _poly(x, coeffs):
@@ -281,9 +284,7 @@ def atan(x, _semantic=None):
 @_export
 def atan2(y, x, _semantic=None):
     """Arc tangent of y / x, in the quadrant of (x, y)."""
-    y, dt = _float(y)
-    x, _ = _float(x)
-    y, x = semantic.binary_operands(y, x)
+    y, x, dt = _float_pair(y, x)
     return _back(_atan2(y, x), dt)
 
 
@@ -381,24 +382,10 @@ def llround(x, _semantic=None):
 
 
 @_export
-def float2int_rn(x, _semantic=None):
-    """fp32 to int32, rounding to nearest even."""
-    return semantic.cast(rint(x), core.int32)
-
-
-@_export
-def float2int_rz(x, _semantic=None):
-    """fp32 to int32, rounding toward zero."""
-    return semantic.cast(x, core.int32)
-
-
-@_export
 def fmod(x, y, _semantic=None):
     """x - trunc(x / y) * y, with the sign of x (C's fmod). fp32 goes through fp64, where the
     quotient of two fp32 values is never rounded onto the wrong integer and n·y is exact."""
-    x, dt = _float(x)
-    y, _ = _float(y)
-    x, y = semantic.binary_operands(x, y)
+    x, y, dt = _float_pair(x, y)
     xw = x if _f64(x) else semantic.cast(x, core.float64)
     yw = y if _f64(y) else semantic.cast(y, core.float64)
     r = xw - _trunc(xw / yw) * yw
@@ -409,9 +396,7 @@ def fmod(x, y, _semantic=None):
 @_export
 def copysign(x, y, _semantic=None):
     """|x| with the sign of y."""
-    x, dt = _float(x)
-    y, _ = _float(y)
-    x, y = semantic.binary_operands(x, y)
+    x, y, dt = _float_pair(x, y)
     return _back(_copysign(x, y), dt)
 
 
@@ -432,9 +417,7 @@ def scalbn(x, n, _semantic=None):
 @_export
 def hypot(x, y, _semantic=None):
     """sqrt(x**2 + y**2)."""
-    x, dt = _float(x)
-    y, _ = _float(y)
-    x, y = semantic.binary_operands(x, y)
+    x, y, dt = _float_pair(x, y)
     return _back(semantic.unary_math("sqrt", x * x + y * y), dt)
 
 
@@ -647,9 +630,7 @@ def mul24(x, y, _semantic=None):
 
 def _binary_float(name, fn, doc):
     def f(x, y, _semantic=None):
-        x, dt = _float(x)
-        y, _ = _float(y)
-        x, y = semantic.binary_operands(x, y)
+        x, y, dt = _float_pair(x, y)
         return _back(fn(x, y), dt)
 
     f.__name__ = name
@@ -666,30 +647,27 @@ fma_rn = fma
 @_export
 def fdim(x, y, _semantic=None):
     """x - y where x > y, else +0 (NaN if either is NaN)."""
-    x, dt = _float(x)
-    y, _ = _float(y)
-    x, y = semantic.binary_operands(x, y)
-    return _back(_where((x != x) | (y != y), x + y, _where(x > y, x - y, _full_like_t(x, 0))), dt)
+    x, y, dt = _float_pair(x, y)
+    diff = _where(x > y, x - y, semantic.full(x.shape, 0, x.dtype))
+    return _back(_where((x != x) | (y != y), x + y, diff), dt)
 
 
 @_export
 def nextafter(x, y, _semantic=None):
     """The representable number after x in the direction of y."""
-    x, dt = _float(x)
-    y, _ = _float(y)
-    x, y = semantic.binary_operands(x, y)
+    x, y, dt = _float_pair(x, y)
     ity = core.int64 if _f64(x) else core.int32
     bits = semantic.bitcast(x, ity)
-    step = _where((x < y) == (x > 0.0), _full_like_t(bits, 1), _full_like_t(bits, -1))
-    away = semantic.bitcast(bits + step, x.dtype)
-    tiny = _copysign(semantic.bitcast(_full_like_t(bits, 1), x.dtype), y)
+    one = semantic.full(bits.shape, 1, ity)
+    away = semantic.bitcast(_where((x < y) == (x > 0.0), bits + one, bits - one), x.dtype)
+    tiny = _copysign(semantic.bitcast(one, x.dtype), y)
     r = _where(x == 0.0, tiny, away)
     r = _where(x == y, y, r)
     return _back(_where((x != x) | (y != y), x + y, r), dt)
 
 
 def _exponent(x):
-    """(ilogb(x) as int32 for finite nonzero x, is_finite_nonzero)."""
+    """ilogb(x) as int32, right for finite nonzero x (subnormals included)."""
     f64 = _f64(x)
     ity, mbits, bias = (core.int64, 52, 1023) if f64 else (core.int32, 23, 127)
     a = _abs(x)
@@ -705,7 +683,7 @@ def ilogb(x, _semantic=None):
     """The unbiased exponent of x (int32); INT_MIN for 0 and NaN, INT_MAX for infinities."""
     x, _ = _float(x)
     e = _exponent(x)
-    lo, hi = _full_like_t(e, -(2**31)), _full_like_t(e, 2**31 - 1)
+    lo, hi = semantic.full(e.shape, -(2**31), e.dtype), semantic.full(e.shape, 2**31 - 1, e.dtype)
     e = _where(x == 0.0, lo, e)
     e = _where(x != x, lo, e)
     return _where(_abs(x) == float("inf"), hi, e)
@@ -716,20 +694,20 @@ def logb(x, _semantic=None):
     """The unbiased exponent of x as a float (-inf for 0, +inf for infinities, NaN for NaN)."""
     x, dt = _float(x)
     r = semantic.cast(_exponent(x), x.dtype)
-    r = _where(x == 0.0, _full_like_t(x, float("-inf")), r)
+    r = _where(x == 0.0, semantic.full(x.shape, float("-inf"), x.dtype), r)
     r = _where(_abs(x) == float("inf"), _abs(x), r)
     return _back(_where(x != x, x, r), dt)
 
 
 def _norm(args):
-    vals = [_float(a)[0] for a in args]
-    dt = _float(args[0])[1]
+    floats = [_float(a) for a in args]
+    vals, dt = [v for v, _ in floats], floats[0][1]
     for i in range(1, len(vals)):
         vals[0], vals[i] = semantic.binary_operands(vals[0], vals[i])
     m = _abs(vals[0])
     for v in vals[1:]:
         m = semantic.maximum(m, _abs(v))
-    safe = _where(m == 0.0, _full_like_t(m, 1.0), m)
+    safe = _where(m == 0.0, semantic.full(m.shape, 1.0, m.dtype), m)
     acc = None
     for v in vals:
         q = v / safe
@@ -769,7 +747,7 @@ def erfinv(x, _semantic=None):
     ws = w - 2.5
     p1 = _poly(ws, [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
                     -0.00125372503, -0.00417768164, 0.246640727, 1.50140941])
-    wl = semantic.unary_math("sqrt", _where(small, _full_like_t(w, 9.0), w)) - 3.0
+    wl = semantic.unary_math("sqrt", _where(small, semantic.full(w.shape, 9.0, w.dtype), w)) - 3.0
     p2 = _poly(wl, [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
                     -0.0076224613, 0.00943887047, 1.00167406, 2.83297682])
     r = _where(small, p1, p2) * f32
@@ -778,8 +756,8 @@ def erfinv(x, _semantic=None):
         for _ in range(2):
             err = semantic.unary_math("erf", r) - x
             r = r - err / (1.1283791670955126 * semantic.unary_math("exp", -r * r))
-    r = _where(_abs(x) == 1.0, _copysign(_full_like_t(x, float("inf")), x), r)
-    return _back(_where(_abs(x) > 1.0, _full_like_t(x, float("nan")), r), dt)
+    r = _where(_abs(x) == 1.0, _copysign(semantic.full(x.shape, float("inf"), x.dtype), x), r)
+    return _back(_where(_abs(x) > 1.0, semantic.full(x.shape, float("nan"), x.dtype), r), dt)
 
 
 @_export
@@ -815,7 +793,8 @@ def _unsigned(x):
 def clz(x, _semantic=None):
     """Number of leading zero bits (int32; 32 or 64 for 0)."""
     u, wide = _unsigned(x)
-    n = _full_like_t(semantic.cast(u, core.int32), 0)
+    zero = u == 0
+    n = semantic.full(u.shape, 0, core.int32)
     width = 64 if wide else 32
     shift = width // 2
     while shift:
@@ -824,8 +803,7 @@ def clz(x, _semantic=None):
         n = _where(empty, n + shift, n)
         u = _where(empty, u << shift, u)
         shift //= 2
-    zero = semantic.bitcast(semantic.to_tensor(x), core.uint64 if wide else core.uint32) == 0
-    return _where(zero, _full_like_t(n, width), n)
+    return _where(zero, semantic.full(n.shape, width, n.dtype), n)
 
 
 @_export
@@ -847,7 +825,7 @@ def ffs(x, _semantic=None):
     u, wide = _unsigned(x)
     low = u & (0 - u)
     n = popc(low - 1) + 1
-    return _where(u == 0, _full_like_t(n, 0), n)
+    return _where(u == 0, semantic.full(n.shape, 0, n.dtype), n)
 
 
 @_export
@@ -868,23 +846,16 @@ def rhadd(x, y, _semantic=None):
 def sad(x, y, z, _semantic=None):
     """|x - y| + z."""
     x = semantic.to_tensor(x)
-    a, b = semantic.cast(x, core.int64), semantic.cast(semantic.to_tensor(y), core.int64)
-    if x.dtype.is_int_unsigned():
-        a, b = semantic.cast(x, core.uint64), semantic.cast(semantic.to_tensor(y), core.uint64)
-    d = _where(a > b, a - b, b - a) + semantic.cast(semantic.to_tensor(z), a.dtype)
-    return semantic.cast(d, core.uint32 if x.dtype.is_int_unsigned() else core.int32)
+    unsigned = x.dtype.is_int_unsigned()
+    wide = core.uint64 if unsigned else core.int64
+    a, b = semantic.cast(x, wide), semantic.cast(semantic.to_tensor(y), wide)
+    d = _where(a > b, a - b, b - a) + semantic.cast(semantic.to_tensor(z), wide)
+    return semantic.cast(d, core.uint32 if unsigned else core.int32)
 
 
-@_export
-def float_as_uint(x, _semantic=None):
-    """The bits of an fp32 (int32, as libdevice's declaration in Triton)."""
-    return semantic.bitcast(x, core.int32)
-
-
-@_export
-def uint_as_float(x, _semantic=None):
-    """The bits of a uint32 as fp32."""
-    return semantic.bitcast(x, core.float32)
+# Triton declares float_as_uint's result int32: the same as float_as_int.
+float_as_uint = float_as_int
+uint_as_float = int_as_float
 
 
 @_export
@@ -921,28 +892,22 @@ def _convert(name, rounding, to, doc):
     return _export(f)
 
 
-def _floor(x):
-    return semantic.unary_math("floor", x)
-
-
-def _ceil(x):
-    return semantic.unary_math("ceil", x)
-
-
-float2int_rd = _convert("float2int_rd", _floor, core.int32, "fp32 to int32, rounding down.")
-float2int_ru = _convert("float2int_ru", _ceil, core.int32, "fp32 to int32, rounding up.")
-double2int_rn = _convert("double2int_rn", _rint, core.int32, "fp64 to int32, rounding to nearest even.")
+float2int_rn = _convert("float2int_rn", rint, core.int32, "fp32 to int32, rounding to nearest even.")
+float2int_rz = _convert("float2int_rz", None, core.int32, "fp32 to int32, rounding toward zero.")
+float2int_rd = _convert("float2int_rd", floor, core.int32, "fp32 to int32, rounding down.")
+float2int_ru = _convert("float2int_ru", ceil, core.int32, "fp32 to int32, rounding up.")
+double2int_rn = _convert("double2int_rn", rint, core.int32, "fp64 to int32, rounding to nearest even.")
 double2int_rz = _convert("double2int_rz", None, core.int32, "fp64 to int32, rounding toward zero.")
-double2int_rd = _convert("double2int_rd", _floor, core.int32, "fp64 to int32, rounding down.")
-double2int_ru = _convert("double2int_ru", _ceil, core.int32, "fp64 to int32, rounding up.")
-float2ll_rn = _convert("float2ll_rn", _rint, core.int64, "fp32 to int64, rounding to nearest even.")
+double2int_rd = _convert("double2int_rd", floor, core.int32, "fp64 to int32, rounding down.")
+double2int_ru = _convert("double2int_ru", ceil, core.int32, "fp64 to int32, rounding up.")
+float2ll_rn = _convert("float2ll_rn", rint, core.int64, "fp32 to int64, rounding to nearest even.")
 float2ll_rz = _convert("float2ll_rz", None, core.int64, "fp32 to int64, rounding toward zero.")
-float2ll_rd = _convert("float2ll_rd", _floor, core.int64, "fp32 to int64, rounding down.")
-float2ll_ru = _convert("float2ll_ru", _ceil, core.int64, "fp32 to int64, rounding up.")
-double2ll_rn = _convert("double2ll_rn", _rint, core.int64, "fp64 to int64, rounding to nearest even.")
+float2ll_rd = _convert("float2ll_rd", floor, core.int64, "fp32 to int64, rounding down.")
+float2ll_ru = _convert("float2ll_ru", ceil, core.int64, "fp32 to int64, rounding up.")
+double2ll_rn = _convert("double2ll_rn", rint, core.int64, "fp64 to int64, rounding to nearest even.")
 double2ll_rz = _convert("double2ll_rz", None, core.int64, "fp64 to int64, rounding toward zero.")
-double2ll_rd = _convert("double2ll_rd", _floor, core.int64, "fp64 to int64, rounding down.")
-double2ll_ru = _convert("double2ll_ru", _ceil, core.int64, "fp64 to int64, rounding up.")
+double2ll_rd = _convert("double2ll_rd", floor, core.int64, "fp64 to int64, rounding down.")
+double2ll_ru = _convert("double2ll_ru", ceil, core.int64, "fp64 to int64, rounding up.")
 int2float_rn = _convert("int2float_rn", None, core.float32, "int32 to fp32, rounding to nearest even.")
 uint2float_rn = _convert("uint2float_rn", None, core.float32, "uint32 to fp32, rounding to nearest even.")
 ll2float_rn = _convert("ll2float_rn", None, core.float32, "int64 to fp32, rounding to nearest even.")
@@ -956,4 +921,4 @@ double2float_rn = _convert("double2float_rn", None, core.float32, "fp64 to fp32,
 
 __all__ += ["fast_expf", "fast_exp10f", "fast_logf", "fast_log2f", "fast_log10f", "fast_sinf", "fast_cosf",
             "fast_tanf", "fast_powf", "sqrt_rn", "abs"]
-__all__ += ["fma_rn"]
+__all__ += ["fma_rn", "float_as_uint", "uint_as_float"]
