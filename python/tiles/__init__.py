@@ -18,7 +18,7 @@ from .errors import (  # noqa: F401
     LaunchError,
     OutOfBoundsError,
     OutOfResources,
-    TilesError,  # noqa: F401
+    TilesError,
 )
 from .errors import TilesError as TritonError  # noqa: F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: F401

@@ -532,11 +532,13 @@ class CodeGenerator(ast.NodeVisitor):
                 raise self.src.error(it, "range takes 1 to 3 positional arguments")
             lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
         reverse = False
-        if not _is_tensor(step) and _unwrap(step) == 0:
-            raise self.src.error(it, "a loop's step must not be 0")
-        if not _is_tensor(step) and _unwrap(step) < 0:
-            # range(hi, lo, -s) runs k over range(lo, hi, s) with i = hi + lo - k (same trip count).
-            reverse, lb, ub, step = True, ub, lb, -_unwrap(step)
+        if not _is_tensor(step):
+            step = _unwrap(step)
+            if step == 0:
+                raise self.src.error(it, "a loop's step must not be 0")
+            if step < 0:
+                # range(hi, lo, -s) runs k over range(lo, hi, s) with i = hi + lo - k (same trip count).
+                reverse, lb, ub, step = True, ub, lb, -step
         bounds = [semantic.to_tensor(_unwrap(x)) if not _is_tensor(x) else x for x in (lb, ub, step)]
         for b in bounds:
             if b.shape or not b.dtype.is_int():

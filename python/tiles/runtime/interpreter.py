@@ -12,6 +12,7 @@ import ast
 import copy
 import ctypes
 import math
+import operator
 import os
 import sys
 from typing import Any, Callable, List, Sequence, Tuple
@@ -515,26 +516,20 @@ def _interp_not(x: Any) -> Any:
     return semantic.not_(x) if isinstance(x, tensor) and x.shape else (not x)
 
 
-_CMP_OPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne",
-            ast.Is: "is_", ast.IsNot: "is_not", ast.In: "contains_r", ast.NotIn: "not_contains_r"}
+_CMP_OPS = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": operator.ge, "Eq": operator.eq,
+            "NotEq": operator.ne, "Is": operator.is_, "IsNot": operator.is_not,
+            "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b}
 
 
 def _interp_compare(left: Any, ops: Sequence[str], *comparators: Callable[[], Any]) -> Any:
     """`a < b < c` as the compiler reads it: each comparison once, and-ed elementwise on tiles."""
-    import operator
-
     from .. import semantic
     from ..core import tensor
 
     acc = None
     for op, thunk in zip(ops, comparators):
         right = thunk()
-        if op == "contains_r":
-            r = left in right
-        elif op == "not_contains_r":
-            r = left not in right
-        else:
-            r = getattr(operator, op)(left, right)
+        r = _CMP_OPS[op](left, right)
         if acc is None:
             acc = r
         elif isinstance(acc, tensor) or isinstance(r, tensor):
@@ -556,7 +551,7 @@ class _Rewrite(ast.NodeTransformer):
         self.generic_visit(node)
         if len(node.ops) == 1:
             return node
-        ops = ast.Tuple([ast.Constant(_CMP_OPS[type(o)]) for o in node.ops], ast.Load())
+        ops = ast.Tuple([ast.Constant(type(o).__name__) for o in node.ops], ast.Load())
         thunks = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
                              body=c) for c in node.comparators]
         return ast.copy_location(ast.Call(func=ast.Name("__tiles_compare__", ast.Load()),

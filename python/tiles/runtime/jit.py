@@ -94,7 +94,6 @@ class TensorWrapper:
     def __init__(self, base: Any, dtype: Any):
         self.base = base
         self.dtype = dtype
-        self.data = base
         self.shape = tuple(base.shape)
         self.device = getattr(base, "device", None)
         self.is_cuda = bool(getattr(base, "is_cuda", False))
@@ -118,21 +117,14 @@ class TensorWrapper:
 def reinterpret(tensor: Any, dtype: Any) -> Any:
     """`tensor`'s memory as `dtype` for a kernel argument. Host (numpy) arrays, which the
     interpreter runs on, become numpy views of that dtype."""
-    from .. import core
-
     if isinstance(tensor, TensorWrapper):
         tensor = tensor.base
     if not isinstance(dtype, core.dtype):
         return tensor  # a torch dtype: the tensor already says what it holds
-    try:
-        import numpy as np
+    if type(tensor).__module__ == "numpy":
+        from .._numpy_types import numpy_dtype
 
-        if isinstance(tensor, np.ndarray):
-            from .._numpy_types import numpy_dtype
-
-            return tensor.view(numpy_dtype(dtype))
-    except ImportError:
-        pass
+        return tensor.view(numpy_dtype(dtype))
     return TensorWrapper(tensor, dtype)
 
 
