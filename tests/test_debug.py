@@ -45,7 +45,9 @@ def breakpoint_kernel(x_ptr):
 def test_static_print_and_assert_at_compile_time(capsys):
     tiles.compile(static_kernel, signature={"x_ptr": "*fp32"}, constexprs={"BLOCK": 32})
     assert "BLOCK is 32" in capsys.readouterr().out
-    with pytest.raises(tiles.CompilationError, match="BLOCK too small"):
+    from tiles.errors import CompileTimeAssertionFailure
+
+    with pytest.raises(CompileTimeAssertionFailure, match="BLOCK too small"):
         tiles.compile(static_kernel, signature={"x_ptr": "*fp32"}, constexprs={"BLOCK": 8})
 
 

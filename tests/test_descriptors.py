@@ -100,3 +100,35 @@ def test_bad_descriptors_are_clear_errors():
         TensorDescriptor.from_tensor(x, [3, 8])
     with pytest.raises(ValueError, match="contiguous"):
         TensorDescriptor(x, [8, 8], [1, 8], [8, 8])
+
+
+@tiles.jit
+def _desc_or_pointer(x, shape, strides, block_shape):
+    # Triton's attention tutorial: a host descriptor passes through, a pointer gets one made.
+    if isinstance(x, tl.tensor_descriptor):
+        return x
+    else:
+        return tl.make_tensor_descriptor(x, shape, strides, block_shape)
+
+
+@tiles.jit
+def either_desc_kernel(x, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    x = _desc_or_pointer(x, [M, N], [N, 1], [BM, BN])
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    block = x.load([pid_m * BM, pid_n * BN])
+    is_tensor = isinstance(block, tl.tensor) and not isinstance(BM, (tl.tensor, tl.tensor_descriptor))
+    offs_m = pid_m * BM + tl.arange(0, BM)[:, None]
+    offs_n = pid_n * BN + tl.arange(0, BN)[None, :]
+    tl.store(y_ptr + offs_m * N + offs_n, block.to(tl.float32) * 2 + is_tensor, mask=(offs_m < M) & (offs_n < N))
+
+
+@pytest.mark.parametrize("host", [False, True])
+def test_isinstance_picks_descriptor_or_pointer(dev, rng, host):
+    from tiles.tools.tensor_descriptor import TensorDescriptor
+
+    M, N, BM, BN = 40, 72, 32, 64
+    x = rng.standard_normal((M, N)).astype(np.float16)
+    dx, dy = dev.put(x), dev.put(np.full((M, N), np.nan, np.float32))
+    arg = TensorDescriptor.from_tensor(dx, [BM, BN]) if host else dx
+    either_desc_kernel[(2, 2)](arg, dy, M, N, BM=BM, BN=BN)
+    np.testing.assert_allclose(dev.get(dy), x.astype(np.float32) * 2 + 1, rtol=1e-6)

@@ -317,3 +317,135 @@ def test_native_driver_agrees_with_cuda_python_and_skips_its_import(tmp_path):
     _, major = cu.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
     _, minor = cu.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
     assert driver.capability() == (major, minor)
+
+
+def _prune_small(configs, named_args, **kwargs):
+    # Triton's calling convention: positional arguments by name, then the launch's keywords.
+    assert "x_ptr" in named_args and "n" in named_args and kwargs == {"SCALE": 3.0}
+    return [c for c in configs if c.kwargs["BLOCK"] <= named_args["n"]]
+
+
+def _model(**kw):
+    assert {"x_ptr", "out_ptr", "n", "SCALE", "BLOCK"} <= set(kw)
+    return -kw["BLOCK"]  # the largest block is "fastest"
+
+
+@tiles.autotune(configs=[tiles.Config({"BLOCK": b}) for b in (32, 64, 128, 1024)], key=["n"],
+                prune_configs_by={"early_config_prune": _prune_small, "perf_model": _model, "top_k": 1})
+@tiles.jit
+def pruned_kernel(x_ptr, out_ptr, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * SCALE, mask=offs < n)
+
+
+def test_autotune_prune_configs_by_gets_named_args_and_keywords(dev, cache_dir):
+    n = 200
+    x = np.random.default_rng().standard_normal(n).astype(np.float32)
+    out = dev.put(np.full(n, np.nan, np.float32))
+    pruned_kernel[lambda m: (tiles.cdiv(n, m["BLOCK"]),)](dev.put(x), out, n, SCALE=3.0)
+    assert pruned_kernel.best_config.kwargs["BLOCK"] == 128  # 1024 pruned early, then the model's pick
+    np.testing.assert_allclose(dev.get(out), 3 * x, rtol=1e-6)
+
+
+@tiles.jit
+def pdl_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    if USE_GDC:
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(x_ptr + offs, mask=m)
+    y = tl.load(y_ptr + offs, mask=m)
+    if USE_GDC:
+        tl.extra.cuda.gdc_launch_dependents()
+    t = tl.extra.cuda.globaltimer()
+    sm = tl.extra.cuda.smid()
+    tl.store(out_ptr + offs, x + y + (t > 0).to(tl.float32) + (sm >= 0).to(tl.float32), mask=m)
+
+
+def test_programmatic_dependent_launch(dev, rng):
+    # Tutorial 11: chained launches with launch_pdl=True, each waiting on the previous grid.
+    n = 5000
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    xd, yd = dev.put(x), dev.put(y)
+    a, b = dev.put(np.full(n, np.nan, np.float32)), dev.put(np.full(n, np.nan, np.float32))
+    grid = (tiles.cdiv(n, 1024),)
+    pdl_add_kernel[grid](xd, yd, a, n, BLOCK=1024, USE_GDC=True, launch_pdl=True)
+    pdl_add_kernel[grid](a, yd, b, n, BLOCK=1024, USE_GDC=True, launch_pdl=True)
+    pdl_add_kernel[grid](a, yd, a, n, BLOCK=1024, USE_GDC=False, launch_cooperative_grid=True)
+    expect = x + y + 2
+    np.testing.assert_allclose(dev.get(b), expect + y + 2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dev.get(a), expect + y + 2, rtol=1e-5, atol=1e-6)
+
+
+def test_programmatic_dependent_launch_ptx(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(pdl_add_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                      constexprs={"BLOCK": 1024, "USE_GDC": True}, target="sm_90a")
+    ptx = k.asm["ptx"]
+    assert "griddepcontrol.wait;" in ptx and "griddepcontrol.launch_dependents;" in ptx
+    assert "%globaltimer" in ptx and "%smid" in ptx
+    assemble(ptxas, ptx, "sm_90a")
+
+
+def _scaled_copy_metadata(grid, kernel, args):
+    return {"name": f"{kernel.name} [n={args['n']}]", "bytes": 8 * args["n"], "flops32": args["n"]}
+
+
+@tiles.jit(launch_metadata=_scaled_copy_metadata)
+def profiled_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def test_profiler_scopes_and_launch_hook(dev, rng, tmp_path, monkeypatch):
+    # Tutorial 09's use of Triton's proton: a session with the launch hook, scopes with
+    # metrics, paused warm-up, then the viewer's derived metrics.
+    import tiles.profiler as proton
+    import tiles.profiler.viewer as viewer
+
+    monkeypatch.chdir(tmp_path)
+    n = 4096
+    x = rng.standard_normal(n).astype(np.float32)
+    xd, out = dev.put(x), dev.put(np.zeros(n, np.float32))
+    grid = (tiles.cdiv(n, 1024),)
+    sid = proton.start("prof", hook="triton")
+    proton.deactivate(sid)
+    profiled_kernel[grid](xd, out, n, BLOCK=1024)  # warm-up, not recorded
+    proton.activate(sid)
+    for _ in range(3):
+        with proton.scope("outer", {"flops16": 1000.0}):
+            profiled_kernel[grid](xd, out, n, BLOCK=1024)
+    proton.finalize()
+    np.testing.assert_allclose(dev.get(out), 2 * x, rtol=1e-6)
+    tree, metrics = viewer.parse(["time/ms", "gflop32/s", "avg_time/us"], "prof.hatchet")
+    (outer,) = tree.children
+    assert outer.name == "outer" and outer.metrics["count"] == 3 and outer.metrics["flops16"] == 3000.0
+    (kern,) = outer.children
+    assert kern.name == f"profiled_kernel [n={n}]" and kern.metrics["count"] == 3
+    assert kern.metrics["bytes"] == 3 * 8 * n and viewer.derive(kern.metrics, "gflop32/s") > 0
+    assert viewer.derive(kern.metrics, "time/ms") <= viewer.derive(outer.metrics, "time/ms") + 1e-3
+    text = viewer.format_tree(tree, metrics)
+    assert "outer" in text and "profiled_kernel" in text and "(time/ms)" in text
+    # After finalize, launches take the native fast path again and are not recorded.
+    profiled_kernel[grid](xd, out, n, BLOCK=1024)
+    assert not sys.modules["tiles.runtime.jit"]._launch_hooks
+
+
+@pytest.mark.gpu
+def test_cublaslt_matmul_for_comparisons(rng):
+    # Tutorial 09 builds `triton._C.libtriton.nvidia.cublas.CublasLt(workspace)` for its cuBLAS line.
+    import torch
+
+    from tiles._C.libtriton import nvidia
+
+    blas = nvidia.cublas.CublasLt(torch.empty(32 * 1024 * 1024, device="cuda", dtype=torch.uint8))
+    M, N, K = 192, 256, 320
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((N, K)).astype(np.float16)
+    c = torch.empty((M, N), device="cuda", dtype=torch.float16)
+    blas.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), c)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c.cpu().numpy().astype(np.float64), ref, rtol=2e-2, atol=5e-2)
+    with pytest.raises(ValueError, match="matmul shapes"):
+        blas.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b[:, :64]).cuda(), c)

@@ -25,6 +25,14 @@ class CompilationError(TilesError):
         super().__init__(text)
 
 
+class CompileTimeAssertionFailure(CompilationError):
+    """A `tl.static_assert` failed (an autotuner skips such configs quietly, as Triton's does)."""
+
+
+class StaticAssertFailed(AssertionError):
+    """Raised by `tl.static_assert`; the compiler reports it as CompileTimeAssertionFailure."""
+
+
 class OutOfBoundsError(TilesError, IndexError):
     """The interpreter caught a load or store outside the buffer its pointer came from."""
 

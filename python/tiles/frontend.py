@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import _tiles, core, language, semantic
 from .core import constexpr, tensor
-from .errors import CompilationError
+from .errors import CompilationError, CompileTimeAssertionFailure, StaticAssertFailed
 
 
 class IRBackend:
@@ -135,6 +135,19 @@ class IRBackend:
     def inline_asm(self, asm, constraints, args, dtypes, pack, pure):
         return self.b.inline_asm(asm, constraints, [a.handle for a in args], [d.ir for d in dtypes], pack, pure)
 
+    def special(self, ptx, dtype):
+        """Effectful PTX run once per thread: `ptx` writes `$0` of `dtype` (its handle is
+        returned) or, with `dtype` None, nothing. The inline asm needs an operand: a dummy 0."""
+        from . import semantic
+        from .core import int32
+
+        zero = semantic.to_tensor(0)
+        if dtype is None:
+            self.b.inline_asm(ptx + " // $0 $1", "=r,r", [zero.handle], [int32.ir], 1, False)
+            return None
+        reg = "l" if dtype.primitive_bitwidth == 64 else "r"
+        return self.b.inline_asm(ptx + " // $1", f"={reg},r", [zero.handle], [dtype.ir], 1, False)[0]
+
     def device_assert(self, cond, msg):
         if self.debug:
             self.b.assert_(cond.handle, msg)
@@ -215,11 +228,11 @@ class FunctionSource:
                     pass
         return g
 
-    def error(self, node: ast.AST, message: str) -> CompilationError:
+    def error(self, node: ast.AST, message: str, cls: type = CompilationError) -> CompilationError:
         line = getattr(node, "lineno", 1)
         col = getattr(node, "col_offset", 0) + self.indent
         src = self.lines[line - 1] if 0 < line <= len(self.lines) else None
-        return CompilationError(message, self.file, self.first_line + line - 1, col, src, self.name)
+        return cls(message, self.file, self.first_line + line - 1, col, src, self.name)
 
 
 def _is_tensor(x: Any) -> bool:
@@ -343,6 +356,8 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.src.error(node, f"invalid operation: {e}") from None
         except RecursionError:
             raise self.src.error(node, "recursion is not supported in kernels") from None
+        except StaticAssertFailed as e:
+            raise self.src.error(node, f"AssertionError: {e}", CompileTimeAssertionFailure) from None
         except Exception as e:
             raise self.src.error(node, f"{type(e).__name__}: {e}") from None
 
@@ -375,7 +390,15 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_Expr(self, node: ast.Expr) -> None:
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return  # docstring
-        self.visit(node.value)
+        value = self.visit(node.value)
+        call = node.value
+        if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Name) and _is_tensor(value):
+            # Triton's hints mark the value itself: a bare `tl.multiple_of(ptrs, 16)` statement
+            # holds for `ptrs` from here on, so it is rebound to the hinted value.
+            from . import language
+
+            if self.visit(call.func) in (language.multiple_of, language.max_contiguous, language.max_constancy):
+                self._assign(call.args[0], value)
 
     def visit_Pass(self, node: ast.Pass) -> None:
         pass
@@ -814,6 +837,12 @@ class CodeGenerator(ast.NodeVisitor):
             for a in args[1:]:
                 acc = f(acc, a)
             return acc
+        if fn is builtins.isinstance and len(args) == 2 and not kwargs:
+            # A compile-time question about the value's kind (tensor, descriptor, constexpr...).
+            obj, classes = args[0], _unwrap(args[1])
+            classes = classes if isinstance(classes, tuple) else (classes,)
+            plain = obj.value if isinstance(obj, constexpr) else obj
+            return any(isinstance(obj, c) or isinstance(plain, c) for c in classes)
         if fn is builtins.abs and args and _is_tensor(args[0]):
             return semantic.abs_(args[0])
         if fn is builtins.print:

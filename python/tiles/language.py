@@ -294,7 +294,9 @@ def static_print(*values, sep=" ", end="\n", file=None, flush=False, _semantic=N
 def static_assert(cond, msg="", _semantic=None):
     """Fails compilation unless the constexpr `cond` holds."""
     if not _v(cond):
-        raise AssertionError(f"static_assert failed: {_v(msg)}")
+        from .errors import StaticAssertFailed
+
+        raise StaticAssertFailed(f"static_assert failed: {_v(msg)}")
 
 
 @builtin
@@ -752,8 +754,10 @@ class tensor_descriptor:
     """A device-side tensor descriptor (what `tl.make_tensor_descriptor` returns and what a host
     `TensorDescriptor` argument becomes inside the kernel)."""
 
-    def __init__(self, base, shape, strides, block_shape, padding="zero"):
+    def __init__(self, base, shape, strides, block_shape, padding="zero", assume_aligned=False):
         self.base = base
+        # Made in the kernel (`tl.make_tensor_descriptor`): alignment is known by contract only.
+        self.assume_aligned = assume_aligned
         self.shape = list(shape)
         self.strides = list(strides)
         self.block_shape = [int(_v(b)) for b in block_shape]
@@ -768,12 +772,15 @@ class tensor_descriptor:
     def dtype(self):
         return self.base.dtype.element_ty
 
-    def _pointers(self, offsets):
+    def _pointers(self, offsets, granule: int = 1):
+        """The block's pointers and in-range mask. With `granule` > 1 a second mask is returned
+        that is true for every element of a `granule`-element run holding an in-range element
+        of the last dimension (what a vector load may read: see `load`)."""
         offsets = list(_v(offsets)) if isinstance(_v(offsets), (list, tuple)) else [offsets]
         rank = len(self.block_shape)
         if len(offsets) != rank:
             raise ValueError(f"this descriptor takes {rank} offsets, got {len(offsets)}")
-        ptr, mask = self.base, None
+        ptr, mask, coarse = self.base, None, None
         for d in _builtin_range(rank):
             idx = semantic.add(semantic.arange(0, self.block_shape[d]), offsets[d])
             for e in _builtin_range(rank):
@@ -785,13 +792,29 @@ class tensor_descriptor:
             ptr = semantic.add(ptr, semantic.mul(semantic.cast(idx, int64), stride))
             inside = semantic.logical_and(semantic.greater_equal(idx, 0), semantic.less(idx, self.shape[d]))
             mask = inside if mask is None else semantic.logical_and(mask, inside)
-        return ptr, mask
+            if granule > 1:
+                if d == rank - 1:  # the extent rounded up to whole granules
+                    g = semantic.to_tensor(granule)
+                    ext = semantic.mul(semantic.floordiv(semantic.add(self.shape[d], granule - 1), g), g)
+                    inside = semantic.logical_and(semantic.greater_equal(idx, 0), semantic.less(idx, ext))
+                coarse = inside if coarse is None else semantic.logical_and(coarse, inside)
+        return (ptr, mask, coarse) if granule > 1 else (ptr, mask)
 
     @builtin
     def load(self, offsets, _semantic=None):
         """The block at `offsets` (out-of-range elements per the padding)."""
-        ptr, mask = self._pointers(offsets)
         other = float("nan") if self.padding == "nan" else 0
+        from .core import current_backend
+
+        if self.assume_aligned and not getattr(current_backend(), "interpreter", False):
+            # A descriptor's base is 16-byte aligned and its rows 16-byte multiples (Triton's
+            # contract for TMA), so each 16-byte granule of a row lies in its allocation when
+            # any element of it does: the load reads whole granules (vector loads) and the
+            # elements outside the tensor are replaced after it.
+            granule = _builtins.max(16 // _builtins.max(self.dtype.primitive_bitwidth // 8, 1), 1)
+            ptr, mask, coarse = self._pointers(offsets, granule)
+            return semantic.where(mask, semantic.load(ptr, coarse, other), other)
+        ptr, mask = self._pointers(offsets)
         return semantic.load(ptr, mask, other)
 
     @builtin
@@ -881,8 +904,17 @@ def advance(base, offsets, _semantic=None):
 
 @builtin
 def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="zero", _semantic=None):
-    """A descriptor for the strided tensor at `base` moving blocks of `block_shape`."""
-    return tensor_descriptor(base, _v(shape), _v(strides), _v(block_shape), padding_option)
+    """A descriptor for the strided tensor at `base` moving blocks of `block_shape`. As for
+    Triton's (TMA) descriptors, `base` must be 16-byte aligned, every stride but the last a
+    multiple of 16 bytes and the last stride 1: the compiler relies on it for vector accesses."""
+    base = semantic.to_tensor(base)
+    strides = list(_v(strides))
+    if base.dtype.is_ptr() and not base.shape:
+        eb = _builtins.max(base.dtype.element_ty.primitive_bitwidth // 8, 1)
+        base = semantic.hint(base, "multiple_of", 16)
+        strides = [semantic.hint(st, "multiple_of", _builtins.max(16 // eb, 1)) if isinstance(st, tensor)
+                   and i < len(strides) - 1 else st for i, st in enumerate(strides)]
+    return tensor_descriptor(base, _v(shape), strides, _v(block_shape), padding_option, assume_aligned=True)
 
 
 @builtin
@@ -1016,6 +1048,42 @@ def gather(src, index, axis, _semantic=None):
     return semantic.reduce([semantic.where(pick, s, zero)], a + 1, _sum_combine, False)[0]
 
 
+# -- `tl.extra.cuda`: grid dependency control and special registers --------------------------------
+
+@builtin
+def _gdc_wait(_semantic=None):
+    """Waits until the grids this one depends on have finished and their writes are visible
+    (a no-op unless the kernel was launched with `launch_pdl=True`; sm_90 and newer)."""
+    from .core import current_backend
+
+    current_backend().special("griddepcontrol.wait;", None)
+
+
+@builtin
+def _gdc_launch_dependents(_semantic=None):
+    """Lets the next kernel launched with `launch_pdl=True` start before this grid finishes
+    (no memory ordering; the dependent's `gdc_wait` gives that)."""
+    from .core import current_backend
+
+    current_backend().special("griddepcontrol.launch_dependents;", None)
+
+
+@builtin
+def _globaltimer(_semantic=None):
+    """The GPU's nanosecond global timer (int64)."""
+    from .core import current_backend
+
+    return tensor(current_backend().special("mov.u64 $0, %globaltimer;", int64), int64)
+
+
+@builtin
+def _smid(_semantic=None):
+    """The index of the multiprocessor running this program (int32)."""
+    from .core import current_backend
+
+    return tensor(current_backend().special("mov.u32 $0, %smid;", int32), int32)
+
+
 # -- libdevice: `tl.extra.cuda.libdevice`, `tiles.language.extra.libdevice` ----------------------
 
 def _extra_modules():
@@ -1028,6 +1096,8 @@ def _extra_modules():
     cuda = types.ModuleType(__name__ + ".extra.cuda", "libdevice for CUDA.")
     extra.libdevice = cuda.libdevice = _libdevice
     extra.cuda = cuda
+    cuda.gdc_wait, cuda.gdc_launch_dependents = _gdc_wait, _gdc_launch_dependents
+    cuda.globaltimer, cuda.smid = _globaltimer, _smid
     extra.__path__ = []  # a package, so `from tiles.language.extra import libdevice` works
     cuda.__path__ = []
     sys.modules[extra.__name__] = extra

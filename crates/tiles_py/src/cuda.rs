@@ -80,7 +80,42 @@ api! {
     memcpy_dtoh: "cuMemcpyDtoH_v2" => fn(*mut c_void, u64, usize),
     memset_d32: "cuMemsetD32_v2" => fn(u64, c_uint, usize),
     launch_kernel: "cuLaunchKernel" => fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, *mut c_void, *mut *mut c_void, *mut *mut c_void),
+    event_create: "cuEventCreate" => fn(*mut *mut c_void, c_uint),
+    event_record: "cuEventRecord" => fn(*mut c_void, *mut c_void),
+    event_synchronize: "cuEventSynchronize" => fn(*mut c_void),
+    event_elapsed_time: "cuEventElapsedTime" => fn(*mut f32, *mut c_void, *mut c_void),
+    event_destroy: "cuEventDestroy_v2" => fn(*mut c_void),
+    launch_kernel_ex: "cuLaunchKernelEx" => fn(*const LaunchConfig, *mut c_void, *mut *mut c_void, *mut *mut c_void),
 }
+
+/// `CUlaunchAttribute`: an attribute id, padding to 8 bytes, then a 64-byte value union (only
+/// its first `int` is used here).
+#[repr(C)]
+struct LaunchAttribute {
+    id: c_int,
+    pad: [u8; 4],
+    value: [u32; 16],
+}
+
+/// `CUlaunchConfig`, the argument of `cuLaunchKernelEx`.
+#[repr(C)]
+pub struct LaunchConfig {
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared: c_uint,
+    stream: *mut c_void,
+    attrs: *const LaunchAttribute,
+    num_attrs: c_uint,
+}
+
+/// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
+const LAUNCH_ATTRIBUTE_COOPERATIVE: c_int = 2;
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`.
+const LAUNCH_ATTRIBUTE_PROGRAMMATIC_SERIALIZATION: c_int = 6;
+/// Launch flags: a cooperative grid (`launch_cooperative_grid=True`).
+pub const LAUNCH_COOPERATIVE: u32 = 1;
+/// Launch flags: programmatic dependent launch (`launch_pdl=True`).
+pub const LAUNCH_PDL: u32 = 2;
 
 // Attribute numbers from cuda.h.
 /// `CU_DEVICE_ATTRIBUTE_*` numbers tiles reads.
@@ -316,12 +351,62 @@ pub fn synchronize() -> R<()> {
     unsafe { check(a, (a.ctx_synchronize)(), "cuCtxSynchronize") }
 }
 
+/// A new timing event.
+pub fn event_create() -> R<usize> {
+    let a = api()?;
+    let mut e: *mut c_void = std::ptr::null_mut();
+    // SAFETY: writes one event handle (flags 0: default, with timing).
+    unsafe { check(a, (a.event_create)(&mut e, 0), "cuEventCreate")? };
+    Ok(e as usize)
+}
+
+/// Records `event` on `stream` (0: the legacy default stream).
+pub fn event_record(event: usize, stream: usize) -> R<()> {
+    let a = api()?;
+    // SAFETY: event from `event_create`; the stream is the caller's live stream or 0.
+    unsafe {
+        check(
+            a,
+            (a.event_record)(event as *mut c_void, stream as *mut c_void),
+            "cuEventRecord",
+        )
+    }
+}
+
+/// Milliseconds between two recorded events (waits for `end`).
+pub fn event_elapsed_ms(start: usize, end: usize) -> R<f32> {
+    let a = api()?;
+    let mut ms = 0f32;
+    // SAFETY: both events from `event_create`, recorded by the caller.
+    unsafe {
+        check(
+            a,
+            (a.event_synchronize)(end as *mut c_void),
+            "cuEventSynchronize",
+        )?;
+        check(
+            a,
+            (a.event_elapsed_time)(&mut ms, start as *mut c_void, end as *mut c_void),
+            "cuEventElapsedTime",
+        )?;
+    }
+    Ok(ms)
+}
+
+/// Frees an event.
+pub fn event_destroy(event: usize) -> R<()> {
+    let a = api()?;
+    // SAFETY: event from `event_create`, not used afterwards.
+    unsafe { check(a, (a.event_destroy)(event as *mut c_void), "cuEventDestroy") }
+}
+
 /// The address of `cuLaunchKernel`, for the launch paths.
 pub fn launch_address() -> R<usize> {
     Ok(api()?.launch_kernel as usize)
 }
 
-/// Launches `function` with parameters at `params` (an array of pointers to values).
+/// Launches `function` with parameters at `params` (an array of pointers to values); `flags`
+/// (`LAUNCH_COOPERATIVE`, `LAUNCH_PDL`) select `cuLaunchKernelEx` with those attributes.
 #[allow(clippy::too_many_arguments)]
 pub fn launch(
     function: usize,
@@ -330,8 +415,48 @@ pub fn launch(
     shared: u32,
     stream: usize,
     params: usize,
+    flags: u32,
 ) -> R<()> {
     let a = api()?;
+    if flags != 0 {
+        let attr = |id| LaunchAttribute {
+            id,
+            pad: [0; 4],
+            value: {
+                let mut v = [0u32; 16];
+                v[0] = 1;
+                v
+            },
+        };
+        let mut attrs = Vec::with_capacity(2);
+        if flags & LAUNCH_COOPERATIVE != 0 {
+            attrs.push(attr(LAUNCH_ATTRIBUTE_COOPERATIVE));
+        }
+        if flags & LAUNCH_PDL != 0 {
+            attrs.push(attr(LAUNCH_ATTRIBUTE_PROGRAMMATIC_SERIALIZATION));
+        }
+        let config = LaunchConfig {
+            grid: [grid.0, grid.1, grid.2],
+            block: [threads, 1, 1],
+            shared,
+            stream: stream as *mut c_void,
+            attrs: attrs.as_ptr(),
+            num_attrs: attrs.len() as c_uint,
+        };
+        // SAFETY: as below; `config` and `attrs` outlive the call.
+        return unsafe {
+            check(
+                a,
+                (a.launch_kernel_ex)(
+                    &config,
+                    function as *mut c_void,
+                    params as *mut *mut c_void,
+                    std::ptr::null_mut(),
+                ),
+                "cuLaunchKernelEx",
+            )
+        };
+    }
     // SAFETY: function from `load`; params points at one pointer per kernel parameter, each to
     // a value of that parameter's type (packed by the caller).
     unsafe {
@@ -430,14 +555,40 @@ pub mod py {
         py.detach(synchronize).map_err(err)
     }
 
+    /// A new timing event (a handle).
+    #[pyfunction]
+    pub fn cuda_event_create() -> PyResult<usize> {
+        event_create().map_err(err)
+    }
+
+    /// Records the event on a stream.
+    #[pyfunction]
+    pub fn cuda_event_record(event: usize, stream: usize) -> PyResult<()> {
+        event_record(event, stream).map_err(err)
+    }
+
+    /// Milliseconds from `start` to `end`, waiting for `end` without the GIL.
+    #[pyfunction]
+    pub fn cuda_event_elapsed_ms(py: Python<'_>, start: usize, end: usize) -> PyResult<f32> {
+        py.detach(|| event_elapsed_ms(start, end)).map_err(err)
+    }
+
+    /// Frees an event.
+    #[pyfunction]
+    pub fn cuda_event_destroy(event: usize) -> PyResult<()> {
+        event_destroy(event).map_err(err)
+    }
+
     /// The address of `cuLaunchKernel`.
     #[pyfunction]
     pub fn cuda_launch_address() -> PyResult<usize> {
         launch_address().map_err(err)
     }
 
-    /// Launches with pre-packed parameters (`params`: address of an array of pointers).
+    /// Launches with pre-packed parameters (`params`: address of an array of pointers);
+    /// `flags`: 1 a cooperative grid, 2 programmatic dependent launch.
     #[pyfunction]
+    #[pyo3(signature = (function, gx, gy, gz, threads, shared, stream, params, flags=0))]
     #[allow(clippy::too_many_arguments)]
     pub fn cuda_launch(
         function: usize,
@@ -448,8 +599,18 @@ pub mod py {
         shared: u32,
         stream: usize,
         params: usize,
+        flags: u32,
     ) -> PyResult<()> {
-        launch(function, (gx, gy, gz), threads, shared, stream, params).map_err(err)
+        launch(
+            function,
+            (gx, gy, gz),
+            threads,
+            shared,
+            stream,
+            params,
+            flags,
+        )
+        .map_err(err)
     }
 
     /// Registers the functions on the module.
@@ -464,6 +625,14 @@ pub mod py {
         m.add_function(wrap_pyfunction!(cuda_synchronize, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_launch_address, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_launch, m)?)?;
+        for f in [
+            wrap_pyfunction!(cuda_event_create, m)?,
+            wrap_pyfunction!(cuda_event_record, m)?,
+            wrap_pyfunction!(cuda_event_elapsed_ms, m)?,
+            wrap_pyfunction!(cuda_event_destroy, m)?,
+        ] {
+            m.add_function(f)?;
+        }
         let attrs = pyo3::types::PyDict::new(m.py());
         for (name, v) in [
             ("warpSize", attr::WARP_SIZE),

@@ -12,7 +12,17 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+
+/// Set while a launch hook (the profiler) must see every launch: the fast path steps aside.
+static HOOKED: AtomicBool = AtomicBool::new(false);
+
+/// `set_launch_hooked(on)`: while on, every launch takes the Python path (and its hooks).
+#[pyfunction]
+pub fn set_launch_hooked(on: bool) {
+    HOOKED.store(on, Ordering::Relaxed);
+}
 
 /// `CUresult cuLaunchKernel(CUfunction, gx, gy, gz, bx, by, bz, shared, CUstream, void**, void**)`.
 type LaunchFn = unsafe extern "C" fn(
@@ -313,7 +323,7 @@ impl Dispatcher {
         let Some(launch) = self.launch else {
             return Ok(None);
         };
-        if Self::interpreter_on() {
+        if HOOKED.load(Ordering::Relaxed) || Self::interpreter_on() {
             return Ok(None);
         }
         let Some(bound) = self.bind(py, args, kwargs)? else {

@@ -659,6 +659,7 @@ fn _tiles(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_ir, m)?)?;
     m.add_class::<launch::Dispatcher>()?;
     m.add_class::<launch::BoundLauncher>()?;
+    m.add_function(wrap_pyfunction!(launch::set_launch_hooked, m)?)?;
     cuda::py::register(m)?;
     m.add("IrError", m.py().get_type::<IrError>())?;
     m.add("BackendError", m.py().get_type::<BackendError>())?;

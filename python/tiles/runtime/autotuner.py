@@ -143,15 +143,20 @@ class Autotuner(KernelInterface):
             pass
 
     # -- tuning ---------------------------------------------------------------------------------------
-    def prune_configs(self, kwargs: Dict[str, Any]) -> List[Config]:
+    def prune_configs(self, kwargs: Dict[str, Any], nargs: Optional[Dict[str, Any]] = None) -> List[Config]:
+        """Triton's pruning: `early_config_prune(configs, named_args, **kwargs)` (positional
+        arguments by name, then the launch's keywords), then the `perf_model`'s `top_k`."""
+        nargs = nargs or {}
         configs = self.configs
         if self.early_config_prune:
-            configs = list(self.early_config_prune(self.configs, kwargs))
+            configs = list(self.early_config_prune(self.configs, nargs, **kwargs))
+            if not configs:
+                raise RuntimeError(f"tiles autotune: early_config_prune left no config of {self.__name__}")
         if self.perf_model and len(configs) > 1:
             top_k = self.top_k
             if isinstance(top_k, float) and top_k <= 1.0:
                 top_k = max(1, int(len(configs) * top_k))
-            est = {c: self.perf_model(**kwargs, **c.all_kwargs()) for c in configs}
+            est = {c: self.perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in configs}
             configs = sorted(configs, key=lambda c: est[c])[:top_k]
         return configs
 
@@ -181,10 +186,12 @@ class Autotuner(KernelInterface):
         except Exception as e:  # a config that does not compile or launch is skipped, not fatal
             if self.user_post_hook:
                 self.user_post_hook(full, e)
-            # Configs beyond the GPU's resources are skipped quietly, as Triton does; others
-            # (or all, with TILES_PRINT_AUTOTUNING=1) are reported.
+            # Configs beyond the GPU's resources or failing a static_assert are skipped quietly,
+            # as Triton does; others (or all, with TILES_PRINT_AUTOTUNING=1) are reported.
+            from ..errors import CompileTimeAssertionFailure
+
             out_of_resources = "shared memory" in str(e) or "out of resources" in str(e).lower()
-            if _printing() or not out_of_resources:
+            if _printing() or not (out_of_resources or isinstance(e, CompileTimeAssertionFailure)):
                 msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
                 print(msg.splitlines()[0] if not _printing() else msg, file=sys.stderr)
             return float("inf")
@@ -199,7 +206,7 @@ class Autotuner(KernelInterface):
             if cfg is not None and _printing():
                 print(f"tiles autotune: {self.__name__} key {key}: cached choice [{cfg}]", file=sys.stderr)
         if cfg is None:
-            configs = self.prune_configs(kwargs)
+            configs = self.prune_configs(kwargs, nargs)
             saved = {n: _copy(all_args[n]) for n in self.restore_value if n in all_args}
             t0 = time.perf_counter()
             timings = {}

@@ -104,9 +104,15 @@ class LoadedKernel:
             return 0
         return int(_call(t.cuda_read_and_clear_u32, self._assert_addr))
 
-    def launch(self, grid: Tuple[int, int, int], threads: int, stream: int, params_addr: int) -> None:
+    def launch(self, grid: Tuple[int, int, int], threads: int, stream: int, params_addr: int,
+               flags: int = 0) -> None:
+        """`flags`: LAUNCH_COOPERATIVE and/or LAUNCH_PDL (cuLaunchKernelEx attributes)."""
         _call(_native().cuda_launch, self.function, grid[0], grid[1], grid[2], threads, self.shared, int(stream or 0),
-              params_addr)
+              params_addr, flags)
+
+
+LAUNCH_COOPERATIVE = 1  # a cooperative grid: every program resident at once (`launch_cooperative_grid`)
+LAUNCH_PDL = 2  # programmatic dependent launch (`launch_pdl`; pairs with tl.extra.cuda.gdc_*)
 
 
 def launch_address() -> int:

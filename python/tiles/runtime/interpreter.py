@@ -15,6 +15,7 @@ import math
 import operator
 import os
 import sys
+import time
 from typing import Any, Callable, List, Sequence, Tuple
 
 import numpy as np
@@ -410,6 +411,14 @@ class NumpyBackend:
 
     def barrier(self):
         pass
+
+    def special(self, ptx, dtype):
+        """Grid dependency control is moot here (programs run one by one); the timer is the
+        host's and every program runs on "multiprocessor" 0."""
+        if dtype is None:
+            return None
+        v = time.time_ns() if "globaltimer" in ptx else 0
+        return np.array(v, dtype=numpy_dtype(dtype))
 
     def inline_asm(self, asm, constraints, args, dtypes, pack, pure):
         raise NotImplementedError(f"inline_asm_elementwise runs only compiled, on the GPU: the interpreter cannot "

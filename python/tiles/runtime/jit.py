@@ -7,6 +7,7 @@ import ctypes
 import inspect
 import os
 import threading
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import core
@@ -17,7 +18,32 @@ from ..errors import LaunchError
 DEFAULT_FP_FUSION = os.environ.get("TILES_DEFAULT_FP_FUSION", "0") not in ("", "0")
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
-                   "launch_cooperative_grid", "stream")
+                   "launch_cooperative_grid", "launch_pdl", "stream")
+# Objects with `enter(fn, grid, args, compiled, stream) -> token` and `exit(token)`, called around
+# every launch while present (tiles.profiler); see `add_launch_hook`.
+_launch_hooks: List[Any] = []
+
+
+def add_launch_hook(hook: Any) -> None:
+    """Calls `hook.enter`/`hook.exit` around every launch from now on (the native fast path
+    steps aside while any hook is present)."""
+    from .. import _tiles
+
+    _launch_hooks.append(hook)
+    _tiles.set_launch_hooked(True)
+
+
+def remove_launch_hook(hook: Any) -> None:
+    from .. import _tiles
+
+    if hook in _launch_hooks:
+        _launch_hooks.remove(hook)
+    _tiles.set_launch_hooked(bool(_launch_hooks))
+
+
+# Launches with these options always take the Python path (the native dispatcher knows only
+# num_warps and num_stages).
+_UNTAUGHT_OPTIONS = frozenset(("stream", "enable_fp_fusion", "maxnreg", "launch_cooperative_grid", "launch_pdl"))
 
 _TORCH_DTYPES = {
     "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float64": "fp64",
@@ -216,8 +242,11 @@ class JITFunction:
     """A kernel (or a device function called from kernels) written in the tiles language."""
 
     def __init__(self, fn: Callable, do_not_specialize: Sequence[Any] = (), debug: Optional[bool] = None,
-                 noinline: bool = False, interpret: Optional[bool] = None, **_ignored: Any):
+                 noinline: bool = False, interpret: Optional[bool] = None, launch_metadata: Optional[Callable] = None,
+                 **_ignored: Any):
         self.fn = fn
+        # `launch_metadata(grid, kernel, args)`: a dict (name, flops*, bytes) the profiler records per launch.
+        self.launch_metadata = launch_metadata
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.__module__ = fn.__module__
@@ -423,7 +452,15 @@ class JITFunction:
         if interpreting(self):
             from . import interpreter
 
-            return interpreter.run(self, vals, grid)
+            if not _launch_hooks:
+                return interpreter.run(self, vals, grid)
+            g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
+            stand_in = SimpleNamespace(name=self.__name__, function_name=self.__name__)
+            tokens = [h.enter(self, g, vals, stand_in, 0) for h in _launch_hooks]
+            out = interpreter.run(self, vals, grid)
+            for h, t in zip(_launch_hooks, tokens):
+                h.exit(t)
+            return out
         key, info = self._specialize(vals)
         debug = self.debugging()
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
@@ -449,10 +486,18 @@ class JITFunction:
         ptrs = (ctypes.c_void_p * max(1, len(cargs)))(*[ctypes.addressof(c) for c in cargs])
         stream = opts.get("stream")
         stream = driver.current_stream() if stream is None else int(stream)
-        spec.loaded.launch(g, spec.threads, stream, ctypes.addressof(ptrs))
+        flags = ((driver.LAUNCH_COOPERATIVE if opts.get("launch_cooperative_grid") else 0)
+                 | (driver.LAUNCH_PDL if opts.get("launch_pdl") else 0))
+        if _launch_hooks:
+            tokens = [h.enter(self, g, vals, spec.compiled, stream) for h in _launch_hooks]
+            spec.loaded.launch(g, spec.threads, stream, ctypes.addressof(ptrs), flags)
+            for h, t in zip(_launch_hooks, tokens):
+                h.exit(t)
+        else:
+            spec.loaded.launch(g, spec.threads, stream, ctypes.addressof(ptrs), flags)
         if debug:
             spec.compiled.check_asserts()
-        elif _learn and self._dispatcher is not None and not {"stream", "enable_fp_fusion", "maxnreg"} & set(opts):
+        elif _learn and self._dispatcher is not None and not _UNTAUGHT_OPTIONS & set(opts):
             self._teach(args, orig_kwargs, spec)
         return spec.compiled
 
