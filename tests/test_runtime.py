@@ -449,3 +449,60 @@ def test_cublaslt_matmul_for_comparisons(rng):
     np.testing.assert_allclose(c.cpu().numpy().astype(np.float64), ref, rtol=2e-2, atol=5e-2)
     with pytest.raises(ValueError, match="matmul shapes"):
         blas.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b[:, :64]).cuda(), c)
+
+
+def test_fit_shared_memory_drops_stages_until_the_kernel_fits():
+    from tiles.runtime.jit import fit_shared_memory
+
+    per_stage = 40_000
+    built = []
+
+    def build(stages):
+        built.append(stages)
+        return type("K", (), {"metadata": type("M", (), {"shared": 8_000 + per_stage * stages,
+                                                          "num_stages": stages})})()
+
+    with pytest.warns(UserWarning, match="compiled with num_stages=5"):
+        k = fit_shared_memory(build, 7, 232_448, "kern")
+    assert k.metadata.num_stages == 5 and built == [7, 6, 5]
+    assert fit_shared_memory(build, 3, 232_448, "kern").metadata.num_stages == 3  # fits: unchanged
+    k = fit_shared_memory(build, 3, 10_000, "kern")  # never fits: the smallest, for the load to report
+    assert k.metadata.num_stages == 1
+    from tiles.runtime.jit import _tuning
+
+    _tuning.active = True  # autotuning skips configs that do not fit instead
+    try:
+        assert fit_shared_memory(build, 7, 232_448, "kern").metadata.num_stages == 7
+    finally:
+        _tuning.active = False
+
+
+@tiles.jit
+def big_pipeline_matmul(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    offs_m = tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * BN + offs_n[None, :]
+    acc = tl.zeros((BM, BN), tl.float32)
+    for _ in range(0, K, BK):
+        acc += tl.dot(tl.load(a_ptrs), tl.load(b_ptrs))
+        a_ptrs += BK
+        b_ptrs += BK * BN
+    tl.store(c_ptr + offs_m[:, None] * BN + offs_n[None, :], acc)
+
+
+@pytest.mark.gpu
+def test_too_many_stages_still_launch(rng):
+    # 9 stages of 128x64 + 64x128 fp16 tiles need ~288 KB; fewer stages fit in the H100/H200's 227 KB.
+    import torch
+
+    K = 64 * 12
+    a = rng.standard_normal((128, K)).astype(np.float16)
+    b = rng.standard_normal((K, 128)).astype(np.float16)
+    c = torch.empty((128, 128), device="cuda", dtype=torch.float32)
+    with pytest.warns(UserWarning, match="needs more shared memory"):
+        big_pipeline_matmul[(1,)](torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), c, K, BM=128, BN=128,
+                                  BK=64, num_stages=9, num_warps=8)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=2e-2, atol=5e-2)

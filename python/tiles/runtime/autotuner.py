@@ -179,6 +179,9 @@ class Autotuner(KernelInterface):
             if self.user_post_hook:
                 self.user_post_hook(full, None)
 
+        from .jit import _tuning
+
+        _tuning.active = True
         try:
             bench = self.user_do_bench or (lambda f: do_bench(f, warmup=self.warmup, rep=self.rep, quantiles=(0.5,)))
             t = bench(call)
@@ -195,6 +198,8 @@ class Autotuner(KernelInterface):
                 msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
                 print(msg.splitlines()[0] if not _printing() else msg, file=sys.stderr)
             return float("inf")
+        finally:
+            _tuning.active = False
 
     def run(self, *args, grid, **kwargs):
         nargs = dict(zip(self.arg_names, args))

@@ -68,6 +68,12 @@ def capability() -> Tuple[int, int]:
     return _state["capability"]
 
 
+def max_shared() -> int:
+    """The shared memory one program may use (bytes, with the opt-in)."""
+    init()
+    return max(_state["max_shared"], 48 * 1024)
+
+
 def default_target() -> str:
     major, minor = capability()
     cc = major * 10 + minor

@@ -438,9 +438,12 @@ class JITFunction:
                     spec[p.name] = 16
                 packers.append((p.index, _CTYPES[ty]))
                 slots.append((p.index, _SLOT_KINDS.get(ty, "?")))
-        compiled = compiler.compile(self, signature, constexprs, target=driver.default_target(),
-                                    num_warps=num_warps, num_stages=num_stages, specialization=spec,
+        def build(stages: int):
+            return compiler.compile(self, signature, constexprs, target=driver.default_target(),
+                                    num_warps=num_warps, num_stages=stages, specialization=spec,
                                     equal_to_1=ones, debug=debug, enable_fp_fusion=fp_fusion, maxnreg=maxnreg)
+
+        compiled = fit_shared_memory(build, num_stages, driver.max_shared(), self.__name__)
         return _Specialization(compiled, packers, slots)
 
     def run(self, *args, grid, _learn: bool = False, **kwargs):
@@ -529,6 +532,31 @@ class JITFunction:
         if full_key not in self.cache:
             self.cache[full_key] = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
         return self.cache[full_key].compiled
+
+
+# Set while the autotuner benchmarks configs (per thread): no stage fallback then.
+_tuning = threading.local()
+
+
+def fit_shared_memory(build: Callable[[int], Any], num_stages: int, limit: int, name: str) -> Any:
+    """`build(num_stages)`, with fewer pipeline stages while its shared memory exceeds `limit`
+    (a warning says so): a kernel that runs slower rather than one that cannot load. Where even
+    one stage does not fit, the smallest build is returned (loading it reports the shortage)."""
+    compiled = build(num_stages)
+    stages = num_stages
+    if getattr(_tuning, "active", False):
+        return compiled  # autotuning skips configs that do not fit, as Triton does
+    while compiled.metadata.shared > limit and stages > 1:
+        stages -= 1
+        smaller = build(stages)
+        if smaller.metadata.shared < compiled.metadata.shared:
+            compiled = smaller
+    if compiled.metadata.num_stages != num_stages and compiled.metadata.shared <= limit:
+        import warnings
+
+        warnings.warn(f"{name}: num_stages={num_stages} needs more shared memory than the GPU's {limit} bytes; "
+                      f"compiled with num_stages={compiled.metadata.num_stages}", stacklevel=5)
+    return compiled
 
 
 def jit(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[Any] = (), debug: Optional[bool] = None,
