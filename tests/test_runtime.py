@@ -173,6 +173,7 @@ def tuned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
 
 def test_autotune_skips_failing_configs_and_keeps_the_choice(dev, cache_dir, capfd, monkeypatch):
     monkeypatch.setenv("TILES_PRINT_AUTOTUNING", "1")
+    tuned_kernel.cache.clear()  # the other mode's run (same process) must not answer for this one
     n = 1000
     x = np.random.default_rng().standard_normal(n).astype(np.float32)
     xd, od = dev.put(x), dev.put(np.zeros(n, np.float32))
@@ -339,6 +340,7 @@ def pruned_kernel(x_ptr, out_ptr, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
 
 
 def test_autotune_prune_configs_by_gets_named_args_and_keywords(dev, cache_dir):
+    pruned_kernel.cache.clear()
     n = 200
     x = np.random.default_rng().standard_normal(n).astype(np.float32)
     out = dev.put(np.full(n, np.nan, np.float32))
@@ -506,3 +508,22 @@ def test_too_many_stages_still_launch(rng):
                                   BK=64, num_stages=9, num_warps=8)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=2e-2, atol=5e-2)
+
+
+def test_mxfp_helpers():
+    # `tiles.tools.mxfp` (what Triton's block-scaled matmul tutorial imports), on CPU tensors.
+    torch = pytest.importorskip("torch")
+    from tiles.tools.mxfp import MXFP4Tensor, MXScaleTensor
+
+    vals = torch.tensor([[0.0, 0.5, -1.0, 1.5], [2.0, -3.0, 4.0, 6.0], [0.74, 5.2, -7.0, 2.5]])
+    t = MXFP4Tensor(vals)
+    assert t.to(torch.float32).tolist() == [[0.0, 0.5, -1.0, 1.5], [2.0, -3.0, 4.0, 6.0], [0.5, 6.0, -6.0, 2.0]]
+    packed = t.to_packed_tensor(dim=1)
+    assert packed.shape == (3, 2) and packed.dtype == torch.uint8
+    assert int(packed[0, 0]) == int(t.data[0, 0]) | (int(t.data[0, 1]) << 4)
+    r = MXFP4Tensor(size=(64, 32), device="cpu").random()
+    assert set(r.to(torch.float32).abs().unique().tolist()) <= {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0}
+    s = MXScaleTensor(torch.tensor([1.0, 0.25, 3.0, 1e-3]))
+    assert s.to(torch.float32).tolist() == [1.0, 0.25, 4.0, 2.0 ** -10]
+    s = MXScaleTensor(size=(100,), device="cpu").random(low=1 / 8, high=4)
+    assert s.to(torch.float32).min() >= 1 / 8 and s.to(torch.float32).max() <= 4
