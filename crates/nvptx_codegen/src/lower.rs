@@ -109,6 +109,10 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub persistent: HashMap<Value, u32>,
     /// Bytes the persistent operands take.
     pub persistent_bytes: u32,
+    /// Where scratch space may start after each top-level full `cp.async` wait: past the
+    /// staged operands and past every ring still to be used (later loops' rings may share
+    /// the memory of the finished ones).
+    pub scratch_after_wait: HashMap<Op, u32>,
 }
 
 /// Conversions to a warpgroup dot's `a` layout used only by such dots inside loops below it
@@ -333,6 +337,7 @@ pub(crate) fn lower_kernel<'ctx>(
         pending_reads: Vec::new(),
         persistent: HashMap::new(),
         persistent_bytes: 0,
+        scratch_after_wait: HashMap::new(),
         async_dots: if std::env::var_os("TILES_WGMMA_SYNC").is_some() {
             Default::default()
         } else {
@@ -694,9 +699,14 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;
                 }
                 if pending == 0 && self.loop_depth == 0 {
-                    // Every copy has landed: the rings' memory is free for scratch again
-                    // (after a barrier, which the next writer takes since the rings were read).
-                    self.scratch_base = self.persistent_bytes;
+                    // Every copy has landed: the finished rings' memory is free for scratch
+                    // again (after a barrier, which the next writer takes since the rings
+                    // were read); rings of later loops stay clear.
+                    self.scratch_base = self
+                        .scratch_after_wait
+                        .get(&op)
+                        .copied()
+                        .unwrap_or(self.ring_bytes);
                     self.smem_busy = true;
                 }
             }

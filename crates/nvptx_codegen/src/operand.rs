@@ -13,7 +13,8 @@
 use crate::lower::{int_type, Geometry, Lowering, R};
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
-use tile_ir::{DType, Elem, OpKind, Value};
+use std::collections::HashMap;
+use tile_ir::{DType, Elem, Op, OpKind, Value};
 
 /// The XOR swizzle of 16-byte chunks.
 #[derive(Copy, Clone, Debug)]
@@ -335,59 +336,175 @@ pub(crate) struct Ring {
 }
 
 impl<'ctx> Lowering<'ctx, '_> {
-    /// Places every ring buffer at the start of shared memory; scratch space starts past them
-    /// until the rings are retired.
+    /// Places the ring buffers and the operands staged once (see
+    /// [`crate::lower::persistent_operands`]) in shared memory: each is live over a span of
+    /// the kernel's top-level ops (its loop nest, from the copies or staging before it to its
+    /// last reader), and tiles whose spans do not meet share addresses (the phases of a
+    /// backward attention kernel, say). Scratch space starts past all of them until the rings
+    /// are retired; the staged operands stay below `persistent_bytes`.
     pub fn plan_rings(&mut self) -> R<()> {
-        // Operands staged once come first (they outlive the rings), 1024-byte aligned.
-        let mut offset = 0u32;
+        let func = self.func;
+        // The top-level position of every op (its outermost ancestor in the entry block).
+        let mut top: HashMap<Op, usize> = HashMap::new();
+        fn mark(func: &tile_ir::Function, op: Op, i: usize, top: &mut HashMap<Op, usize>) {
+            top.insert(op, i);
+            for &r in &func.ops[op].regions {
+                for &o in &func.blocks[func.regions[r].block].ops {
+                    mark(func, o, i, top);
+                }
+            }
+        }
+        for (i, &op) in func.blocks[func.entry].ops.iter().enumerate() {
+            mark(func, op, i, &mut top);
+        }
+        let mut users: HashMap<Value, Vec<Op>> = HashMap::new();
+        for op in func.ops_in_order() {
+            for &v in &func.ops[op].operands {
+                users.entry(v).or_default().push(op);
+            }
+        }
+        let span_of = |ops: &mut dyn Iterator<Item = Op>| -> (usize, usize) {
+            let idx: Vec<usize> = ops.filter_map(|o| top.get(&o).copied()).collect();
+            (
+                idx.iter().copied().min().unwrap_or(0),
+                idx.iter().copied().max().unwrap_or(usize::MAX),
+            )
+        };
+        // (span, bytes, alignment, what)
+        enum Item {
+            Staged(Value),
+            Ring(u8),
+        }
+        let mut items: Vec<((usize, usize), u32, u32, Item)> = Vec::new();
         if self.warpgroup && std::env::var_os("TILES_WGMMA_NO_PERSISTENT").is_none() {
-            for r in crate::lower::persistent_operands(self.func) {
-                let ty = *self.func.ty(r);
+            for r in crate::lower::persistent_operands(func) {
+                let ty = *func.ty(r);
                 let (Some(d), [m, k]) = (ty.elem.dtype(), ty.shape.dims()) else {
                     continue;
                 };
-                self.persistent.insert(r, offset);
-                offset += SmemTile::bytes([*m, *k], d).next_multiple_of(1024);
+                let tile_ir::ValueDef::Result(conv, _) = func.values[r].def else {
+                    continue;
+                };
+                let uses = users.get(&r).cloned().unwrap_or_default();
+                let span = span_of(&mut std::iter::once(conv).chain(uses));
+                let bytes = SmemTile::bytes([*m, *k], d).next_multiple_of(1024);
+                items.push((span, bytes, 1024, Item::Staged(r)));
             }
         }
-        self.persistent_bytes = offset;
-        for op in self.func.ops_in_order() {
-            let d = &self.func.ops[op];
+        // wgmma's swizzle patterns repeat every 1024 bytes, from a 1024-byte boundary.
+        let align = if self.warpgroup { 1024 } else { 128 };
+        let mut ring_ops: Vec<(u8, Vec<Op>)> = Vec::new();
+        for op in func.ops_in_order() {
+            let d = &func.ops[op];
+            let buf = match d.kind {
+                OpKind::AsyncCopy(a) => a.buf,
+                OpKind::LocalView { buf, .. } => buf,
+                _ => continue,
+            };
+            let mut ops = vec![op];
+            if matches!(d.kind, OpKind::LocalView { .. }) {
+                for &r in &d.results {
+                    ops.extend(users.get(&r).into_iter().flatten().copied());
+                }
+            }
+            match ring_ops.iter_mut().find(|(b, _)| *b == buf) {
+                Some((_, v)) => v.extend(ops),
+                None => ring_ops.push((buf, ops)),
+            }
+        }
+        for op in func.ops_in_order() {
+            let d = &func.ops[op];
             let OpKind::AsyncCopy(a) = d.kind else {
                 continue;
             };
             if self.rings.contains_key(&a.buf) {
                 continue;
             }
-            let ty = *self.func.ty(d.operands[0]);
+            let ty = *func.ty(d.operands[0]);
             let Elem::Ptr(e) = ty.elem else {
                 return self.internal("async_copy through a non-pointer");
             };
             let dims = ty.shape.dims();
-            let Some(layout) = ty.layout.map(|l| &self.func.layouts[l]) else {
+            let Some(layout) = ty.layout.map(|l| &func.layouts[l]) else {
                 return self.internal("async_copy without a layout");
             };
             let contig = layout.contiguous_dim().map_or(1, |c| c.0);
             let dims = [dims[0], dims[1]];
-            // wgmma's swizzle patterns repeat every 1024 bytes, from a 1024-byte boundary.
-            let align = if self.warpgroup { 1024 } else { 128 };
             let slot_bytes = SmemTile::bytes(dims, e).next_multiple_of(align);
             self.rings.insert(
                 a.buf,
                 Ring {
-                    offset,
+                    offset: 0,
                     dims,
                     contig,
                     elem: e,
                     slot_bytes,
                 },
             );
-            offset += slot_bytes * a.stages.max(1) as u32;
+            let ops = ring_ops
+                .iter()
+                .find(|(b, _)| *b == a.buf)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let span = span_of(&mut ops.into_iter());
+            items.push((
+                span,
+                slot_bytes * a.stages.max(1) as u32,
+                align,
+                Item::Ring(a.buf),
+            ));
         }
-        self.ring_bytes = offset;
-        self.scratch_base = offset;
-        if offset > 0 {
-            self.shared_buffer(offset);
+        // First fit, in program order: the lowest aligned offset clear of every placed tile
+        // whose span meets this one's.
+        let mut placed: Vec<((usize, usize), u32, u32)> = Vec::new();
+        let (mut total, mut staged_end) = (0u32, 0u32);
+        for (span, bytes, al, item) in items {
+            let mut clash: Vec<(u32, u32)> = placed
+                .iter()
+                .filter(|(s, _, _)| s.0 <= span.1 && span.0 <= s.1)
+                .map(|&(_, o, n)| (o, o + n))
+                .collect();
+            clash.sort_unstable();
+            let mut offset = 0u32;
+            for (lo, hi) in clash {
+                if offset + bytes <= lo {
+                    break;
+                }
+                offset = offset.max(hi.next_multiple_of(al));
+            }
+            placed.push((span, offset, bytes));
+            total = total.max(offset + bytes);
+            match item {
+                Item::Staged(r) => {
+                    self.persistent.insert(r, offset);
+                    staged_end = staged_end.max(offset + bytes);
+                }
+                Item::Ring(buf) => {
+                    if let Some(ring) = self.rings.get_mut(&buf) {
+                        ring.offset = offset;
+                    }
+                }
+            }
+        }
+        self.persistent_bytes = staged_end;
+        for op in func.ops_in_order() {
+            if !matches!(func.ops[op].kind, OpKind::AsyncWait { pending: 0 }) {
+                continue;
+            }
+            let Some(&at) = top.get(&op) else { continue };
+            let live_after = placed
+                .iter()
+                .filter(|(s, _, _)| s.1 > at)
+                .map(|&(_, o, n)| o + n)
+                .max()
+                .unwrap_or(0);
+            self.scratch_after_wait
+                .insert(op, staged_end.max(live_after));
+        }
+        self.ring_bytes = total;
+        self.scratch_base = total;
+        if total > 0 {
+            self.shared_buffer(total);
         }
         Ok(())
     }
