@@ -20,6 +20,8 @@ UNARY = {
     "sqrt": (np.sqrt, (0, 1e4)), "rsqrt": (lambda x: 1 / np.sqrt(x), (1e-2, 1e4)),
     "erfinv": (None, (-0.99, 0.99)), "erfcinv": (None, (0.05, 1.95)), "normcdf": (None, (-5, 5)),
     "normcdfinv": (None, (0.01, 0.99)), "logb": (lambda x: np.frexp(x)[1] - 1.0, (-1e4, 1e4)),
+    "erfcx": (None, (-3, 10)), "lgamma": (None, (-8.7, 30)), "tgamma": (None, (-5.5, 20)),
+    "rsqrt_rn": (lambda x: 1 / np.sqrt(x), (1e-2, 1e4)),
 }
 BINARY = {
     "pow": (np.power, (0.1, 10), (-4, 4)), "atan2": (np.arctan2, (-5, 5), (-5, 5)),
@@ -27,7 +29,7 @@ BINARY = {
     "hypot": (np.hypot, (-1e3, 1e3), (-1e3, 1e3)), "rhypot": (lambda x, y: 1 / np.hypot(x, y), (-1e3, 1e3), (1, 1e3)),
     "fdim": (lambda x, y: np.where(x > y, x - y, 0.0), (-5, 5), (-5, 5)),
     "add_rn": (np.add, (-5, 5), (-5, 5)), "sub_rn": (np.subtract, (-5, 5), (-5, 5)),
-    "mul_rn": (np.multiply, (-5, 5), (-5, 5)),
+    "mul_rn": (np.multiply, (-5, 5), (-5, 5)), "remainder": (None, (-50, 50), (0.5, 7)),
 }
 
 
@@ -52,7 +54,15 @@ def _erfinv(y):
     return x
 
 
+def _math(name):
+    import math
+
+    return np.vectorize(getattr(math, name))
+
+
 REFS = {"round": _round_away, "erfc": _erfc, "erfinv": _erfinv, "erfcinv": lambda y: _erfinv(1 - y),
+        "erfcx": lambda x: np.exp(x * x) * _erfc(x), "lgamma": _math("lgamma"), "tgamma": _math("gamma"),
+        "remainder": _math("remainder"),
         "normcdf": lambda x: 0.5 * _erfc(-x / np.sqrt(2)), "normcdfinv": lambda p: np.sqrt(2) * _erfinv(2 * p - 1)}
 
 
@@ -199,6 +209,80 @@ def test_integer_inputs_are_an_error():
                       constexprs={"FN": "tanh", "BLOCK": 128})
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_erfc_tail_and_special_values(dev, dt):
+    # erfc was 1 - erf(x): zero past x = 4 in fp32 (past 6 in fp64). Relative accuracy in the tail.
+    import math
+
+    top = 9.0 if dt == np.float32 else 26.0  # where erfc is still a normal number
+    x = np.concatenate([np.linspace(-4, top, 400), [0.0, -0.0, np.inf, -np.inf, np.nan]]).astype(dt)
+    out = {name: dev.put(np.full(len(x), 7.0, dt)) for name in ("erfc", "erfcx", "lgamma", "tgamma")}
+    for name, y in out.items():
+        unary_kernel[(1,)](dev.put(x), y, len(x), FN=name, BLOCK=512)
+    got = {k: dev.get(v).astype(np.float64) for k, v in out.items()}
+    ref = np.array([math.erfc(v) for v in x[:400].astype(np.float64)])
+    rtol = 1e-6 if dt == np.float32 else 1e-13
+    np.testing.assert_allclose(got["erfc"][:400], ref, rtol=rtol)
+    scaled = np.array([math.exp(v * v) * math.erfc(v) if v < 26 else np.nan for v in x[:400].astype(np.float64)])
+    ok = np.isfinite(scaled)
+    np.testing.assert_allclose(got["erfcx"][:400][ok], scaled[ok], rtol=rtol * 100)
+    np.testing.assert_array_equal(got["erfc"][400:], [1.0, 1.0, 0.0, 2.0, np.nan])
+    np.testing.assert_array_equal(got["tgamma"][400:], [np.inf, -np.inf, np.inf, np.nan, np.nan])
+    np.testing.assert_array_equal(got["lgamma"][400:], [np.inf, np.inf, np.inf, np.inf, np.nan])
+    poles = np.array([-3.0, -1.0, 1.0, 2.0], dt)
+    g, lg = dev.put(np.zeros(4, dt)), dev.put(np.zeros(4, dt))
+    unary_kernel[(1,)](dev.put(poles), g, 4, FN="tgamma", BLOCK=512)
+    unary_kernel[(1,)](dev.put(poles), lg, 4, FN="lgamma", BLOCK=512)
+    np.testing.assert_allclose(dev.get(g), np.array([np.nan, np.nan, 1.0, 1.0], dt), rtol=1e-14)
+    assert np.isinf(dev.get(lg)[:2]).all() and np.abs(dev.get(lg)[2:]).max() < 1e-6
+
+
+@tiles.jit
+def byte_perm_kernel(x_ptr, y_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    r = libdevice.byte_perm(tl.load(x_ptr + offs, mask=m), tl.load(y_ptr + offs, mask=m),
+                            tl.load(s_ptr + offs, mask=m))
+    tl.store(out_ptr + offs, r, mask=m)
+
+
+def test_byte_perm(dev, rng):
+    n = 200
+    x = rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+    y = rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+    s = rng.integers(0, 2**16, n).astype(np.int32)
+    out = dev.put(np.zeros(n, np.int32))
+    byte_perm_kernel[(1,)](dev.put(x), dev.put(y), dev.put(s), out, n, BLOCK=256)
+    both = (y.astype(np.int64).astype(np.uint64) << np.uint64(32)) | x.view(np.uint32).astype(np.uint64)
+    ref = np.zeros(n, np.uint64)
+    for i in range(4):
+        sel = ((s.astype(np.uint64) >> np.uint64(4 * i)) & np.uint64(7)) * np.uint64(8)
+        ref |= ((both >> sel) & np.uint64(0xFF)) << np.uint64(8 * i)
+    np.testing.assert_array_equal(dev.get(out), ref.astype(np.uint32).view(np.int32))
+
+
+@tiles.jit
+def to_unsigned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(out_ptr + offs * 4, libdevice.float2uint_rn(x).to(tl.int64), mask=m)
+    tl.store(out_ptr + offs * 4 + 1, libdevice.float2uint_rz(x).to(tl.int64), mask=m)
+    tl.store(out_ptr + offs * 4 + 2, libdevice.float2ull_rd(x).to(tl.int64), mask=m)
+    tl.store(out_ptr + offs * 4 + 3, libdevice.float2ull_ru(x).to(tl.int64), mask=m)
+
+
+def test_float_to_unsigned_conversions(dev, rng):
+    n = 100
+    x = rng.uniform(0, 1e6, n).astype(np.float32)
+    x[:4] = [2.5, 3.5, 7.25, 0.75]
+    out = dev.put(np.zeros(4 * n, np.int64))
+    to_unsigned_kernel[(1,)](dev.put(x), out, n, BLOCK=128)
+    got = dev.get(out).reshape(n, 4)
+    xd = x.astype(np.float64)
+    np.testing.assert_array_equal(got, np.stack([np.rint(xd), np.trunc(xd), np.floor(xd), np.ceil(xd)], 1))
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_every_function_assembles(ptxas, target):
     from test_compile import assemble
@@ -215,6 +299,13 @@ def test_every_function_assembles(ptxas, target):
             assemble(ptxas, k.asm["ptx"], target)
     k = tiles.compile(bits_kernel, signature={"i_ptr": "*i32", "j_ptr": "*i32", "x_ptr": "*fp32", "y_ptr": "*fp32",
                                               "out_ptr": "*i32", "fout_ptr": "*fp32", "n": "i32"},
+                      constexprs={"BLOCK": 64}, target=target)
+    assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(byte_perm_kernel, signature={"x_ptr": "*i32", "y_ptr": "*i32", "s_ptr": "*i32",
+                                                   "out_ptr": "*i32", "n": "i32"}, constexprs={"BLOCK": 64},
+                      target=target)
+    assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(to_unsigned_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*i64", "n": "i32"},
                       constexprs={"BLOCK": 64}, target=target)
     assemble(ptxas, k.asm["ptx"], target)
 

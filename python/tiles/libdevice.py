@@ -384,11 +384,21 @@ def llround(x, _semantic=None):
 @_export
 def fmod(x, y, _semantic=None):
     """x - trunc(x / y) * y, with the sign of x (C's fmod). fp32 goes through fp64, where the
-    quotient of two fp32 values is never rounded onto the wrong integer and n·y is exact."""
+    quotient of two fp32 values is never rounded onto the wrong integer and n·y is exact; fp64
+    uses a fused multiply-add (exact while the quotient is below 2**53)."""
     x, y, dt = _float_pair(x, y)
     xw = x if _f64(x) else semantic.cast(x, core.float64)
     yw = y if _f64(y) else semantic.cast(y, core.float64)
-    r = xw - _trunc(xw / yw) * yw
+    n = _trunc(xw / yw)
+    if _f64(x):
+        # One rounding of the exact x - n y (representable whenever n is right); a quotient
+        # rounded up onto the next integer leaves r of the wrong sign: one |y| back.
+        r = semantic.fma(-n, yw, xw)
+        ay = _abs(yw)
+        r = _where((xw >= 0) & (r < 0), r + ay, _where((xw < 0) & (r > 0), r - ay, r))
+    else:
+        r = xw - n * yw
+    r = _where((_abs(yw) == float("inf")) & (_abs(xw) != float("inf")), xw, r)  # C: fmod(x, +-inf) = x
     r = r if _f64(x) else semantic.cast(r, x.dtype)
     return _back(r, dt)
 
@@ -423,9 +433,45 @@ def hypot(x, y, _semantic=None):
 
 @_export
 def erfc(x, _semantic=None):
-    """1 - erf(x)."""
+    """1 - erf(x), accurate in the tail (computed in fp64: 1 - erf below 2, a continued
+    fraction times an exp(-x*x) kept exact to rounding above)."""
     x, dt = _float(x)
-    return _back(1.0 - semantic.unary_math("erf", x), dt)
+    w = x if _f64(x) else semantic.cast(x, core.float64)
+    a = _abs(w)
+    direct = 1.0 - semantic.unary_math("erf", a)
+    tail = _exp_neg_square(a) * _erfcx_tail(a, 60 if _f64(x) else 24)
+    e = _where(a < 2.0, direct, tail)
+    r = _where(w < 0, 2.0 - e, e)
+    r = _where(w != w, w, r)
+    return _back(r if _f64(x) else semantic.cast(r, core.float32), dt)
+
+
+def _erfcx_tail(a, terms):
+    """exp(a*a) * erfc(a) for a >= 2 (fp64): the continued fraction
+    1 / (sqrt(pi) (a + (1/2) / (a + 1 / (a + (3/2) / (a + ...))))), evaluated from `terms` down."""
+    a = semantic.maximum(a, semantic.full(a.shape, 2.0, a.dtype))  # keeps other lanes finite
+    f = a
+    for n in range(terms, 0, -1):
+        f = a + (n * 0.5) / f
+    return 0.5641895835477563 / f  # 1 / sqrt(pi)
+
+
+def _exp_neg_square(a):
+    """exp(-a*a) (fp64) without the rounding error of a*a: a = hi + lo with hi*hi exact."""
+    a = semantic.minimum(a, semantic.full(a.shape, 28.0, a.dtype))  # exp(-784) is 0 already
+    hi = semantic.unary_math("floor", a * 4096.0) * (1.0 / 4096.0)
+    return semantic.unary_math("exp", -(hi * hi)) * semantic.unary_math("exp", -((a - hi) * (a + hi)))
+
+
+@_export
+def erfcx(x, _semantic=None):
+    """The scaled complementary error function exp(x*x) * erfc(x) (fp64 inside)."""
+    x, dt = _float(x)
+    w = x if _f64(x) else semantic.cast(x, core.float64)
+    direct = semantic.unary_math("exp", w * w) * (1.0 - semantic.unary_math("erf", w))
+    r = _where(w >= 2.0, _erfcx_tail(w, 60 if _f64(x) else 24), direct)
+    r = _where(w != w, w, r)
+    return _back(r if _f64(x) else semantic.cast(r, core.float32), dt)
 
 
 @_export
@@ -922,3 +968,135 @@ double2float_rn = _convert("double2float_rn", None, core.float32, "fp64 to fp32,
 __all__ += ["fast_expf", "fast_exp10f", "fast_logf", "fast_log2f", "fast_log10f", "fast_sinf", "fast_cosf",
             "fast_tanf", "fast_powf", "sqrt_rn", "abs"]
 __all__ += ["fma_rn", "float_as_uint", "uint_as_float"]
+
+
+# -- gamma, remainder, byte permutation, more conversions --------------------------------------
+
+# Lanczos' approximation, g = 7, nine terms (relative error ~1e-15 in fp64).
+_LANCZOS_G = 7.0
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+            -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+            1.5056327351493116e-7)
+
+
+def _lanczos(z):
+    """(log of the Lanczos sum A(z), t = z + g + 1/2) for Gamma(z + 1) = sqrt(2 pi) t^(z+1/2) e^-t A."""
+    acc = semantic.full(z.shape, _LANCZOS[0], z.dtype)
+    for i, c in enumerate(_LANCZOS[1:], start=1):
+        acc = acc + c / (z + float(i))
+    return semantic.unary_math("log", acc), z + (_LANCZOS_G + 0.5)
+
+
+def _sinpi(x):
+    """sin(pi x) (fp64) with the argument reduced exactly: exact zeros at integers."""
+    r = x - 2.0 * _rint(x * 0.5)  # [-1, 1]
+    r = _where(r > 0.5, 1.0 - r, _where(r < -0.5, -1.0 - r, r))
+    return semantic.unary_math("sin", r * _m.pi)
+
+
+def _lgamma_pos(x):
+    """log Gamma(x) for x >= 1/2 (fp64)."""
+    z = x - 1.0
+    log_a, t = _lanczos(z)
+    return 0.9189385332046728 + (z + 0.5) * semantic.unary_math("log", t) - t + log_a  # log sqrt(2 pi)
+
+
+@_export
+def lgamma(x, _semantic=None):
+    """log |Gamma(x)| (fp64 inside; +inf at the poles 0, -1, -2, ...)."""
+    x, dt = _float(x)
+    w = x if _f64(x) else semantic.cast(x, core.float64)
+    big = semantic.maximum(w, semantic.full(w.shape, 0.5, w.dtype))
+    small = semantic.minimum(w, semantic.full(w.shape, 0.5, w.dtype))
+    refl = semantic.unary_math("log", _m.pi / _abs(_sinpi(small))) - _lgamma_pos(1.0 - small)
+    r = _where(w >= 0.5, _lgamma_pos(big), refl)
+    pole = (w <= 0.0) & (w == semantic.unary_math("floor", w))
+    r = _where(pole | (_abs(w) == float("inf")), semantic.full(w.shape, float("inf"), w.dtype), r)
+    r = _where(w != w, w, r)
+    return _back(r if _f64(x) else semantic.cast(r, core.float32), dt)
+
+
+@_export
+def tgamma(x, _semantic=None):
+    """Gamma(x) (fp64 inside): NaN at negative integers and -inf, +-inf at +-0."""
+    x, dt = _float(x)
+    w = x if _f64(x) else semantic.cast(x, core.float64)
+    big = semantic.maximum(w, semantic.full(w.shape, 0.5, w.dtype))
+    small = semantic.minimum(w, semantic.full(w.shape, 0.5, w.dtype))
+    z = big - 1.0
+    log_a, t = _lanczos(z)
+    # sqrt(2 pi) t^(z+1/2) e^-t A, with the power split in halves so that it overflows only
+    # where Gamma does.
+    half = semantic.unary_math("exp", ((z + 0.5) * 0.5) * semantic.unary_math("log", t) - 0.5 * t)
+    pos = 2.5066282746310002 * half * half * semantic.unary_math("exp", log_a)
+    neg = _m.pi / (_sinpi(small) * _gamma_half_up(1.0 - small))
+    r = _where(w >= 0.5, pos, neg)
+    bad = ((w < 0.0) & (w == semantic.unary_math("floor", w))) | (w == float("-inf"))
+    r = _where(bad, semantic.full(w.shape, float("nan"), w.dtype), r)
+    r = _where((w == 0.0) | (w == float("inf")), _copysign(semantic.full(w.shape, float("inf"), w.dtype), w), r)
+    r = _where(w != w, w, r)
+    return _back(r if _f64(x) else semantic.cast(r, core.float32), dt)
+
+
+def _gamma_half_up(x):
+    """Gamma(x) for x >= 1/2 (fp64), as in tgamma."""
+    z = x - 1.0
+    log_a, t = _lanczos(z)
+    half = semantic.unary_math("exp", ((z + 0.5) * 0.5) * semantic.unary_math("log", t) - 0.5 * t)
+    return 2.5066282746310002 * half * half * semantic.unary_math("exp", log_a)
+
+
+@_export
+def remainder(x, y, _semantic=None):
+    """IEEE 754 remainder: x - n y with n the integer nearest x / y (ties to even)."""
+    x, y, dt = _float_pair(x, y)
+    f64 = _f64(x)
+    xw = x if f64 else semantic.cast(x, core.float64)
+    yw = y if f64 else semantic.cast(y, core.float64)
+    a = _abs(yw)
+    ax = _abs(xw)
+    two_a = a * 2.0
+    # t = |x| mod 2a in [0, 2a) (exact), then at most two exact subtractions of a.
+    t = _where(two_a == float("inf"), ax, fmod(ax, two_a))
+    keep_t = (t * 2.0 < a) | (t * 2.0 == a)
+    d = t - a
+    r = _where(keep_t, t, _where((d * 2.0 > a) | (d * 2.0 == a), d - a, d))
+    r = _where(_signbit_bool(xw), -r, r)
+    r = _where((a == 0.0) | (ax == float("inf")) | (yw != yw) | (xw != xw),
+               semantic.full(xw.shape, float("nan"), xw.dtype), r)
+    return _back(r if f64 else semantic.cast(r, core.float32), dt)
+
+
+@_export
+def byte_perm(x, y, s, _semantic=None):
+    """PTX prmt: byte i of the result is byte `(s >> 4i) & 7` of the eight bytes y:x (x low)."""
+    ux = semantic.cast(semantic.bitcast(semantic.cast(semantic.to_tensor(x), core.int32), core.uint32), core.uint64)
+    uy = semantic.cast(semantic.bitcast(semantic.cast(semantic.to_tensor(y), core.int32), core.uint32), core.uint64)
+    sel = semantic.cast(semantic.to_tensor(s), core.int32)
+    both = semantic.or_(semantic.shl(uy, 32), ux)
+    out = None
+    for i in range(4):
+        k = semantic.cast(semantic.and_(semantic.shr(sel, 4 * i), 7), core.uint64)
+        byte = semantic.and_(semantic.shr(both, k * 8), 0xFF)
+        byte = semantic.shl(byte, 8 * i)
+        out = byte if out is None else semantic.or_(out, byte)
+    return semantic.bitcast(semantic.cast(out, core.uint32), core.int32)
+
+
+@_export
+def rsqrt_rn(x, _semantic=None):
+    """1 / sqrt(x), rounded once (fp32 through fp64)."""
+    x, dt = _float(x)
+    if _f64(x):
+        return _back(1.0 / semantic.unary_math("sqrt", x), dt)
+    w = semantic.cast(x, core.float64)
+    return _back(semantic.cast(1.0 / semantic.unary_math("sqrt", w), core.float32), dt)
+
+
+for _src, _sname in (("float", "fp32"), ("double", "fp64")):
+    for _dst, _dt, _dname in (("uint", core.uint32, "uint32"), ("ull", core.uint64, "uint64")):
+        for _mode, _fn, _how in (("rn", rint, "rounding to nearest even"), ("rz", None, "rounding toward zero"),
+                                 ("rd", floor, "rounding down"), ("ru", ceil, "rounding up")):
+            _name = f"{_src}2{_dst}_{_mode}"
+            globals()[_name] = _convert(_name, _fn, _dt, f"{_sname} to {_dname}, {_how}.")
+del _src, _sname, _dst, _dt, _dname, _mode, _fn, _how, _name

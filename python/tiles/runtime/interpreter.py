@@ -113,6 +113,22 @@ def _arr(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def _fma64(a, b, c):
+    """a * b + c for fp64 with the product's rounding error kept (Dekker's split and Knuth's
+    two-sum): exact wherever the result is representable, as the GPU's fused multiply-add."""
+    with np.errstate(all="ignore"):
+        p = a * b
+        sa, sb = a * 134217729.0, b * 134217729.0  # 2**27 + 1
+        ah, bh = sa - (sa - a), sb - (sb - b)
+        al, bl = a - ah, b - bh
+        e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+        s = p + c
+        bv = s - p
+        t = (p - (s - bv)) + (c - bv)
+        out = s + (t + e)
+        return np.asarray(np.where(np.isfinite(out) & np.isfinite(e), out, p + c))
+
+
 class NumpyBackend:
     """Language ops on numpy arrays."""
 
@@ -216,7 +232,9 @@ class NumpyBackend:
     def fma(self, a, b, c):
         dt = numpy_dtype(a.dtype)
         w = [_arr(t.handle).astype(np.float64) for t in (a, b, c)]
-        return np.asarray(w[0] * w[1] + w[2]).astype(dt)
+        if dt != np.float64:  # fp32 and narrower: the fp64 product is exact, one more rounding
+            return np.asarray(w[0] * w[1] + w[2]).astype(dt)
+        return _fma64(*w)
 
     def dot(self, a, b, acc, precision):
         # The GPU's precision rules: products of fp16/bf16 (exact in fp32) or tf32-rounded fp32
