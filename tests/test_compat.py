@@ -171,3 +171,62 @@ def test_map_elementwise_and_constexpr_functions(dev, rng):
     got = dev.get(out)
     np.testing.assert_allclose(got[:n], np.minimum(x + y[0], 4.0), rtol=1e-6)
     np.testing.assert_allclose(got[n:], x - y[0], rtol=1e-6)
+
+
+@tiles.jit
+def _mul(a, b):
+    return a * b
+
+
+@tiles.jit
+def tensor_methods_kernel(x_ptr, out_ptr, N: tl.constexpr):
+    # Methods Triton's tensors carry (Liger-style kernels write `x.cast(tl.float32)`).
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs).cast(tl.float32)
+    pos = (x > 0).logical_and(offs < N - 1).logical_or(offs == 0)
+    s = x.reduce(0, _add)
+    p = x.associative_scan(0, _mul)
+    q = x.softmax()
+    blocks = offs.cdiv(4)
+    (out_ptr + offs).store(tl.where(pos, s, p) + q + blocks)
+
+
+def test_tensor_methods(dev, rng):
+    n = 32
+    x = (rng.random(n) + 0.5).astype(np.float16) * np.where(rng.random(n) < 0.5, -1, 1).astype(np.float16)
+    out = dev.put(np.full(n, np.nan, np.float32))
+    tensor_methods_kernel[(1,)](dev.put(x), out, N=n)
+    x64 = x.astype(np.float64)
+    offs = np.arange(n)
+    pos = ((x64 > 0) & (offs < n - 1)) | (offs == 0)
+    q = np.exp(x64 - x64.max()) / np.exp(x64 - x64.max()).sum()
+    ref = np.where(pos, x64.sum(), np.cumprod(x64)) + q + (offs + 3) // 4
+    np.testing.assert_allclose(dev.get(out), ref, rtol=1e-4, atol=1e-5)
+
+
+@tiles.jit
+def target_info_kernel(out_ptr):
+    # Resolved while compiling, from the target being compiled for.
+    if tl.target_info.cuda_capability_geq(9, 0):
+        v = 90
+    else:
+        v = 80
+    pair = tl.tuple((1, 2))
+    tl.store(out_ptr, v + pair[0] + pair[1] + tl.target_info.is_cuda())
+
+
+def test_target_info_and_tuple(dev):
+    out = dev.put(np.zeros(1, np.int32))
+    target_info_kernel[(1,)](out)
+    assert dev.get(out)[0] in (84, 94)
+    assert tl.str_to_ty("*fp16") == tl.pointer_type(tl.float16) and tl.str_to_ty("i32") == tl.int32
+    assert str(tl.void) == "void" and tl.standard.sum is tl.sum
+
+
+def test_target_info_follows_the_compile_target(ptxas):
+    from test_compile import assemble
+
+    for target, value in (("sm_80", "84"), ("sm_90a", "94")):
+        k = tiles.compile(target_info_kernel, signature={"out_ptr": "*i32"}, target=target)
+        assert f"value = {value}" in k.asm["tir"]
+        assemble(ptxas, k.asm["ptx"], target)

@@ -224,7 +224,7 @@ def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] 
             print(f"tiles: {ck.name}: disk cache hit", file=sys.stderr)
         return ck
     t0 = time.perf_counter()
-    kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages)
+    kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target)
     t1 = time.perf_counter()
     try:
         out = kernel.compile(target, dump, bool(enable_fp_fusion), maxnreg)

@@ -891,12 +891,13 @@ def inline_call(jitfn, builder, args: List[Any], kwargs: Dict[str, Any]) -> Any:
 
 def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], num_warps: int,
                 specialization: Dict[str, int], equal_to_1: Sequence[str] = (), debug: bool = False,
-                num_stages: int = 3):
+                num_stages: int = 3, target: str = "sm_90a"):
     """Builds the IR of a kernel for one signature and specialisation; returns the kernel and
     its assert messages by source line."""
     src = jitfn.source()
     builder = _tiles.IrBuilder(jitfn.__name__, num_warps, src.file, max(1, int(num_stages)))
     backend = IRBackend(builder, debug)
+    backend.target = target  # for tl.target_info
     scope: Dict[str, Any] = {}
     with core.use_backend(backend):
         for p in jitfn.params:

@@ -117,7 +117,7 @@ def load(pointer, mask=None, other=None, boundary_check=(), padding_option="", c
     return semantic.load(pointer, _v(mask), _v(other), volatile)
 
 
-@builtin
+@_method
 def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy="",
           _semantic=None):
     """Stores `value` through a pointer, a tile of pointers or a block pointer where `mask`
@@ -154,7 +154,7 @@ def broadcast(input, other, _semantic=None):
 
 # -- casts ---------------------------------------------------------------------------------------
 
-@builtin
+@_method
 def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None):
     """Converts `input` to `dtype` (or reinterprets its bits when `bitcast`)."""
     if _v(bitcast):
@@ -202,7 +202,19 @@ def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_i
     return semantic.dot(input, other, acc, input_precision, allow_tf32, out_dtype)
 
 
-@builtin
+@_method
+def logical_and(input, other, _semantic=None):
+    """Elementwise `and` of two boolean tensors (Triton's `tensor.logical_and`)."""
+    return semantic.logical_and(semantic.to_tensor(input), semantic.to_tensor(other))
+
+
+@_method
+def logical_or(input, other, _semantic=None):
+    """Elementwise `or` of two boolean tensors (Triton's `tensor.logical_or`)."""
+    return semantic.logical_or(semantic.to_tensor(input), semantic.to_tensor(other))
+
+
+@_method
 def cdiv(x, div, _semantic=None):
     """Ceiling division: `(x + div - 1) // div`."""
     if not isinstance(x, tensor) and not isinstance(div, tensor):
@@ -396,7 +408,7 @@ def _call(fn):
     return lambda *args: current_backend().call_function(fn, args)
 
 
-@builtin
+@_method
 def reduce(input, axis, combine_fn, keep_dims=False, _semantic=None):
     """Reduces `input` (a tile or a tuple of tiles) along `axis` with `combine_fn`."""
     single = not isinstance(input, (tuple, list))
@@ -600,7 +612,7 @@ def unsqueeze(x, dim, _semantic=None):
     return semantic.expand_dims(x, d)
 
 
-@builtin
+@_method
 def softmax(x, dim=None, keep_dims=None, ieee_rounding=False, _semantic=None):
     """`exp(x - max) / sum(exp(x - max))` along `dim` (default 0, as in Triton)."""
     x = semantic.to_tensor(x)
@@ -1012,7 +1024,7 @@ def topk(x, k, dim=None, _semantic=None):
     return y
 
 
-@builtin
+@_method
 def histogram(input, num_bins, mask=None, _semantic=None):
     """Counts of the values 0 .. num_bins-1 in a 1-D integer tile (int32; other values and
     masked-off elements are not counted)."""
@@ -1027,7 +1039,7 @@ def histogram(input, num_bins, mask=None, _semantic=None):
     return semantic.reduce([semantic.cast(hit, int32)], 0, _sum_combine, False)[0]
 
 
-@builtin
+@_method
 def gather(src, index, axis, _semantic=None):
     """`out[i][j] = src[index[i][j]][j]` along `axis` (every other dimension of `index` as in
     `src`): written as a masked sum over `src`'s extent, so meant for small tiles."""
@@ -1122,7 +1134,7 @@ def _prod_combine(a, b):
     return semantic.mul(a, b)
 
 
-@builtin
+@_method
 def associative_scan(input, axis, combine_fn, reverse=False, _semantic=None):
     """Inclusive scan of `input` (a tile or a tuple of tiles) along `axis` with `combine_fn`."""
     single = not isinstance(input, (tuple, list))
@@ -1203,3 +1215,85 @@ def interleave(a, b, _semantic=None):
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "Any", "SimpleNamespace")]
+
+
+# -- target_info, standard, str_to_ty, void, tuple ------------------------------------------------
+
+def _target_info_module():
+    import sys
+    import types
+
+    from .core import current_backend
+
+    ti = types.ModuleType(__name__ + ".target_info", "What kernels may ask about the target they are compiled for.")
+
+    def current_target():
+        """The target being compiled for (`GPUTarget`; in the interpreter, the GPU present or sm_90)."""
+        from .runtime.driver import GPUTarget, active
+
+        t = getattr(current_backend(), "target", None)
+        if t is None:
+            return active.get_current_target()
+        digits = "".join(ch for ch in str(t) if ch.isdigit())
+        return GPUTarget("cuda", int(digits or 90), 32)
+
+    def is_cuda():
+        return True
+
+    def is_hip():
+        return False
+
+    def cuda_capability_geq(major, minor=0):
+        """Whether the target's compute capability is at least (major, minor) (compile time)."""
+        return current_target().arch >= int(_v(major)) * 10 + int(_v(minor))
+
+    for f in (current_target, is_cuda, is_hip, cuda_capability_geq):
+        setattr(ti, f.__name__, f)
+    for name in ("is_hip_cdna3", "is_hip_cdna4", "is_hip_gfx1250"):
+        setattr(ti, name, is_hip)
+    sys.modules[ti.__name__] = ti
+    return ti
+
+
+target_info = _target_info_module()
+
+
+def _standard_module():
+    import sys
+
+    # Triton keeps its functions written in the language in `triton.language.standard`; here they
+    # are the same objects as tl's.
+    sys.modules[__name__ + ".standard"] = sys.modules[__name__]
+    return sys.modules[__name__]
+
+
+standard = _standard_module()
+
+# The type of nothing (what an inline asm without results gives in Triton's type system).
+void = dtype.__new__(dtype)
+void.name = "void"
+
+
+def str_to_ty(name, c=None):
+    """The type a signature string names: "fp32", "i32", "*fp16", "u8", ..."""
+    from .core import _FROM_IR
+
+    name = str(_v(name))
+    if name.startswith("*"):
+        return pointer_type(str_to_ty(name[1:]))
+    if name == "void":
+        return void
+    return dtype(_FROM_IR.get(name, name))
+
+
+@builtin
+def _make_tuple(args=(), type=None, _semantic=None):
+    """`tl.tuple(values)`: a tuple of kernel values."""
+    return _builtins.tuple(_v(args) if isinstance(_v(args), (list, _builtins.tuple)) else args)
+
+
+def __getattr__(name):
+    # `tl.tuple` without shadowing the built-in `tuple` this module uses.
+    if name == "tuple":
+        return _make_tuple
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
