@@ -204,6 +204,14 @@ def test_tensor_methods(dev, rng):
     np.testing.assert_allclose(dev.get(out), ref, rtol=1e-4, atol=1e-5)
 
 
+def test_tensor_methods_compile(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(tensor_methods_kernel, signature={"x_ptr": "*fp16", "out_ptr": "*fp32"}, constexprs={"N": 32},
+                      target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
 @tiles.jit
 def target_info_kernel(out_ptr):
     # Resolved while compiling, from the target being compiled for.

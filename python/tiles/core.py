@@ -418,7 +418,11 @@ class tensor:
 
         f = getattr(language, name, None)
         if f is not None and getattr(f, "_tiles_method", False):
-            return lambda *a, **k: f(self, *a, **k)
+            def method(*a, **k):
+                return f(self, *a, **k)
+
+            method._tiles_builtin = True  # the compiler calls it with evaluated arguments
+            return method
         raise AttributeError(f"tensor has no attribute {name!r}")
 
     @property
