@@ -209,3 +209,15 @@ def test_dump_ir_writes_every_stage(tmp_path, monkeypatch):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert any(n.endswith(".ptx") for n in names) and any(n.endswith(".ll") for n in names)
     assert any("assign_layouts" in n for n in names)
+
+
+def test_exp2_and_rsqrt_flush_subnormals_as_triton(ptxas):
+    # Triton lowers tl.exp2 / rsqrt to the flush-to-zero forms (one MUFU instruction each; the
+    # IEEE forms add a compare and two multiplies per element: attention's softmax loop ran
+    # 424 SASS instructions instead of 302). tl.exp keeps subnormal results, as in Triton.
+    for fn, want, unwanted in (("exp2", "ex2.approx.ftz.f32", "ex2.approx.f32"),
+                               ("rsqrt", "rsqrt.approx.ftz.f32", "rsqrt.approx.f32"),
+                               ("exp", "ex2.approx.f32", "ex2.approx.ftz.f32")):
+        k = compile_and_check(ptxas, unary_kernel, sig(x_ptr="*fp32", out_ptr="*fp32", n="i32"),
+                              {"FN": fn, "BLOCK": 128}, "sm_90a")
+        assert want in k.asm["ptx"] and unwanted not in k.asm["ptx"], fn

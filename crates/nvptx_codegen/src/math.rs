@@ -399,7 +399,9 @@ impl<'ctx> Lowering<'ctx, '_> {
     fn math_f32(&mut self, op: UnaryOp, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
         let b = &self.b;
         Ok(match op {
-            UnaryOp::Exp2 => self.asm_f32("ex2.approx.f32", x)?,
+            // As Triton: `exp2` flushes subnormal results to zero (one MUFU instruction; the
+            // non-ftz form costs a compare and two multiplies around it), `exp` does not.
+            UnaryOp::Exp2 => self.asm_f32("ex2.approx.ftz.f32", x)?,
             UnaryOp::Exp => {
                 let y = b.build_float_mul(x, self.f32c(std::f64::consts::LOG2_E), "exp")?;
                 self.asm_f32("ex2.approx.f32", y)?
@@ -409,7 +411,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let l = self.asm_f32("lg2.approx.f32", x)?;
                 b.build_float_mul(l, self.f32c(std::f64::consts::LN_2), "log")?
             }
-            UnaryOp::Rsqrt => self.asm_f32("rsqrt.approx.f32", x)?,
+            UnaryOp::Rsqrt => self.asm_f32("rsqrt.approx.ftz.f32", x)?,
             UnaryOp::Sin | UnaryOp::Cos => {
                 // Reduce to [-pi, pi] in two steps (Cody-Waite) before the hardware approximation,
                 // which is accurate only there.
