@@ -433,10 +433,14 @@ class tensor:
 
 
 def _tensor_binop(sem_name: str, reflected: bool = False):
-    def op(self, other):
-        from . import semantic
+    f = None  # semantic's function, found on first use (semantic imports this module)
 
-        f = getattr(semantic, sem_name)
+    def op(self, other):
+        nonlocal f
+        if f is None:
+            from . import semantic
+
+            f = getattr(semantic, sem_name)
         return f(other, self) if reflected else f(self, other)
 
     return op

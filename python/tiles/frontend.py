@@ -19,6 +19,18 @@ from . import _tiles, core, language, semantic
 from .core import constexpr, tensor
 from .errors import CompilationError, CompileTimeAssertionFailure, StaticAssertFailed
 
+_JIT_FUNCTION = None
+
+
+def _jit_function_class() -> type:
+    """`runtime.jit.JITFunction` (imported on first use: runtime.jit imports this module)."""
+    global _JIT_FUNCTION
+    if _JIT_FUNCTION is None:
+        from .runtime.jit import JITFunction
+
+        _JIT_FUNCTION = JITFunction
+    return _JIT_FUNCTION
+
 
 class IRBackend:
     """Language ops -> `_tiles.IrBuilder` calls."""
@@ -84,9 +96,7 @@ class IRBackend:
         self.b.store(ptr.handle, value.handle, None if mask is None else mask.handle)
 
     def call_function(self, fn, args):
-        from .runtime.jit import JITFunction
-
-        if isinstance(fn, JITFunction):
+        if isinstance(fn, _jit_function_class()):
             return inline_call(fn, self.b, list(args), {})
         return fn(*args)
 
@@ -332,6 +342,11 @@ def binop(op: type, a: Any, b: Any) -> Any:
     return getattr(b, reflected)(a)
 
 
+# The visitor method of each AST node class, looked up once (ast.NodeVisitor looks it up by name
+# on every visit).
+_VISITORS: Dict[type, Any] = {}
+
+
 class CodeGenerator(ast.NodeVisitor):
     """Visits one function's body. Callees get their own generator sharing the builder."""
 
@@ -349,7 +364,11 @@ class CodeGenerator(ast.NodeVisitor):
         if line is not None:
             self.builder.set_loc(self.src.first_line + line - 1, getattr(node, "col_offset", 0) + self.src.indent)
         try:
-            return super().visit(node)
+            cls = type(node)
+            method = _VISITORS.get(cls)
+            if method is None:
+                method = _VISITORS[cls] = getattr(CodeGenerator, "visit_" + cls.__name__, CodeGenerator.generic_visit)
+            return method(self, node)
         except (CompilationError, _Return):
             raise
         except _tiles.IrError as e:
@@ -825,9 +844,7 @@ class CodeGenerator(ast.NodeVisitor):
         return self.call(node, _unwrap(fn) if isinstance(fn, constexpr) else fn, args, kwargs)
 
     def call(self, node: ast.AST, fn: Any, args: List[Any], kwargs: Dict[str, Any]) -> Any:
-        from .runtime.jit import JITFunction
-
-        if isinstance(fn, JITFunction):
+        if isinstance(fn, _jit_function_class()):
             return inline_call(fn, self.builder, args, kwargs)
         if getattr(fn, "_tiles_builtin", False) or getattr(getattr(fn, "__func__", None), "_tiles_builtin", False):
             return fn(*args, **kwargs)

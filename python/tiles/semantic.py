@@ -191,6 +191,8 @@ def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> tuple:
 
 
 def broadcast_to(x: tensor, shape: Sequence[int]) -> tensor:
+    if shape is x.shape:
+        return x
     shape = tuple(int(_unwrap(s)) for s in shape)
     if x.shape == shape:
         return x
@@ -339,6 +341,8 @@ def scan(inputs: Sequence[Any], axis: Any, combine, reverse: bool = False) -> li
 # -- casts ----------------------------------------------------------------------------------
 
 def cast(x: Any, dt: Any) -> tensor:
+    if isinstance(x, tensor) and x.dtype is dt:
+        return x
     x = to_tensor(x)
     dt = _unwrap(dt)
     if not isinstance(dt, dtype):
