@@ -238,3 +238,37 @@ def test_target_info_follows_the_compile_target(ptxas):
         k = tiles.compile(target_info_kernel, signature={"out_ptr": "*i32"}, target=target)
         assert f"value = {value}" in k.asm["tir"]
         assemble(ptxas, k.asm["ptx"], target)
+
+
+def test_ahead_of_time_compile_as_triton(ptxas):
+    # triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(...), options=...)
+    from test_compile import assemble
+
+    from tiles.backends.compiler import GPUTarget
+    from tiles.compiler import ASTSource
+
+    sig = {"x_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr",
+           "ACT": "constexpr"}
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+    src = ASTSource(bias_act_kernel, sig, constexprs={"BLOCK": 256, (5,): "relu"}, attrs=aligned)
+    k = tiles.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 2, "num_stages": 2})
+    assert k.metadata.target == "sm_90a" and k.metadata.num_warps == 2
+    assert "ld.global.v4" in k.asm["ptx"]  # the divisibility attributes reached the compiler
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+    k80 = tiles.compile(ASTSource(bias_act_kernel, sig, constexprs={"BLOCK": 256, "ACT": "none"}),
+                        target=GPUTarget("cuda", 80, 32))
+    assert k80.metadata.target == "sm_80" and "ld.global.v4" not in k80.asm["ptx"]
+    with pytest.raises(TypeError, match="unknown compile option"):
+        tiles.compile(src, target="sm_90a", options={"num_wraps": 4})
+
+
+def test_triton_module_paths():
+    import tiles.language.math as tl_math
+    from tiles.language.random import philox
+    from tiles.runtime import KernelInterface, OutOfResources
+    from tiles.runtime.errors import AutotunerError, PTXASError, TritonError
+
+    assert tl_math.exp2 is tl.exp2 and philox is tl.philox
+    assert isinstance(bias_act_kernel, KernelInterface) and isinstance(bias_act_kernel, tiles.KernelInterface)
+    assert issubclass(OutOfResources, TritonError) and issubclass(PTXASError, TritonError)
+    assert issubclass(AutotunerError, RuntimeError)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from . import (
+    backends,  # noqa: F401
     language,  # noqa: F401
     testing,  # noqa: F401,E402
     tools,  # noqa: F401
@@ -24,6 +25,7 @@ from .errors import TilesError as TritonError  # noqa: F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: F401
 from .runtime.jit import (  # noqa: F401
     JITFunction,
+    KernelInterface,  # noqa: F401
     TensorWrapper,
     constexpr_function,
     jit,

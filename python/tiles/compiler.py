@@ -170,19 +170,90 @@ def _dump(name: str, out: Dict[str, Any]) -> None:
         f.write(out["ptx"])
 
 
-def compile(fn, signature: Dict[str, str], constexprs: Optional[Dict[str, Any]] = None, target: str = "sm_90a",
-            num_warps: int = 4, num_stages: int = 3, specialization: Optional[Dict[str, int]] = None,
-            equal_to_1: Sequence[str] = (), debug: bool = False, enable_fp_fusion: bool = False,
-            maxnreg: Optional[int] = None) -> CompiledKernel:
+class ASTSource:
+    """Triton's ahead-of-time source: a kernel with its signature (`{"x": "*fp32", "BLOCK":
+    "constexpr"}`), constexpr values (by name or by `(index,)`) and attributes by `(index,)`
+    (`[["tt.divisibility", 16]]`). `tiles.compile(ASTSource(...), target=GPUTarget(...),
+    options={"num_warps": 8})` compiles it without a GPU, as `triton.compile` does."""
+
+    def __init__(self, fn, signature: Dict[str, str], constexprs: Optional[Dict[Any, Any]] = None,
+                 attrs: Optional[Dict[Any, Any]] = None):
+        from .runtime.jit import JITFunction
+
+        self.fn = fn if isinstance(fn, JITFunction) else JITFunction(fn)
+        self.name = self.fn.__name__
+        names = self.fn.param_names
+        for k in signature:
+            if not isinstance(k, str):
+                raise TypeError("signature keys must be parameter names (strings)")
+
+        def name_of(k) -> str:
+            if isinstance(k, str):
+                return k
+            if isinstance(k, tuple) and len(k) == 1 and isinstance(k[0], int) and 0 <= k[0] < len(names):
+                return names[k[0]]
+            raise TypeError(f"{self.name}: {k!r} names no parameter (a name or an (index,) tuple)")
+
+        self.constants = {name_of(k): v for k, v in (constexprs or {}).items()}
+        self.signature = {k: v for k, v in signature.items() if str(v) != "constexpr" and k not in self.constants}
+        self.attrs = attrs or {}
+        self.specialization: Dict[str, int] = {}
+        for k, items in self.attrs.items():
+            for item in items:
+                if len(item) == 2 and item[0] == "tt.divisibility":
+                    self.specialization[name_of(k)] = int(item[1])
+
+
+def _target_name(target: Any) -> str:
+    """`GPUTarget("cuda", 90, 32)` (or an arch string) -> the target tiles compiles for."""
+    if target is None:
+        from .runtime.driver import active
+
+        target = active.get_current_target()
+    if isinstance(target, str):
+        return target
+    backend, arch = target[0], int(target[1])
+    if backend != "cuda":
+        raise ValueError(f"tiles compiles for NVIDIA GPUs (backend 'cuda'), not {backend!r}")
+    return "sm_90a" if arch == 90 else f"sm_{arch}"
+
+
+def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[Dict[str, Any]] = None,
+            target: Any = "sm_90a", num_warps: int = 4, num_stages: int = 3,
+            specialization: Optional[Dict[str, int]] = None, equal_to_1: Sequence[str] = (), debug: bool = False,
+            enable_fp_fusion: bool = False, maxnreg: Optional[int] = None,
+            options: Optional[Dict[str, Any]] = None) -> CompiledKernel:
     """Compiles `fn` (a @tiles.jit function) for `signature` without a GPU.
 
     Signature types are spelled as Triton spells them: `*fp16`, `i32`, `fp32`, and
     `constexpr` for parameters whose value is in `constexprs`. A type may carry a
     divisibility suffix (`"*fp32:16"`, `"i32:16"`) or be given through `specialization`.
+    Triton's form works too: `compile(ASTSource(fn, signature, constexprs, attrs),
+    target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})`.
     """
     from . import frontend
     from .runtime.jit import JITFunction
 
+    if isinstance(fn, ASTSource):
+        src = fn
+        fn, signature = src.fn, src.signature
+        constexprs = dict(src.constants, **(constexprs or {}))
+        specialization = dict(src.specialization, **(specialization or {}))
+    if options:
+        known = {"num_warps", "num_stages", "debug", "enable_fp_fusion", "maxnreg", "num_ctas"}
+        unknown = set(options) - known
+        if unknown:
+            raise TypeError(f"unknown compile option(s) {sorted(unknown)}; tiles takes {sorted(known)}")
+        if int(options.get("num_ctas", 1)) != 1:
+            raise ValueError("tiles compiles one CTA per program (num_ctas=1)")
+        num_warps = options.get("num_warps", num_warps)
+        num_stages = options.get("num_stages", num_stages)
+        debug = options.get("debug", debug)
+        enable_fp_fusion = options.get("enable_fp_fusion", enable_fp_fusion)
+        maxnreg = options.get("maxnreg", maxnreg)
+    if signature is None:
+        raise TypeError("compile() needs a signature (or an ASTSource)")
+    target = _target_name(target)
     if not isinstance(fn, JITFunction):
         fn = JITFunction(fn)
     if num_warps <= 0 or num_warps & (num_warps - 1):

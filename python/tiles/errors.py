@@ -52,3 +52,11 @@ class OutOfResources(LaunchError):
     def __init__(self, required: int, limit: int, name: str):
         self.required, self.limit, self.name = required, limit, name
         super().__init__(f"out of resource: {name} needs {required} bytes of shared memory; the GPU allows {limit}")
+
+
+class PTXASError(LaunchError):
+    """The driver's PTX assembler rejected a kernel (Triton's `triton.runtime.errors.PTXASError`)."""
+
+
+class AutotunerError(TilesError, RuntimeError):
+    """Autotuning found no config that runs (Triton's `triton.runtime.errors.AutotunerError`)."""

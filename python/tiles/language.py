@@ -1297,3 +1297,17 @@ def __getattr__(name):
     if name == "tuple":
         return _make_tuple
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _register_submodules():
+    # `import triton.language.math`, `from triton.language.random import philox`, ...: Triton's
+    # submodules are namespaces of this module here.
+    import sys
+
+    for name in ("math", "random", "core"):
+        obj = globals().get(name)
+        if obj is not None:
+            sys.modules.setdefault(f"{__name__}.{name}", obj)
+
+
+_register_submodules()

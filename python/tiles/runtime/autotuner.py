@@ -15,6 +15,9 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from ..errors import AutotunerError
+from .jit import KernelInterface
+
 
 class Config:
     """One point of an autotuning space: meta-parameters and launch options."""
@@ -73,12 +76,6 @@ def _restore(dst: Any, src: Any) -> None:
     else:
         dst[...] = src
 
-
-class KernelInterface:
-    """`kernel[grid](...)` for the wrappers below."""
-
-    def __getitem__(self, grid) -> Callable:
-        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
 
 class Autotuner(KernelInterface):
@@ -151,7 +148,7 @@ class Autotuner(KernelInterface):
         if self.early_config_prune:
             configs = list(self.early_config_prune(self.configs, nargs, **kwargs))
             if not configs:
-                raise RuntimeError(f"tiles autotune: early_config_prune left no config of {self.__name__}")
+                raise AutotunerError(f"tiles autotune: early_config_prune left no config of {self.__name__}")
         if self.perf_model and len(configs) > 1:
             top_k = self.top_k
             if isinstance(top_k, float) and top_k <= 1.0:
@@ -226,7 +223,7 @@ class Autotuner(KernelInterface):
                     _zero(all_args[name])
             ok = {c: t for c, t in timings.items() if t != float("inf")}
             if not ok:
-                raise RuntimeError(f"tiles autotune: every config of {self.__name__} failed")
+                raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
             cfg = builtins.min(ok, key=ok.get)
             self.configs_timings = timings
             self._save_choice(key, cfg)

@@ -1,3 +1,12 @@
 """`triton.runtime.errors`: the runtime's exceptions."""
 
-from ..errors import CompilationError, InterpreterError, LaunchError, OutOfBoundsError, OutOfResources  # noqa: F401
+from ..errors import (  # noqa: F401
+    AutotunerError,
+    CompilationError,
+    InterpreterError,
+    LaunchError,
+    OutOfBoundsError,
+    OutOfResources,
+    PTXASError,
+)
+from ..errors import TilesError as TritonError  # noqa: F401

@@ -238,7 +238,15 @@ class _Specialization:
         self.threads = compiled.metadata.num_threads
 
 
-class JITFunction:
+class KernelInterface:
+    """What can be launched as `kernel[grid](...)`: `JITFunction` and the autotuning and
+    heuristics wrappers (Triton's `triton.runtime.KernelInterface`)."""
+
+    def __getitem__(self, grid) -> Callable:
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+
+class JITFunction(KernelInterface):
     """A kernel (or a device function called from kernels) written in the tiles language."""
 
     def __init__(self, fn: Callable, do_not_specialize: Sequence[Any] = (), debug: Optional[bool] = None,
