@@ -132,3 +132,50 @@ def test_isinstance_picks_descriptor_or_pointer(dev, rng, host):
     arg = TensorDescriptor.from_tensor(dx, [BM, BN]) if host else dx
     either_desc_kernel[(2, 2)](arg, dy, M, N, BM=BM, BN=BN)
     np.testing.assert_allclose(dev.get(dy), x.astype(np.float32) * 2 + 1, rtol=1e-6)
+
+
+@tiles.jit
+def desc_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # The modern style of Triton's matmul: descriptors made in the kernel, loaded in the loop.
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = a_desc.load([pm * BM, k * BK])
+        b = b_desc.load([k * BK, pn * BN])
+        acc = tl.dot(a, b, acc)
+    c_desc.store([pm * BM, pn * BN], acc)
+
+
+@pytest.mark.parametrize("K", [96, 40])
+def test_device_descriptor_matmul_loop(dev, rng, K):
+    # K = 96: rows of whole 16-byte granules (exact masks, pipelined when compiled); K = 40:
+    # granule-wide reads with the elements past K replaced.
+    M, N, BM, BN, BK = 64, 48, 32, 16, 32
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = dev.put(np.full((M, N), np.nan, np.float32))
+    desc_matmul_kernel[(M // BM, N // BN)](dev.put(a), dev.put(b), c, M, N, K, BM=BM, BN=BN, BK=BK)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(dev.get(c), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_device_descriptor_loads_are_pipelined_when_rows_are_whole_granules(ptxas):
+    from test_compile import assemble
+
+    sig = {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp32:16", "M": "i32:16", "N": "i32:16"}
+    cx = {"BM": 128, "BN": 128, "BK": 64}
+    whole = tiles.compile(desc_matmul_kernel, signature=dict(sig, K="i32:16"), constexprs=cx, target="sm_90a",
+                          num_warps=8)
+    ragged = tiles.compile(desc_matmul_kernel, signature=dict(sig, K="i32"), constexprs=cx, target="sm_90a",
+                           num_warps=8)
+    assert "cp.async.cg.shared.global" in whole.asm["ptx"] and "wgmma.mma_async" in whole.asm["ptx"]
+    # With K unknown, `a` (whose rows are K long) is read in granules and not pipelined; `b`
+    # (rows of N) still is.
+    copies = [k.asm["ptx"].count("cp.async.cg.shared.global") for k in (whole, ragged)]
+    assert copies[0] > copies[1] > 0 and "ld.global.v4" in ragged.asm["ptx"]
+    for k in (whole, ragged):
+        assemble(ptxas, k.asm["ptx"], "sm_90a")

@@ -39,6 +39,8 @@ class IRBackend:
         self.b = builder
         self.debug = debug
         self.asserts: Dict[int, str] = {}
+        # What the specialisation says each integer parameter is a multiple of (by handle).
+        self.divisibility: Dict[Any, int] = {}
 
     def constant(self, value, dt, shape):
         return self.b.constant(value, dt.ir, list(shape))
@@ -938,6 +940,7 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
                 raise CompilationError(f"parameter '{p.name}' has an unknown type {ty!r}", src.file,
                                        src.first_line) from None
             h = builder.param(p.name, dt.ir, specialization.get(p.name, 1))
+            backend.divisibility[h] = specialization.get(p.name, 1)
             if p.name in equal_to_1:
                 scope[p.name] = semantic.scalar_constant(1, dt)
             else:

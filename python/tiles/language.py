@@ -762,6 +762,17 @@ def randn4x(seed, offset, n_rounds=_PHILOX_ROUNDS, _semantic=None):
 # outside the tensor read as zeros (padding "zero") or NaN (padding "nan") and are not written.
 
 
+def _known_multiple(backend, x) -> int:
+    """A number `x` is known to be a multiple of while compiling: an integer's own value, what
+    the specialisation says of a parameter, else 1."""
+    x = _v(x)
+    if isinstance(x, _builtins.int):
+        return _builtins.abs(x) or 1 << 30
+    if isinstance(x, tensor):
+        return getattr(backend, "divisibility", {}).get(x.handle, 1)
+    return 1
+
+
 class tensor_descriptor:
     """A device-side tensor descriptor (what `tl.make_tensor_descriptor` returns and what a host
     `TensorDescriptor` argument becomes inside the kernel)."""
@@ -818,12 +829,16 @@ class tensor_descriptor:
         other = float("nan") if self.padding == "nan" else 0
         from .core import current_backend
 
-        if self.assume_aligned and not getattr(current_backend(), "interpreter", False):
+        be = current_backend()
+        granule = _builtins.max(16 // _builtins.max(self.dtype.primitive_bitwidth // 8, 1), 1)
+        if self.assume_aligned and not getattr(be, "interpreter", False) and \
+                _known_multiple(be, self.shape[-1]) % granule:
             # A descriptor's base is 16-byte aligned and its rows 16-byte multiples (Triton's
             # contract for TMA), so each 16-byte granule of a row lies in its allocation when
             # any element of it does: the load reads whole granules (vector loads) and the
-            # elements outside the tensor are replaced after it.
-            granule = _builtins.max(16 // _builtins.max(self.dtype.primitive_bitwidth // 8, 1), 1)
+            # elements outside the tensor are replaced after it. (When the row length is known
+            # to be whole granules, the exact mask below vectorises as it is, and the plain load
+            # can be software-pipelined.)
             ptr, mask, coarse = self._pointers(offsets, granule)
             return semantic.where(mask, semantic.load(ptr, coarse, other), other)
         ptr, mask = self._pointers(offsets)
