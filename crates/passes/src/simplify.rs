@@ -11,6 +11,7 @@
 //! | `x * 1 -> x`      | multiplicative identity |
 //! | `x / 1 -> x`      |                   |
 //! | `splat(c) -> c`   | a tile of one constant |
+//! | `cast(c) -> c'`   | integer to integer (not to `i1`, which tests `!= 0`): sign- or zero-extended from the source, wrapped to the result |
 
 use std::collections::HashMap;
 use tile_ir::{BinaryOp, Block, Const, DType, Function, Op, OpKind, Type, Value};
@@ -73,6 +74,20 @@ pub fn fold_constants(func: &mut Function) -> usize {
         }
         let replacement = match data.kind {
             OpKind::Splat => int_const(func, data.operands[0]).map(|c| (Some(c), None)),
+            OpKind::Cast if d != DType::I1 => {
+                let src = func.ty(data.operands[0]).dtype();
+                match (src, int_const(func, data.operands[0])) {
+                    (Some(s), Some(c)) if s.is_int() => {
+                        let v = if s.is_signed() {
+                            c as i128
+                        } else {
+                            (c as i128) & ((1i128 << s.bits()) - 1)
+                        };
+                        Some((Some(wrap(v, d)), None))
+                    }
+                    _ => None,
+                }
+            }
             OpKind::Binary(b) => {
                 let (x, y) = (data.operands[0], data.operands[1]);
                 match (int_const(func, x), int_const(func, y)) {
