@@ -805,14 +805,18 @@ class tensor_descriptor:
             raise ValueError(f"this descriptor takes {rank} offsets, got {len(offsets)}")
         ptr, mask, coarse = self.base, None, None
         for d in _builtin_range(rank):
-            idx = semantic.add(semantic.arange(0, self.block_shape[d]), offsets[d])
+            rel = semantic.arange(0, self.block_shape[d])
+            idx = semantic.add(rel, offsets[d])
             for e in _builtin_range(rank):
                 if e < d:
-                    idx = semantic.expand_dims(idx, 0)
+                    idx, rel = semantic.expand_dims(idx, 0), semantic.expand_dims(rel, 0)
                 elif e > d:
-                    idx = semantic.expand_dims(idx, len(idx.shape))
+                    idx, rel = semantic.expand_dims(idx, len(idx.shape)), semantic.expand_dims(rel, len(rel.shape))
             stride = semantic.cast(semantic.to_tensor(self.strides[d]), int64)
-            ptr = semantic.add(ptr, semantic.mul(semantic.cast(idx, int64), stride))
+            # The block's start (a scalar) and the offsets within the block (the same every time
+            # the block moves: hoisted out of loops) are scaled apart, in 64 bits.
+            start = semantic.mul(semantic.cast(semantic.to_tensor(offsets[d]), int64), stride)
+            ptr = semantic.add(semantic.add(ptr, start), semantic.mul(semantic.cast(rel, int64), stride))
             inside = semantic.logical_and(semantic.greater_equal(idx, 0), semantic.less(idx, self.shape[d]))
             mask = inside if mask is None else semantic.logical_and(mask, inside)
             if granule > 1:
