@@ -209,7 +209,11 @@ impl Assigner<'_> {
                     let a = *self.func.ty(data.operands[0]);
                     let dims = ty.shape.dims();
                     let k = a.shape.dims()[1];
-                    let sixteen_bit = matches!(a.elem.dtype(), Some(DType::F16 | DType::BF16));
+                    // fp8 operands are here only for warpgroups (`fp8_warpgroup_dots`).
+                    let sixteen_bit = matches!(
+                        a.elem.dtype(),
+                        Some(DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2)
+                    );
                     let warpgroup = (self.warpgroup_mma && sixteen_bit && k.is_multiple_of(16))
                         .then(|| MmaLayout::warpgroup(dims[0], dims[1], self.num_warps))
                         .flatten();
@@ -335,6 +339,28 @@ impl Assigner<'_> {
         for (i, v) in operands.into_iter().enumerate() {
             self.demand(v, ol, op, i);
         }
+    }
+
+    /// For a `for` loop's `k`-th carried value that nothing after the loop reads: the anchor
+    /// layout of a load or store in the body that takes it as its pointers (a carried pointer
+    /// tile then needs no conversion each iteration; the shape's default layout could be
+    /// another operand's when tiles share a shape, e.g. 128x128 `a` and `b` tiles).
+    fn carried_access_layout(&self, op: Op, k: usize) -> Option<LayoutId> {
+        if !matches!(self.func.ops[op].kind, OpKind::For { .. }) {
+            return None;
+        }
+        let body = self.func.region_block(op, 0);
+        let arg = *self.func.blocks[body].args.get(k + 1)?;
+        self.func.blocks[body].ops.iter().find_map(|&u| {
+            let d = &self.func.ops[u];
+            let access =
+                matches!(d.kind, OpKind::Load(_) | OpKind::Store(_)) && d.operands[0] == arg;
+            if access {
+                self.anchors.get(&u).map(|a| a.0)
+            } else {
+                None
+            }
+        })
     }
 
     fn first_demand_or_default(&mut self, v: Value) -> LayoutId {
@@ -532,10 +558,14 @@ impl Assigner<'_> {
     fn visit_region_op(&mut self, op: Op, kind: OpKind) {
         let results = self.func.ops[op].results.clone();
         let mut layouts = Vec::new();
-        for &r in &results {
+        for (k, &r) in results.iter().enumerate() {
             let l = if self.func.ty(r).is_scalar() {
                 None
             } else if let Some(l) = *self.dot_anchor.get(r) {
+                Some(l)
+            } else if let (None, Some(l)) =
+                (self.demands.get(&r), self.carried_access_layout(op, k))
+            {
                 Some(l)
             } else {
                 Some(self.first_demand_or_default(r))
