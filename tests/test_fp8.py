@@ -101,8 +101,10 @@ def test_fp8_kernels_assemble(ptxas, name, target):
            "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32:16"}
     k = tiles.compile(fp8_matmul_kernel, signature=sig, constexprs={"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},
                       equal_to_1=("stride_ak", "stride_bk"), target=target)
-    # fp8 operands are widened to fp16 for the tensor cores (warpgroups on sm_90a).
-    want = ("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" if target == "sm_90a"
+    # On sm_90a both operands are K-major (b pre-transposed), so the warpgroups multiply fp8
+    # itself, 32 K per instruction; elsewhere fp8 is widened to fp16 for mma.sync.
+    kind = {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}[name]
+    want = (f"wgmma.mma_async.sync.aligned.m64n64k32.f32.{kind}.{kind}" if target == "sm_90a"
             else "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
     assert want in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], target)

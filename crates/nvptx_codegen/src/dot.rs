@@ -89,6 +89,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             Some("none") => false,
             Some(_) => warpgroup,
         };
+        // fp8 warpgroup dots have no register form for `a`.
+        let a_fp8 = self.func.ty(a).elem.dtype().is_some_and(|d| d.is_fp8());
+        let stage_a = stage_a || (warpgroup && a_fp8);
         let (sa, sb) = (stage_of(a, stage_a), stage_of(b, true));
         let mut srcs = Vec::with_capacity(2);
         if sa.is_some() || sb.is_some() {
@@ -707,10 +710,15 @@ impl<'ctx> Lowering<'ctx, '_> {
         let Layout::Mma(m) = self.func.layouts[tc.layout.expect("checked")].clone() else {
             return self.internal("dot_wgmma on a non-mma layout");
         };
-        let in_name = match din {
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            _ => return self.unsupported(format!("a warpgroup dot of {din}")),
+        let name = |d: DType| match d {
+            DType::F16 => Some("f16"),
+            DType::BF16 => Some("bf16"),
+            DType::F8E4M3 => Some("e4m3"),
+            DType::F8E5M2 => Some("e5m2"),
+            _ => None,
+        };
+        let (Some(a_name), Some(b_name)) = (name(din), name(tb_s.elem)) else {
+            return self.unsupported(format!("a warpgroup dot of {din}"));
         };
         let acc_name = match dacc {
             DType::F32 => "f32",
@@ -720,6 +728,12 @@ impl<'ctx> Lowering<'ctx, '_> {
         let Some(ob) = WgmmaOperand::new(tb_s, 0) else {
             return self.internal("dot operand tile unfit for wgmma");
         };
+        // fp8: 32 K per instruction, both operands K-major in shared memory (no transposes).
+        let fp8 = din.is_fp8();
+        let k_step = if fp8 { 32 } else { 16 };
+        if fp8 && (!ob.k_major || !matches!(src_a, Src::Smem(t) if t.contig == 1)) {
+            return self.internal("fp8 warpgroup dot operands must be K-major in shared memory");
+        }
         let wm = m.warps_per_cta[0];
         let inst_n = m.instr_n;
         let sc = tc.shape.dims().to_vec();
@@ -765,11 +779,13 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let db = desc_base(self, tb_s, &ob)?;
         let one = self.i32(1);
-        let instr =
-            format!("wgmma.mma_async.sync.aligned.m64n{inst_n}k16.{acc_name}.{in_name}.{in_name}");
+        let instr = format!(
+            "wgmma.mma_async.sync.aligned.m64n{inst_n}k{k_step}.{acc_name}.{a_name}.{b_name}"
+        );
         let tb_imm = u32::from(!ob.k_major);
-        // The register form has no transpose flag for `a`.
+        // The register form has no transpose flag for `a`; fp8 has none at all.
         let flags = match &a_desc {
+            _ if fp8 => "1, 1".to_string(),
             Some((_, o)) => format!("1, 1, {}, {tb_imm}", u32::from(!o.k_major)),
             None => format!("1, 1, {tb_imm}"),
         };
@@ -825,8 +841,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             let (rm, nc) = (*rm, *nc);
             let m0 = rm * 16 * wm;
             let mut acc_in: Vec<BasicValueEnum> = words[acc_at[g].clone()].to_vec();
-            for kk in 0..k / 16 {
-                let k0 = kk * 16;
+            for kk in 0..k / k_step {
+                let k0 = kk * k_step;
                 let b_off = i64t.const_int((ob.offset(nc * inst_n, k0) >> 4) as u64, false);
                 let desc_b = self.b.build_int_add(db, b_off, "db")?;
                 let a_args: Vec<BasicValueEnum> = match &a_desc {

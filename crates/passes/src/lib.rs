@@ -12,6 +12,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod axis_info;
+pub mod fp8_dots;
 pub mod layouts;
 pub mod pipeline;
 pub mod simplify;

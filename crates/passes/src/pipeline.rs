@@ -1,6 +1,6 @@
 //! The pass pipeline, in the order it runs. Read top to bottom.
 
-use crate::{axis_info, layouts, simplify, software_pipeline};
+use crate::{axis_info, fp8_dots, layouts, simplify, software_pipeline};
 use tile_ir::{verify, Function, VerifyErrors};
 
 /// Why the pipeline stopped.
@@ -71,6 +71,13 @@ pub fn run_pipeline(
         }
     })?;
     let warpgroup_mma = options.warpgroup_mma;
+    if warpgroup_mma {
+        step("fp8_warpgroup_dots", func, &|f| {
+            if fp8_dots::fp8_warpgroup_dots(f) > 0 {
+                simplify::eliminate_dead_code(f);
+            }
+        })?;
+    }
     step("assign_layouts", func, &|f| {
         let info = axis_info::analyze(f);
         layouts::assign_layouts_for(f, &info, warpgroup_mma);
@@ -89,11 +96,12 @@ pub fn run_pipeline(
 }
 
 /// The passes that can be run one by one (`tiles-opt --passes=...`), in pipeline order.
-pub const PASS_NAMES: [&str; 6] = [
+pub const PASS_NAMES: [&str; 7] = [
     "fold_constants",
     "cse",
     "dce",
     "fuse_dot_accumulation",
+    "fp8_warpgroup_dots",
     "assign_layouts",
     "pipeline_loops",
 ];
@@ -103,7 +111,7 @@ pub const PASS_NAMES: [&str; 6] = [
 pub enum RunPassError {
     /// No pass has this name.
     #[error(
-        "unknown pass `{0}` (known: fold_constants, cse, dce, fuse_dot_accumulation, assign_layouts, pipeline_loops)"
+        "unknown pass `{0}` (known: fold_constants, cse, dce, fuse_dot_accumulation, fp8_warpgroup_dots, assign_layouts, pipeline_loops)"
     )]
     Unknown(String),
     /// The IR was invalid after the pass.
@@ -125,6 +133,9 @@ pub fn run_pass(name: &str, func: &mut Function) -> Result<(), RunPassError> {
         }
         "fuse_dot_accumulation" => {
             simplify::fuse_dot_accumulation(func);
+        }
+        "fp8_warpgroup_dots" => {
+            fp8_dots::fp8_warpgroup_dots(func);
         }
         "assign_layouts" => {
             let info = axis_info::analyze(func);

@@ -847,10 +847,12 @@ pub(crate) fn dot_rule(
     let (Some(da), Some(db), Some(dc)) = (da, db, dc) else {
         return Some("dot takes numeric tiles".into());
     };
-    if da != db {
+    // fp8 operands may mix E4M3 and E5M2 (Hopper's warpgroup MMA takes each kind).
+    if da != db && !(da.is_fp8() && db.is_fp8()) {
         return Some("dot operands must have one element type".into());
     }
     let ok = match da {
+        D::F8E4M3 | D::F8E5M2 => dc == D::F32,
         D::F16 => matches!(dc, D::F32 | D::F16),
         D::BF16 => dc == D::F32,
         D::F32 => dc == D::F32,
