@@ -99,10 +99,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         let align = if warpgroup { 1024 } else { 128 };
         let mut offset = 0u32;
-        for (v, staged) in [(a, sa), (b, sb)] {
+        for (k_dim, (v, staged)) in [(1, (a, sa)), (0, (b, sb))] {
             srcs.push(match staged {
                 Some(src) => {
-                    let t = self.stage_tile(src, offset)?;
+                    let fp8 = self.func.ty(v).elem.dtype().is_some_and(|d| d.is_fp8());
+                    let t = self.stage_tile(src, offset, (warpgroup && fp8).then_some(k_dim))?;
                     offset += SmemTile::bytes(t.dims, t.elem).next_multiple_of(align);
                     Src::Smem(t)
                 }

@@ -647,7 +647,16 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.fence_before_shared_write()?;
                     let keep = self.scratch_base;
                     self.scratch_base = 0;
-                    let t = self.stage_tile(data.operands[0], offset);
+                    // An fp8 warpgroup operand is staged K-major (`a`: along dimension 1).
+                    let k_major = match self.func.layout_of(r) {
+                        Some(tile_ir::Layout::DotOperand { op_idx, .. })
+                            if rty.and_then(|t| t.elem.dtype()).is_some_and(|d| d.is_fp8()) =>
+                        {
+                            Some(if *op_idx == 0 { 1 } else { 0 })
+                        }
+                        _ => None,
+                    };
+                    let t = self.stage_tile(data.operands[0], offset, k_major);
                     self.scratch_base = keep;
                     let t = t?;
                     self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;

@@ -165,7 +165,15 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// Writes tile `v` (in its register layout) into shared memory at byte `offset` of the
     /// shared buffer, rows along its layout's contiguous dimension; 16-byte stores where the
     /// layout gives a thread whole chunks. No barrier here: the caller orders the accesses.
-    pub fn stage_tile(&mut self, v: Value, offset: u32) -> R<SmemTile<'ctx>> {
+    ///
+    /// The tile is contiguous along the registers' contiguous dimension, or along `contig` when
+    /// given (fp8 `wgmma` operands must be K-major, whatever the registers' layout).
+    pub fn stage_tile(
+        &mut self,
+        v: Value,
+        offset: u32,
+        contig: Option<usize>,
+    ) -> R<SmemTile<'ctx>> {
         let ty = *self.func.ty(v);
         let Elem::Num(d) = ty.elem else {
             return self.internal("staging a pointer tile");
@@ -176,7 +184,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         let dims = [dims[0], dims[1]];
         let layout = self.func.layouts[ty.layout.expect("tiles have layouts")].clone();
-        let (contig, run) = layout.contiguous_dim().unwrap_or((1, 1));
+        let natural = layout.contiguous_dim().unwrap_or((1, 1));
+        let (contig, run) = match contig {
+            Some(c) if c != natural.0 => (c, 1),
+            _ => natural,
+        };
         let swz = SmemTile::swizzle_for(dims[contig], d.bytes());
         let total = offset + SmemTile::bytes(dims, d);
         let g = self.shared_scratch(total)?;

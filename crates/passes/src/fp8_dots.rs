@@ -8,9 +8,11 @@
 //! 1. find `dot`s with an f32 accumulator whose operands are both casts from fp8 to fp16;
 //! 2. keep those whose shape fits a warpgroup layout (the layout pass then gives them one,
 //!    see [`MmaLayout::warpgroup`]) and whose K is a multiple of 32;
-//! 3. keep those whose operands are read K-major from memory: `a` loaded with its pointers
-//!    contiguous along K (dimension 1); `b` loaded contiguous along K (dimension 0), or the
-//!    transpose of a tile loaded contiguous along its dimension 1 (`k.T`);
+//! 3. keep those whose loaded operands are read K-major from memory (a pipelined load's ring
+//!    slot keeps the memory order): `a` loaded with its pointers contiguous along K
+//!    (dimension 1); `b` loaded contiguous along K (dimension 0), or the transpose of a tile
+//!    loaded contiguous along its dimension 1 (`k.T`). Operands computed in registers (fp8
+//!    probabilities in attention) are accepted: codegen stages them K-major;
 //! 4. rewrite the dot to take the fp8 values (the casts die when nothing else reads them).
 
 use crate::axis_info::{self, AxisInfoMap};
@@ -37,6 +39,10 @@ fn fp8_source(func: &Function, v: Value) -> Option<Value> {
     func.ty(src).dtype().filter(|t| t.is_fp8()).map(|_| src)
 }
 
+fn is_load(func: &Function, v: Value) -> bool {
+    def_op(func, v).is_some_and(|op| matches!(func.ops[op].kind, OpKind::Load(_)))
+}
+
 /// Whether `v` is a load whose pointers run contiguously along `dim`.
 fn loaded_contiguous(func: &Function, info: &AxisInfoMap, v: Value, dim: usize) -> bool {
     let Some(op) = def_op(func, v) else {
@@ -46,20 +52,34 @@ fn loaded_contiguous(func: &Function, info: &AxisInfoMap, v: Value, dim: usize) 
     matches!(d.kind, OpKind::Load(_)) && info.get(d.operands[0]).contiguity[dim] >= MIN_RUN
 }
 
-/// Whether `b` (K x N) is read K-major: loaded contiguous along K, or the transpose of an
-/// N x K tile loaded contiguous along its K.
-fn b_is_k_major(func: &Function, info: &AxisInfoMap, b: Value) -> bool {
-    if loaded_contiguous(func, info, b, 0) {
-        return true;
-    }
-    let Some(op) = def_op(func, b) else {
-        return false;
-    };
+/// The transposed tile, if `v` is a 2-D transpose.
+fn transposed(func: &Function, v: Value) -> Option<Value> {
+    let op = def_op(func, v)?;
     match &func.ops[op].kind {
-        OpKind::Permute { perm } if func.ty(b).shape.rank() == 2 && perm[..2] == [1, 0] => {
-            loaded_contiguous(func, info, func.ops[op].operands[0], 1)
+        OpKind::Permute { perm } if func.ty(v).shape.rank() == 2 && perm[..2] == [1, 0] => {
+            Some(func.ops[op].operands[0])
         }
-        _ => false,
+        _ => None,
+    }
+}
+
+/// Whether `a` (M x K) can be K-major: loaded contiguous along K, or computed.
+fn a_is_k_major(func: &Function, info: &AxisInfoMap, a: Value) -> bool {
+    if is_load(func, a) {
+        return loaded_contiguous(func, info, a, 1);
+    }
+    transposed(func, a).is_none_or(|t| !is_load(func, t))
+}
+
+/// Whether `b` (K x N) can be K-major: loaded contiguous along K, the transpose of an N x K
+/// tile loaded contiguous along its K (`k.T`), or computed.
+fn b_is_k_major(func: &Function, info: &AxisInfoMap, b: Value) -> bool {
+    if is_load(func, b) {
+        return loaded_contiguous(func, info, b, 0);
+    }
+    match transposed(func, b) {
+        Some(t) if is_load(func, t) => loaded_contiguous(func, info, t, 1),
+        _ => true,
     }
 }
 
@@ -83,7 +103,7 @@ pub fn fp8_warpgroup_dots(func: &mut Function) -> usize {
         let fits = sa.len() == 2
             && sa[1].is_multiple_of(32)
             && MmaLayout::warpgroup(sc[0], sc[1], func.num_warps).is_some();
-        if fits && loaded_contiguous(func, &info, a8, 1) && b_is_k_major(func, &info, b8) {
+        if fits && a_is_k_major(func, &info, a8) && b_is_k_major(func, &info, b8) {
             func.ops[op].operands[0] = a8;
             func.ops[op].operands[1] = b8;
             rewritten += 1;
