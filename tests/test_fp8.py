@@ -1,6 +1,7 @@
-"""fp8 (`tl.float8e5`, `tl.float8e4nv`): loads, stores, conversions through fp16 (round to
-nearest even; E4M3FN saturates at 448), arithmetic in fp16, and `dot` of fp8 operands (fp16
-tensor cores, fp32 accumulation) as in Triton's matmul tutorial — in both modes."""
+"""fp8 (`tl.float8e5`, `tl.float8e4nv`): loads, stores, conversions (round to nearest even,
+saturating at the largest finite value, as Hopper's `cvt.rn.satfinite`), arithmetic in fp16,
+and `dot` of fp8 operands (fp8 warpgroup MMA on sm_90a, fp16 tensor cores elsewhere, fp32
+accumulation) as in Triton's matmul tutorial — in both modes."""
 
 from __future__ import annotations
 
@@ -33,11 +34,12 @@ def _fp8_values(rng, np_fp8, n):
 
 
 def _to_fp8(x, name):
-    # The GPU's rounding: through fp16, to nearest even; E4M3FN saturates.
-    h = x.astype(np.float16).astype(np.float32)
-    if name == "fp8e4nv":
-        h = np.clip(h, -448.0, 448.0)
-    return h.astype(FP8[name][0])
+    # Hopper's rounding: once, to nearest even, saturating (E4M3FN at 448, E5M2 at 57344).
+    top = 448.0 if name == "fp8e4nv" else 57344.0
+    x = np.asarray(x, np.float32)
+    r = np.clip(x, -2 * top, 2 * top).astype(FP8[name][0]).astype(np.float32)
+    r = np.where((np.isnan(r) & ~np.isnan(x)) | np.isinf(r), np.sign(x) * top, r)
+    return r.astype(FP8[name][0])
 
 
 @pytest.mark.parametrize("name", list(FP8))
@@ -159,3 +161,35 @@ def test_fp8_warpgroup_dot_of_a_computed_operand_assembles(ptxas, name):
     kind = {"fp8e4nv": "e4m3", "fp8e5": "e5m2"}[name]
     assert f"wgmma.mma_async.sync.aligned.m64n64k32.f32.{kind}.{kind}" in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def fp8_saturation_kernel(x_ptr, out_ptr, n, FP8: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m).to(FP8), mask=m)
+
+
+@pytest.mark.parametrize("name", list(FP8))
+def test_fp8_conversions_saturate(dev, rng, name):
+    np_fp8, tl_fp8 = FP8[name]
+    top = 448.0 if name == "fp8e4nv" else 57344.0
+    special = [1e5, -1e5, np.inf, -np.inf, top, 1.03 * top, -1.2 * top, np.nan, 0.0, -0.0]
+    x = np.concatenate([special, rng.standard_normal(54) * 50]).astype(np.float32)
+    out = dev.put(np.zeros(len(x), np.uint8))
+    fp8_saturation_kernel[(1,)](dev.put(x), tiles.reinterpret(out, tl_fp8), len(x), FP8=tl_fp8, BLOCK=64)
+    got = dev.get(out).view(np_fp8).astype(np.float32)
+    want = _to_fp8(x, name).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+    assert got[0] == top and got[1] == -top and got[2] == top and got[3] == -top and np.isnan(got[7])
+
+
+def test_fp8_conversions_use_the_hardware_on_hopper(ptxas):
+    from test_compile import assemble
+
+    for target, hw in (("sm_90a", True), ("sm_80", False)):
+        for name, kind in (("fp8e5", "e5m2x2"), ("fp8e4nv", "e4m3x2")):
+            k = tiles.compile(fp8_saturation_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*" + name, "n": "i32"},
+                              constexprs={"FP8": FP8[name][1], "BLOCK": 64}, target=target)
+            assert (f"cvt.rn.satfinite.{kind}.f32" in k.asm["ptx"]) == hw
+            assemble(ptxas, k.asm["ptx"], target)

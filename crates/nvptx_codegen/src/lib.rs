@@ -325,7 +325,7 @@ pub fn generate_ptx_with(
     init_llvm();
     let t0 = std::time::Instant::now();
     let cx = Context::create();
-    let lowered = lower::lower_kernel(&cx, func, options)?;
+    let lowered = lower::lower_kernel(&cx, func, target, options)?;
     let t_lower = t0.elapsed().as_secs_f64();
     let module = lowered.module;
     let triple = TargetTriple::create("nvptx64-nvidia-cuda");

@@ -485,6 +485,36 @@ impl<'ctx> Lowering<'ctx, '_> {
             (Elem::Num(s), Elem::Num(t)) => (s, t),
             _ => return self.unsupported("casts between pointers and numbers"),
         };
+        if s != t && t.is_fp8() && !s.is_fp8() && self.fp8_cvt {
+            // sm_89+: one rounding from fp32 in hardware, saturating to the largest finite
+            // value (as Triton converts on Hopper); other types go to fp32 first (fp16/bf16 exactly).
+            let f32 = Elem::Num(DType::F32);
+            let x = if s == DType::F32 {
+                v
+            } else {
+                self.cast(from, f32, v)?
+            };
+            let kind = if t == DType::F8E4M3 {
+                "e4m3x2"
+            } else {
+                "e5m2x2"
+            };
+            let Some(pair) = self.asm(
+                self.cx.i16_type().into(),
+                &format!("cvt.rn.satfinite.{kind}.f32 $0, $1, $1;"),
+                "=h,f",
+                &[x],
+                false,
+            )?
+            else {
+                return self.internal("asm returned nothing");
+            };
+            let i8t = self.cx.i8_type();
+            return Ok(self
+                .b
+                .build_int_truncate(pair.into_int_value(), i8t, "f8")?
+                .into());
+        }
         if s != t && (s.is_fp8() || t.is_fp8()) {
             // fp8 converts through fp16 (exact from fp8; one rounding into it).
             let f16 = Elem::Num(DType::F16);
@@ -601,8 +631,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             .into_float_value())
     }
 
-    /// fp16 -> fp8 bits, rounded to nearest even: E5M2 overflows to infinity, E4M3FN
-    /// saturates to ±448; NaN stays NaN.
+    /// fp16 -> fp8 bits, rounded to nearest even, saturating to the largest finite value
+    /// (E5M2 ±57344, E4M3FN ±448, as the hardware's `.satfinite` conversions); NaN stays NaN.
     fn f16_to_fp8(&self, d: DType, h: FloatValue<'ctx>) -> R<IntValue<'ctx>> {
         let b = &self.b;
         let i8t = self.cx.i8_type();
@@ -620,6 +650,19 @@ impl<'ctx> Lowering<'ctx, '_> {
                 i8t.const_int(0x02, false),
                 "q",
             )?;
+            // Past the largest finite value (57344): saturate, keeping the sign.
+            let over = b.build_int_compare(
+                IntPredicate::EQ,
+                b.build_and(r, i8t.const_int(0x7C, false), "e")?,
+                i8t.const_int(0x7C, false),
+                "over",
+            )?;
+            let sat = b.build_or(
+                b.build_and(r, i8t.const_int(0x80, false), "s")?,
+                i8t.const_int(0x7B, false),
+                "sat",
+            )?;
+            let r = b.build_select(over, sat, r, "r")?.into_int_value();
             return Ok(b.build_select(nan, q, r, "f8")?.into_int_value());
         }
         // E4M3FN through fp32 bits.

@@ -263,12 +263,16 @@ class NumpyBackend:
         npdt = numpy_dtype(dt)
         with np.errstate(all="ignore"):
             if dt.is_fp8() and x.dtype != dt:
-                # As on the GPU: through fp16; E4M3FN saturates at 448.
-                src = a.astype(np.float64) if x.dtype.is_int() else a.astype(np.float32)
-                h = np.asarray(src).astype(np.float16).astype(np.float32)
-                if dt.is_fp8e4nv():
-                    h = np.where(np.isnan(h), h, np.clip(h, -448.0, 448.0))
-                return np.asarray(h).astype(npdt)
+                # As Hopper converts (`cvt.rn.satfinite`): one rounding from the value, and
+                # saturation at the largest finite value (E4M3FN 448, E5M2 57344); NaN stays.
+                src = np.asarray(a.astype(np.float32))  # the GPU converts from fp32
+                top = 448.0 if dt.is_fp8e4nv() else 57344.0
+                # Values past the largest finite one but rounding to it stay put; the rest clamp.
+                src = np.where(np.isnan(src), src, np.clip(src, -top * 2, top * 2))
+                r = np.asarray(src.astype(npdt)).astype(np.float32)
+                r = np.where(np.isnan(r) & ~np.isnan(src), np.sign(src) * top, r)
+                r = np.where(np.isinf(r), np.sign(r) * top, r)
+                return np.asarray(r).astype(npdt)
             if x.dtype.is_fp8() and x.dtype != dt:
                 a = a.astype(np.float32)
             if x.dtype.is_floating() and dt.is_int():
