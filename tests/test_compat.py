@@ -272,3 +272,31 @@ def test_triton_module_paths():
     assert isinstance(bias_act_kernel, KernelInterface) and isinstance(bias_act_kernel, tiles.KernelInterface)
     assert issubclass(OutOfResources, TritonError) and issubclass(PTXASError, TritonError)
     assert issubclass(AutotunerError, RuntimeError)
+
+
+@tiles.jit
+def while_condition_kernel(x_ptr: tl.const, out_ptr, n):
+    # `tl.condition` wraps a while loop's test (with compiler hints); `tl.const` marks a
+    # read-only pointer.
+    i = 0
+    acc = 0.0
+    while tl.condition(i < n, disable_licm=True):
+        acc += tl.load(x_ptr + i)
+        i += 1
+    tl.store(out_ptr, acc)
+
+
+def test_while_condition_and_const_pointer(dev, rng):
+    x = rng.standard_normal(37).astype(np.float32)
+    out = dev.put(np.zeros(1, np.float32))
+    while_condition_kernel[(1,)](dev.put(x), out, 37)
+    np.testing.assert_allclose(dev.get(out)[0], x.astype(np.float64).sum(), rtol=1e-5)
+    assert tl.pi32_t == tl.pointer_type(tl.int32)
+
+
+def test_while_condition_compiles(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(while_condition_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                      target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

@@ -1318,6 +1318,21 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+class const:
+    """A parameter annotation marking a pointer to constant data (Triton's `tl.const`); tiles
+    accepts it and treats the pointer like any other."""
+
+
+@builtin
+def condition(arg, disable_licm=False, _semantic=None):
+    """`while tl.condition(c, disable_licm=True):` — a `while` loop's condition with hints for
+    the compiler; tiles reads the condition and ignores the hints."""
+    return arg
+
+
+pi32_t = pointer_type(int32)
+
+
 def _register_submodules():
     # `import triton.language.math`, `from triton.language.random import philox`, ...: Triton's
     # submodules are namespaces of this module here.
