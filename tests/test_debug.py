@@ -67,7 +67,7 @@ def test_device_print_in_the_interpreter(monkeypatch, capsys):
     out = capsys.readouterr().out.splitlines()
     assert "pid (0, 0, 0) idx (2) x: 3.25" in out
     assert "pid (1, 0, 0) idx (3) x: 4.0" in out
-    assert "pid (1, 0, 0) pid 1" in out
+    assert "pid (1, 0, 0) pid: 1" in out  # Triton adds the ": "
 
 
 def test_device_assert_in_the_interpreter(monkeypatch):
@@ -116,7 +116,7 @@ def test_device_print_on_the_gpu(monkeypatch, capfd):
     print_kernel[(1,)](x, BLOCK=4)
     torch.cuda.synchronize()
     out = capfd.readouterr().out
-    assert "pid (0, 0, 0) idx (2) x: 3.250000" in out and "pid (0, 0, 0) pid 0" in out
+    assert "pid (0, 0, 0) idx (2) x: 3.250000" in out and "pid (0, 0, 0) pid: 0" in out
 
 
 @pytest.mark.gpu
@@ -135,3 +135,14 @@ def test_device_assert_on_the_gpu_raises_after_the_launch(monkeypatch):
     assert_kernel[(3,)](x, 40, BLOCK=16)  # the context is still usable
     torch.cuda.synchronize()
     assert int(x[33]) == 1
+
+
+@tiles.jit
+def bare_prefix_kernel(x_ptr, BLOCK: tl.constexpr):
+    tl.device_print("x", tl.load(x_ptr + tl.arange(0, BLOCK)))
+
+
+def test_device_print_prefix_gets_a_colon_as_in_triton(monkeypatch, capsys):
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    bare_prefix_kernel[(1,)](np.array([0.5, 2.0], np.float32), BLOCK=2)
+    assert "pid (0, 0, 0) idx (1) x: 2.0" in capsys.readouterr().out.splitlines()

@@ -782,7 +782,13 @@ def inline_asm_elementwise(asm: str, constraints: str, args: Sequence[Any], dtyp
 
 def device_print(prefix: str, args: Sequence[Any], hex: bool = False) -> None:
     tensors = [to_tensor(a) for a in args]
-    _be().device_print(str(_unwrap(prefix)), tensors, bool(_unwrap(hex)))
+    prefix = str(_unwrap(prefix))
+    if tensors and prefix.strip() and not prefix.rstrip().endswith(":"):
+        # As Triton prints it: "x" -> "x: " before the values.
+        prefix = prefix.rstrip() + ": "
+    elif tensors and prefix.strip() and not prefix.endswith(" "):
+        prefix += " "
+    _be().device_print(prefix, tensors, bool(_unwrap(hex)))
 
 
 def device_assert(cond: Any, msg: str = "", mask: Any = None) -> None:
