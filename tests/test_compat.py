@@ -7,6 +7,7 @@ import pytest
 
 import tiles
 import tiles.language as tl
+from tiles.language.extra import cuda as _cuda
 
 
 @tiles.jit(do_not_specialize=["n"])
@@ -300,3 +301,19 @@ def test_while_condition_compiles(ptxas):
     k = tiles.compile(while_condition_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
                       target="sm_90a")
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def warps_kernel(out_ptr):
+    tl.store(out_ptr, _cuda.num_warps() * 1000 + _cuda.num_threads())
+
+
+def test_num_warps_and_threads(dev):
+    out = dev.put(np.zeros(1, np.int32))
+    warps_kernel[(1,)](out, num_warps=8)
+    assert dev.get(out)[0] == 8 * 1000 + 256
+
+
+def test_num_warps_is_a_compile_time_constant():
+    k = tiles.compile(warps_kernel, signature={"out_ptr": "*i32"}, num_warps=2, target="sm_90a")
+    assert "value = 2064" in k.asm["tir"]

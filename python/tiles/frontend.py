@@ -917,6 +917,7 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
     builder = _tiles.IrBuilder(jitfn.__name__, num_warps, src.file, max(1, int(num_stages)))
     backend = IRBackend(builder, debug)
     backend.target = target  # for tl.target_info
+    backend.num_warps = num_warps  # for tl.extra.cuda.num_warps()
     scope: Dict[str, Any] = {}
     with core.use_backend(backend):
         for p in jitfn.params:

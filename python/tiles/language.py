@@ -1115,6 +1115,20 @@ def _smid(_semantic=None):
     return tensor(current_backend().special("mov.u32 $0, %smid;", int32), int32)
 
 
+@builtin
+def _num_warps(_semantic=None):
+    """The warps per program this kernel is compiled (or interpreted) for, a constexpr."""
+    from .core import current_backend
+
+    return constexpr(getattr(current_backend(), "num_warps", 4))
+
+
+@builtin
+def _num_threads(_semantic=None):
+    """The threads per program, a constexpr (32 per warp)."""
+    return constexpr(_v(_num_warps()) * 32)
+
+
 # -- libdevice: `tl.extra.cuda.libdevice`, `tiles.language.extra.libdevice` ----------------------
 
 def _extra_modules():
@@ -1129,6 +1143,7 @@ def _extra_modules():
     extra.cuda = cuda
     cuda.gdc_wait, cuda.gdc_launch_dependents = _gdc_wait, _gdc_launch_dependents
     cuda.globaltimer, cuda.smid = _globaltimer, _smid
+    cuda.num_warps, cuda.num_threads = _num_warps, _num_threads
     extra.__path__ = []  # a package, so `from tiles.language.extra import libdevice` works
     cuda.__path__ = []
     sys.modules[extra.__name__] = extra

@@ -696,7 +696,7 @@ def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
     return base
 
 
-def run(jitfn, vals: Sequence[Any], grid) -> None:
+def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4) -> None:
     """Runs every program of the grid, in order, on the CPU."""
     from ..core import constexpr, pointer_type, tensor, use_backend
     from .jit import _annotated_scalar_type, _scalar_type
@@ -764,6 +764,7 @@ def run(jitfn, vals: Sequence[Any], grid) -> None:
     g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
     g = g + (1,) * (3 - len(g))
     be = NumpyBackend(jitfn.__name__, g, mem)
+    be.num_warps = num_warps  # for tl.extra.cuda.num_warps()
     kernel = interpreted_function(jitfn)
     with use_backend(be):
         for z in range(g[2]):

@@ -464,11 +464,11 @@ class JITFunction(KernelInterface):
             from . import interpreter
 
             if not _launch_hooks:
-                return interpreter.run(self, vals, grid)
+                return interpreter.run(self, vals, grid, num_warps)
             g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
             stand_in = SimpleNamespace(name=self.__name__, function_name=self.__name__)
             tokens = [h.enter(self, g, vals, stand_in, 0) for h in _launch_hooks]
-            out = interpreter.run(self, vals, grid)
+            out = interpreter.run(self, vals, grid, num_warps)
             for h, t in zip(_launch_hooks, tokens):
                 h.exit(t)
             return out
