@@ -317,3 +317,10 @@ def test_num_warps_and_threads(dev):
 def test_num_warps_is_a_compile_time_constant():
     k = tiles.compile(warps_kernel, signature={"out_ptr": "*i32"}, num_warps=2, target="sm_90a")
     assert "value = 2064" in k.asm["tir"]
+
+
+def test_jit_function_introspection():
+    assert tuple_args_kernel.src.startswith("def tuple_args_kernel(")
+    assert isinstance(tuple_args_kernel.cache_key, str) and len(tuple_args_kernel.cache_key) >= 16
+    assert tuple_args_kernel.cache_key != map_kernel.cache_key
+    assert tuple_args_kernel.parse().body[0].name == "tuple_args_kernel"

@@ -274,6 +274,29 @@ class JITFunction(KernelInterface):
         self._driver_set = False
         self._interp_fn = None
 
+    @property
+    def src(self) -> str:
+        """The function's source text from its `def` on, dedented (Triton's `JITFunction.src`)."""
+        import re
+        import textwrap
+
+        text = textwrap.dedent("".join(self.source().lines))
+        m = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
+        return text[m.start():] if m else text
+
+    @property
+    def cache_key(self) -> str:
+        """A hash of the source and of everything it uses (what the on-disk cache keys on)."""
+        from . import cache
+
+        return cache.function_fingerprint(self)
+
+    def parse(self):
+        """The function's AST (an `ast.Module` holding its definition), as Triton's `parse`."""
+        import ast
+
+        return ast.Module(body=[self.source().node], type_ignores=[])
+
     def source(self):
         if self._src is None:
             from ..frontend import FunctionSource
