@@ -2,6 +2,8 @@
 cache/eviction hints, bitcasting casts, `static_range`, `tl.range` options, tuple reductions,
 `do_not_specialize`."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -324,3 +326,23 @@ def test_jit_function_introspection():
     assert isinstance(tuple_args_kernel.cache_key, str) and len(tuple_args_kernel.cache_key) >= 16
     assert tuple_args_kernel.cache_key != map_kernel.cache_key
     assert tuple_args_kernel.parse().body[0].name == "tuple_args_kernel"
+
+
+def test_knobs_and_triton_environment_names(monkeypatch):
+    # `triton.knobs` settings tiles has map to its own; Triton's environment names work too.
+    monkeypatch.delenv("TILES_PRINT_AUTOTUNING", raising=False)
+    tiles.knobs.autotuning.print = True
+    assert tiles.knobs.autotuning.print and os.environ["TILES_PRINT_AUTOTUNING"] == "1"
+    tiles.knobs.autotuning.print = False
+    assert not tiles.knobs.autotuning.print
+    tiles.knobs.compilation.always_compile = True  # kept, no effect
+    assert tiles.knobs.compilation.always_compile is True
+    with pytest.raises(AttributeError):
+        tiles.knobs.runtime.no_such_knob  # noqa: B018
+    from tiles.runtime.jit import interpreting
+
+    monkeypatch.delenv("TILES_INTERPRET", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert interpreting(bias_act_kernel)
+    monkeypatch.setenv("TILES_INTERPRET", "0")  # tiles' own name wins
+    assert not interpreting(bias_act_kernel)

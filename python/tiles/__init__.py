@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from . import (
     backends,  # noqa: F401
+    knobs,  # noqa: F401
     language,  # noqa: F401
     testing,  # noqa: F401,E402
     tools,  # noqa: F401

@@ -32,10 +32,10 @@ def do_bench(fn: Callable, warmup: int = 25, rep: int = 100, grad_to_none=None, 
     """Runs `fn` for about `warmup` ms, then times it for about `rep` ms with CUDA events,
     flushing the L2 cache before each run; returns milliseconds (or the asked quantiles).
     Without a GPU (the interpreter) it times with the host clock."""
-    from .runtime.jit import DEFAULT_FP_FUSION  # noqa: F401  (imports the runtime)
+    from .runtime.jit import env_flag
 
     torch = _torch()
-    interpret = os.environ.get("TILES_INTERPRET", "") not in ("", "0")
+    interpret = env_flag("INTERPRET")
     if torch is None or interpret:
         fn()
         t0 = time.perf_counter()

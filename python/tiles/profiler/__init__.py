@@ -38,11 +38,10 @@ def _on_gpu() -> bool:
     """CUDA events where kernels run on the GPU; host clocks in the interpreter."""
     on = _state.get("gpu")
     if on is None:
-        import os
-
         from ..runtime import driver
+        from ..runtime.jit import env_flag
 
-        on = _state["gpu"] = os.environ.get("TILES_INTERPRET", "0") in ("", "0") and driver.available()
+        on = _state["gpu"] = not env_flag("INTERPRET") and driver.available()
     return on
 
 

@@ -48,7 +48,9 @@ class Config:
 
 
 def _printing() -> bool:
-    return os.environ.get("TILES_PRINT_AUTOTUNING", "") not in ("", "0")
+    from .jit import env_flag
+
+    return env_flag("PRINT_AUTOTUNING")
 
 
 def _key_part(v: Any) -> Any:

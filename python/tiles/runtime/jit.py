@@ -88,10 +88,22 @@ def _annotated_scalar_type(p: "Param", v: Any) -> str:
     return p.scalar_type
 
 
+def env_setting(name: str) -> Optional[str]:
+    """`TILES_<name>` from the environment, or Triton's `TRITON_<name>` when only that is set
+    (scripts written for Triton set `TRITON_INTERPRET=1`, `TRITON_DEBUG=1`, ...)."""
+    v = os.environ.get("TILES_" + name)
+    return v if v is not None else os.environ.get("TRITON_" + name)
+
+
+def env_flag(name: str) -> bool:
+    """Whether the setting [`env_setting`] names is on (set, not empty, not 0)."""
+    return env_setting(name) not in (None, "", "0")
+
+
 def interpreting(jitfn: "JITFunction") -> bool:
     if jitfn.interpret is not None:
         return bool(jitfn.interpret)
-    env = os.environ.get("TILES_INTERPRET")
+    env = env_setting("INTERPRET")
     if env is not None:
         return env not in ("", "0")
     from . import driver
@@ -431,7 +443,7 @@ class JITFunction(KernelInterface):
     def debugging(self) -> bool:
         if self.debug is not None:
             return bool(self.debug)
-        return os.environ.get("TILES_DEBUG", "") not in ("", "0")
+        return env_flag("DEBUG")
 
     def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False,
                  fp_fusion: bool = False, maxnreg: Optional[int] = None) -> _Specialization:
