@@ -1333,6 +1333,80 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+# -- dot_scaled: microscaled (MX) operands, by upcasting -------------------------------------------
+
+def _e2m1_values(nibbles):
+    """fp4 E2M1 codes (0..15) -> fp32: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives."""
+    n = semantic.cast(nibbles, int32)
+    e = semantic.and_(semantic.shr(n, 1), 3)
+    m = semantic.and_(n, 1)
+    sub = semantic.mul(semantic.cast(m, float32), 0.5)
+    # 2^(e-1) * (1 + m/2) = (2 + m) * 2^e / 4
+    norm = semantic.mul(semantic.cast(semantic.mul(semantic.add(m, 2), semantic.shl(1, e)), float32), 0.25)
+    mag = semantic.where(semantic.equal(e, 0), sub, norm)
+    return semantic.where(semantic.equal(semantic.and_(n, 8), 8), semantic.minus(mag), mag)
+
+
+def _mx_upcast(x, scale, fmt: str, k_pack: bool, k_axis: int):
+    """An MX operand (`fmt` elements, e8m0 `scale` per 32 along K, or None) as bf16, as Triton
+    emulates `dot_scaled` where the hardware lacks it: decode, scale, upcast."""
+    x = semantic.to_tensor(x)
+    if len(x.shape) != 2:
+        raise ValueError(f"dot_scaled takes 2-D operands, got shape {list(x.shape)}")
+    if fmt == "e2m1":
+        if x.dtype != uint8 and x.dtype != int8:
+            raise TypeError(f"e2m1 operands are packed two to a byte (uint8), got {x.dtype}")
+        lo = _e2m1_values(semantic.and_(semantic.cast(x, int32), 15))
+        hi = _e2m1_values(semantic.and_(semantic.shr(semantic.cast(x, int32), 4), 15))
+        pairs = semantic.join(lo, hi)  # [R, C, 2]: the first element in the low bits
+        packed_axis = k_axis if k_pack else 1 - k_axis
+        r, c = x.shape
+        if packed_axis == 1:
+            v = semantic.reshape(pairs, (r, 2 * c))
+        else:
+            v = semantic.reshape(semantic.permute(pairs, (0, 2, 1)), (2 * r, c))
+    elif fmt in ("e4m3", "e5m2"):
+        fp8 = float8e4nv if fmt == "e4m3" else float8e5
+        v = semantic.cast(x if x.dtype.is_fp8() else semantic.bitcast(x, fp8), float32)
+    elif fmt in ("bf16", "fp16"):
+        v = semantic.cast(x, float32)
+    else:
+        raise ValueError(f"dot_scaled formats are e2m1, e4m3, e5m2, bf16 and fp16, not {fmt!r}")
+    if scale is not None:
+        s = semantic.cast(semantic.to_tensor(scale), int32)
+        # e8m0: 2^(s - 127), built from the exponent bits (exact; 2^-127 is fp32's 0x00400000);
+        # 255 is NaN.
+        bits = semantic.where(semantic.equal(s, 0), 0x00400000, semantic.shl(s, 23))
+        f = semantic.bitcast(bits, float32)
+        f = semantic.where(semantic.equal(s, 255), float("nan"), f)
+        rows, k = (v.shape[0], v.shape[1]) if k_axis == 1 else (v.shape[1], v.shape[0])
+        if tuple(f.shape) != (rows, k // 32):
+            raise ValueError(f"dot_scaled: a scale of shape {list(f.shape)} for an operand of shape {list(v.shape)} "
+                             f"(one per 32 elements along K: {[rows, k // 32]})")
+        if k_axis == 1:  # lhs [M, K], scale [M, K/32]
+            v = semantic.reshape(semantic.mul(semantic.reshape(v, (rows, k // 32, 32)), semantic.expand_dims(f, 2)),
+                                 (rows, k))
+        else:  # rhs [K, N], scale [N, K/32]
+            ft = semantic.expand_dims(semantic.permute(f, (1, 0)), 1)  # [K/32, 1, N]
+            v = semantic.reshape(semantic.mul(semantic.reshape(v, (k // 32, 32, rows)), ft), (k, rows))
+    return semantic.cast(v, bfloat16)
+
+
+@builtin
+def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None, fast_math=False, lhs_k_pack=True,
+               rhs_k_pack=True, out_dtype=float32, _semantic=None):
+    """The product of two microscaled (MX) blocks: `lhs` [M, K] and `rhs` [K, N] in `e2m1` (two
+    per byte, the first in the low bits), `e4m3`, `e5m2`, `bf16` or `fp16`, each with an e8m0
+    scale (uint8, [M, K/32] and [N, K/32]) or None. As Triton does where the hardware has no MX
+    instructions (Hopper included), the operands are decoded, scaled and upcast to bf16, then
+    multiplied with fp32 accumulation."""
+    if _v(out_dtype) != float32:
+        raise ValueError("dot_scaled accumulates in float32 only")
+    a = _mx_upcast(lhs, _v(lhs_scale), str(_v(lhs_format)), bool(_v(lhs_k_pack)), k_axis=1)
+    b = _mx_upcast(rhs, _v(rhs_scale), str(_v(rhs_format)), bool(_v(rhs_k_pack)), k_axis=0)
+    return semantic.dot(a, b, _v(acc), out_dtype=float32)
+
+
 class const:
     """A parameter annotation marking a pointer to constant data (Triton's `tl.const`); tiles
     accepts it and treats the pointer like any other."""
