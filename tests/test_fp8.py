@@ -191,7 +191,7 @@ def test_fp8_conversions_saturate(dev, rng, name):
 def test_fp8_conversions_use_the_hardware_on_hopper(ptxas):
     from test_compile import assemble
 
-    for target, hw in (("sm_90a", True), ("sm_80", False)):
+    for target, hw in (("sm_90a", True), ("sm_90", True), ("sm_89", False), ("sm_80", False)):
         for name, kind in (("fp8e5", "e5m2x2"), ("fp8e4nv", "e4m3x2")):
             k = tiles.compile(fp8_saturation_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*" + name, "n": "i32"},
                               constexprs={"FP8": FP8[name][1], "BLOCK": 64}, target=target)

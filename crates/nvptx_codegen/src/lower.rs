@@ -81,7 +81,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub cur_line: u32,
     /// Whether a thread may still be reading the shared buffer (a barrier must precede writes).
     pub smem_busy: bool,
-    /// The target converts to fp8 in hardware (`cvt.rn.satfinite.e4m3x2/e5m2x2`, sm_89+).
+    /// The target converts to fp8 in hardware (`cvt.rn.satfinite.e4m3x2/e5m2x2`; sm_89 has it
+    /// too, but only from PTX 8.1, above what tiles emits for it).
     pub fp8_cvt: bool,
     pub fp_fusion: bool,
     /// Conversions to `dot` operand layouts deferred to their `dot`, which stages the source
@@ -326,7 +327,7 @@ pub(crate) fn lower_kernel<'ctx>(
         cur_line: 0,
         smem_busy: false,
         fp_fusion: options.fp_fusion,
-        fp8_cvt: target.capability >= 89,
+        fp8_cvt: target.capability >= 90,
         staged: HashMap::new(),
         deferrable: deferrable_conversions(func),
         views: HashMap::new(),

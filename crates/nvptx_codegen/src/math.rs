@@ -486,7 +486,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             _ => return self.unsupported("casts between pointers and numbers"),
         };
         if s != t && t.is_fp8() && !s.is_fp8() && self.fp8_cvt {
-            // sm_89+: one rounding from fp32 in hardware, saturating to the largest finite
+            // sm_90+: one rounding from fp32 in hardware, saturating to the largest finite
             // value (as Triton converts on Hopper); other types go to fp32 first (fp16/bf16 exactly).
             let f32 = Elem::Num(DType::F32);
             let x = if s == DType::F32 {
