@@ -5,7 +5,8 @@
 //! `.e5m2`, 32 K per instruction, twice the fp16 rate) from shared memory, but only with both
 //! operands K-major: fp8 has no transposed operand layouts. Run before layout assignment:
 //!
-//! 1. find `dot`s with an f32 accumulator whose operands are both casts from fp8 to fp16;
+//! 1. find `dot`s with an f32 accumulator whose operands are both casts from fp8 to fp16
+//!    (or bf16);
 //! 2. keep those whose shape fits a warpgroup layout (the layout pass then gives them one,
 //!    see [`MmaLayout::warpgroup`]) and whose K is a multiple of 32;
 //! 3. keep those whose loaded operands are read K-major from memory (a pipelined load's ring
@@ -16,7 +17,7 @@
 //! 4. rewrite the dot to take the fp8 values (the casts die when nothing else reads them).
 
 use crate::axis_info::{self, AxisInfoMap};
-use tile_ir::{Function, MmaLayout, Op, OpKind, Value, ValueDef};
+use tile_ir::{DType, Function, MmaLayout, Op, OpKind, Value, ValueDef};
 
 /// Elements a K-major operand must be contiguous over (16 bytes of fp8: one `cp.async`).
 const MIN_RUN: u64 = 16;
@@ -28,11 +29,13 @@ fn def_op(func: &Function, v: Value) -> Option<Op> {
     }
 }
 
-/// The fp8 value `v` was cast from, if `v` is such a cast.
+/// The fp8 value `v` was cast from, if `v` is such a cast to a 16-bit float (exact; an fp32
+/// dot keeps its own precision rules, which fp8 accumulation would not meet).
 fn fp8_source(func: &Function, v: Value) -> Option<Value> {
     let op = def_op(func, v)?;
     let d = &func.ops[op];
-    if d.kind != OpKind::Cast {
+    let to_16_bit = matches!(func.ty(v).dtype(), Some(DType::F16 | DType::BF16));
+    if d.kind != OpKind::Cast || !to_16_bit {
         return None;
     }
     let src = d.operands[0];
