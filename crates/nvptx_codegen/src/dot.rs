@@ -90,8 +90,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             Some(_) => warpgroup,
         };
         // fp8 warpgroup dots have no register form for `a`.
-        let a_fp8 = self.func.ty(a).elem.dtype().is_some_and(|d| d.is_fp8());
-        let stage_a = stage_a || (warpgroup && a_fp8);
+        let stage_a = stage_a || (warpgroup && self.is_fp8(a));
         let (sa, sb) = (stage_of(a, stage_a), stage_of(b, true));
         let mut srcs = Vec::with_capacity(2);
         if sa.is_some() || sb.is_some() {
@@ -102,8 +101,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         for (k_dim, (v, staged)) in [(1, (a, sa)), (0, (b, sb))] {
             srcs.push(match staged {
                 Some(src) => {
-                    let fp8 = self.func.ty(v).elem.dtype().is_some_and(|d| d.is_fp8());
-                    let t = self.stage_tile(src, offset, (warpgroup && fp8).then_some(k_dim))?;
+                    let k_major = (warpgroup && self.is_fp8(v)).then_some(k_dim);
+                    let t = self.stage_tile(src, offset, k_major)?;
                     offset += SmemTile::bytes(t.dims, t.elem).next_multiple_of(align);
                     Src::Smem(t)
                 }
@@ -148,6 +147,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         self.vals.insert(data.results[0], out);
         Ok(())
+    }
+
+    /// Whether `v` is a tile of fp8 (whose warpgroup dots read it K-major from shared memory).
+    pub(crate) fn is_fp8(&self, v: Value) -> bool {
+        self.func.ty(v).elem.dtype().is_some_and(|d| d.is_fp8())
     }
 
     fn block_of_op(&self, op: Op) -> Option<tile_ir::Block> {

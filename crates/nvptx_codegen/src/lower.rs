@@ -654,9 +654,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.scratch_base = 0;
                     // An fp8 warpgroup operand is staged K-major (`a`: along dimension 1).
                     let k_major = match self.func.layout_of(r) {
-                        Some(tile_ir::Layout::DotOperand { op_idx, .. })
-                            if rty.and_then(|t| t.elem.dtype()).is_some_and(|d| d.is_fp8()) =>
-                        {
+                        Some(tile_ir::Layout::DotOperand { op_idx, .. }) if self.is_fp8(r) => {
                             Some(if *op_idx == 0 { 1 } else { 0 })
                         }
                         _ => None,

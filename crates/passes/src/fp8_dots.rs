@@ -42,17 +42,11 @@ fn fp8_source(func: &Function, v: Value) -> Option<Value> {
     func.ty(src).dtype().filter(|t| t.is_fp8()).map(|_| src)
 }
 
-fn is_load(func: &Function, v: Value) -> bool {
-    def_op(func, v).is_some_and(|op| matches!(func.ops[op].kind, OpKind::Load(_)))
-}
-
-/// Whether `v` is a load whose pointers run contiguously along `dim`.
-fn loaded_contiguous(func: &Function, info: &AxisInfoMap, v: Value, dim: usize) -> bool {
-    let Some(op) = def_op(func, v) else {
-        return false;
-    };
+/// The pointers `v` was loaded through, if `v` is a load.
+fn loaded_from(func: &Function, v: Value) -> Option<Value> {
+    let op = def_op(func, v)?;
     let d = &func.ops[op];
-    matches!(d.kind, OpKind::Load(_)) && info.get(d.operands[0]).contiguity[dim] >= MIN_RUN
+    matches!(d.kind, OpKind::Load(_)).then(|| d.operands[0])
 }
 
 /// The transposed tile, if `v` is a 2-D transpose.
@@ -66,37 +60,37 @@ fn transposed(func: &Function, v: Value) -> Option<Value> {
     }
 }
 
-/// Whether `a` (M x K) can be K-major: loaded contiguous along K, or computed.
-fn a_is_k_major(func: &Function, info: &AxisInfoMap, a: Value) -> bool {
-    if is_load(func, a) {
-        return loaded_contiguous(func, info, a, 1);
+/// Whether operand `v` (K is its dimension `k_dim`) can be K-major: loaded contiguous along K,
+/// computed in registers (codegen stages it K-major), or the transpose of a tile loaded
+/// contiguous along its own K where `transposed_loads` allows that (`b`: `k.T`).
+fn k_major(
+    func: &Function,
+    info: &AxisInfoMap,
+    v: Value,
+    k_dim: usize,
+    transposed_loads: bool,
+) -> bool {
+    let contiguous = |ptrs: Value, dim: usize| info.get(ptrs).contiguity[dim] >= MIN_RUN;
+    if let Some(ptrs) = loaded_from(func, v) {
+        return contiguous(ptrs, k_dim);
     }
-    transposed(func, a).is_none_or(|t| !is_load(func, t))
-}
-
-/// Whether `b` (K x N) can be K-major: loaded contiguous along K, the transpose of an N x K
-/// tile loaded contiguous along its K (`k.T`), or computed.
-fn b_is_k_major(func: &Function, info: &AxisInfoMap, b: Value) -> bool {
-    if is_load(func, b) {
-        return loaded_contiguous(func, info, b, 0);
-    }
-    match transposed(func, b) {
-        Some(t) if is_load(func, t) => loaded_contiguous(func, info, t, 1),
-        _ => true,
+    match transposed(func, v).and_then(|t| loaded_from(func, t)) {
+        Some(ptrs) => transposed_loads && contiguous(ptrs, 1 - k_dim),
+        None => true,
     }
 }
 
 /// Rewrites fp8 dots to run on fp8 warpgroup MMA; returns how many.
 pub fn fp8_warpgroup_dots(func: &mut Function) -> usize {
-    let info = axis_info::analyze(func);
-    let mut rewritten = 0;
+    // Steps 1 and 2 first: most kernels have no fp8 dot and need no axis analysis.
+    let mut candidates = Vec::new();
     for op in func.ops_in_order() {
         let d = &func.ops[op];
         if !matches!(d.kind, OpKind::Dot { .. }) {
             continue;
         }
         let (a, b, acc) = (d.operands[0], d.operands[1], d.operands[2]);
-        if func.ty(acc).dtype() != Some(tile_ir::DType::F32) {
+        if func.ty(acc).dtype() != Some(DType::F32) {
             continue;
         }
         let (Some(a8), Some(b8)) = (fp8_source(func, a), fp8_source(func, b)) else {
@@ -106,7 +100,17 @@ pub fn fp8_warpgroup_dots(func: &mut Function) -> usize {
         let fits = sa.len() == 2
             && sa[1].is_multiple_of(32)
             && MmaLayout::warpgroup(sc[0], sc[1], func.num_warps).is_some();
-        if fits && a_is_k_major(func, &info, a8) && b_is_k_major(func, &info, b8) {
+        if fits {
+            candidates.push((op, a8, b8));
+        }
+    }
+    if candidates.is_empty() {
+        return 0;
+    }
+    let info = axis_info::analyze(func);
+    let mut rewritten = 0;
+    for (op, a8, b8) in candidates {
+        if k_major(func, &info, a8, 1, false) && k_major(func, &info, b8, 0, true) {
             func.ops[op].operands[0] = a8;
             func.ops[op].operands[1] = b8;
             rewritten += 1;

@@ -563,8 +563,9 @@ impl Assigner<'_> {
                 None
             } else if let Some(l) = *self.dot_anchor.get(r) {
                 Some(l)
-            } else if let (None, Some(l)) =
-                (self.demands.get(&r), self.carried_access_layout(op, k))
+            } else if let Some(l) = (!self.demands.contains_key(&r))
+                .then(|| self.carried_access_layout(op, k))
+                .flatten()
             {
                 Some(l)
             } else {
