@@ -35,9 +35,11 @@ def _jit_function_class() -> type:
 class IRBackend:
     """Language ops -> `_tiles.IrBuilder` calls."""
 
-    def __init__(self, builder: "_tiles.IrBuilder", debug: bool = False):
+    def __init__(self, builder: "_tiles.IrBuilder", debug: bool = False, target: str = "sm_90a", num_warps: int = 4):
         self.b = builder
         self.debug = debug
+        self.target = target  # for tl.target_info
+        self.num_warps = num_warps  # for tl.extra.cuda.num_warps()
         self.asserts: Dict[int, str] = {}
         # What the specialisation says each integer parameter is a multiple of (by handle).
         self.divisibility: Dict[Any, int] = {}
@@ -915,9 +917,7 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
     its assert messages by source line."""
     src = jitfn.source()
     builder = _tiles.IrBuilder(jitfn.__name__, num_warps, src.file, max(1, int(num_stages)))
-    backend = IRBackend(builder, debug)
-    backend.target = target  # for tl.target_info
-    backend.num_warps = num_warps  # for tl.extra.cuda.num_warps()
+    backend = IRBackend(builder, debug, target, num_warps)
     scope: Dict[str, Any] = {}
     with core.use_backend(backend):
         for p in jitfn.params:

@@ -1,21 +1,54 @@
 """`triton.knobs`: settings scripts change from Python instead of the environment.
 
-The ones tiles has a counterpart for read and write that setting (an environment variable
-tiles reads when it needs it); any other knob is kept, so scripts that set it run, and has no
-effect here.
+The ones tiles has a counterpart for read what tiles itself reads (so `knobs.runtime.interpret`
+answers as the launcher decides, Triton's `TRITON_INTERPRET` included) and write tiles' own
+setting; any other knob is kept, so scripts that set it run, and has no effect here.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-# knob group -> knob -> (the environment variable tiles reads, its kind)
-_MAPPED: Dict[str, Dict[str, Tuple[str, type]]] = {
-    "autotuning": {"print": ("TILES_PRINT_AUTOTUNING", bool)},
-    "runtime": {"interpret": ("TILES_INTERPRET", bool), "debug": ("TILES_DEBUG", bool)},
-    "cache": {"dir": ("TILES_CACHE_DIR", str)},
-    "language": {"default_fp_fusion": ("TILES_DEFAULT_FP_FUSION", bool)},
+
+def _set_env(var: str, value: Optional[str]) -> None:
+    if value is None:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = value
+
+
+def _flag(name: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
+    """A setting the runtime reads at each use through `env_flag(name)`."""
+
+    def get() -> bool:
+        from .runtime.jit import env_flag
+
+        return env_flag(name)
+
+    return get, lambda v: _set_env("TILES_" + name, None if v is None else ("1" if v else "0"))
+
+
+def _fp_fusion() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
+    """The default of `enable_fp_fusion`, read once at import into `runtime.jit`."""
+    import importlib
+
+    jit = importlib.import_module(".runtime.jit", __package__)  # the module (`runtime.jit` is the decorator)
+
+    def put(v: Any) -> None:
+        _set_env("TILES_DEFAULT_FP_FUSION", None if v is None else ("1" if v else "0"))
+        jit.DEFAULT_FP_FUSION = bool(v)
+
+    return lambda: jit.DEFAULT_FP_FUSION, put
+
+
+# knob group -> knob -> (read what tiles uses, set it)
+_MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] = {
+    "autotuning": {"print": _flag("PRINT_AUTOTUNING")},
+    "runtime": {"interpret": _flag("INTERPRET"), "debug": _flag("DEBUG")},
+    "cache": {"dir": (lambda: os.environ.get("TILES_CACHE_DIR"),
+                      lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
+    "language": {"default_fp_fusion": _fp_fusion()},
 }
 
 
@@ -23,38 +56,22 @@ class _Knobs:
     """One group of knobs (`knobs.runtime`, `knobs.autotuning`, ...)."""
 
     def __init__(self, group: str):
+        object.__setattr__(self, "_mapped", _MAPPED.get(group, {}))
         object.__setattr__(self, "_group", group)
         object.__setattr__(self, "_kept", {})
 
     def __getattr__(self, name: str) -> Any:
-        mapped = _MAPPED.get(self._group, {}).get(name)
-        if mapped is not None:
-            var, kind = mapped
-            v = os.environ.get(var)
-            if kind is bool:
-                return v not in (None, "", "0")
-            return v
-        kept = object.__getattribute__(self, "_kept")
-        if name in kept:
-            return kept[name]
+        if name in self._mapped:
+            return self._mapped[name][0]()
+        if name in self._kept:
+            return self._kept[name]
         raise AttributeError(f"knobs.{self._group} has no setting {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        mapped = _MAPPED.get(self._group, {}).get(name)
-        if mapped is None:
-            self._kept[name] = value
-            return
-        var, kind = mapped
-        if value is None:
-            os.environ.pop(var, None)
-        elif kind is bool:
-            os.environ[var] = "1" if value else "0"
+        if name in self._mapped:
+            self._mapped[name][1](value)
         else:
-            os.environ[var] = str(value)
-        if var == "TILES_DEFAULT_FP_FUSION":
-            from .runtime import jit
-
-            jit.DEFAULT_FP_FUSION = bool(value)
+            self._kept[name] = value
 
 
 autotuning = _Knobs("autotuning")

@@ -1120,7 +1120,7 @@ def _num_warps(_semantic=None):
     """The warps per program this kernel is compiled (or interpreted) for, a constexpr."""
     from .core import current_backend
 
-    return constexpr(getattr(current_backend(), "num_warps", 4))
+    return constexpr(current_backend().num_warps)
 
 
 @builtin

@@ -783,11 +783,12 @@ def inline_asm_elementwise(asm: str, constraints: str, args: Sequence[Any], dtyp
 def device_print(prefix: str, args: Sequence[Any], hex: bool = False) -> None:
     tensors = [to_tensor(a) for a in args]
     prefix = str(_unwrap(prefix))
-    if tensors and prefix.strip() and not prefix.rstrip().endswith(":"):
+    if tensors and prefix.strip():
         # As Triton prints it: "x" -> "x: " before the values.
-        prefix = prefix.rstrip() + ": "
-    elif tensors and prefix.strip() and not prefix.endswith(" "):
-        prefix += " "
+        if not prefix.rstrip().endswith(":"):
+            prefix = prefix.rstrip() + ": "
+        elif not prefix.endswith(" "):
+            prefix += " "
     _be().device_print(prefix, tensors, bool(_unwrap(hex)))
 
 

@@ -1,6 +1,6 @@
 """Runtime: the JIT decorator and launcher, the CUDA driver layer, the interpreter."""
 
-from ..errors import InterpreterError, OutOfResources  # noqa: F401,E402
+from ..errors import InterpreterError, OutOfResources  # noqa: F401  (`triton.runtime.OutOfResources`)
 from . import driver, errors  # noqa: F401  (`triton.runtime.driver.active`; loads no CUDA library)
 from .autotuner import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: F401
-from .jit import JITFunction, KernelInterface, TensorWrapper, jit  # noqa: F401  # noqa: F401,E402
+from .jit import JITFunction, KernelInterface, TensorWrapper, jit  # noqa: F401

@@ -134,8 +134,9 @@ class NumpyBackend:
 
     interpreter = True
 
-    def __init__(self, kernel: str, grid: Tuple[int, int, int], memory: Memory):
+    def __init__(self, kernel: str, grid: Tuple[int, int, int], memory: Memory, num_warps: int = 4):
         self.kernel, self.grid, self.memory = kernel, grid, memory
+        self.num_warps = num_warps  # for tl.extra.cuda.num_warps()
         self.pid = (0, 0, 0)
 
     def where(self) -> str:
@@ -270,8 +271,8 @@ class NumpyBackend:
                 # Values past the largest finite one but rounding to it stay put; the rest clamp.
                 src = np.where(np.isnan(src), src, np.clip(src, -top * 2, top * 2))
                 r = np.asarray(src.astype(npdt)).astype(np.float32)
-                r = np.where(np.isnan(r) & ~np.isnan(src), np.sign(src) * top, r)
-                r = np.where(np.isinf(r), np.sign(r) * top, r)
+                overflowed = (np.isnan(r) & ~np.isnan(src)) | np.isinf(r)  # E4M3FN: NaN; E5M2: inf
+                r = np.where(overflowed, np.sign(src) * top, r)
                 return np.asarray(r).astype(npdt)
             if x.dtype.is_fp8() and x.dtype != dt:
                 a = a.astype(np.float32)
@@ -763,8 +764,7 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4) -> None:
     g = grid(dict(zip(jitfn.param_names, vals))) if callable(grid) else grid
     g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
     g = g + (1,) * (3 - len(g))
-    be = NumpyBackend(jitfn.__name__, g, mem)
-    be.num_warps = num_warps  # for tl.extra.cuda.num_warps()
+    be = NumpyBackend(jitfn.__name__, g, mem, num_warps)
     kernel = interpreted_function(jitfn)
     with use_backend(be):
         for z in range(g[2]):
