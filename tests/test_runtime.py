@@ -42,6 +42,21 @@ def test_second_compile_is_a_disk_hit(cache_dir, capfd, monkeypatch):
     assert c.cache_key != a.cache_key and len(entries(cache_dir)) == 2
 
 
+def test_llvm_ir_is_made_when_read_and_left_out_of_the_cache(cache_dir):
+    sig = dict(SIG, x_ptr="*fp32:16")
+    a = tiles.compile(binary_kernel, signature=sig, constexprs={"OP": "mul", "BLOCK": 512}, enable_fp_fusion=True)
+    (entry,) = entries(cache_dir)
+    assert "llir" not in json.loads((entry / "stages.json").read_text())
+    b = tiles.compile(binary_kernel, signature=sig, constexprs={"OP": "mul", "BLOCK": 512}, enable_fp_fusion=True)
+    assert b.cache_key == a.cache_key
+    assert list(a.asm) == ["tir", "tir_opt", "llir", "ptx"]
+    # Made from the input IR with the kernel's options: the same text a compile prints.
+    expected = tiles._tiles.parse_ir(a.asm["tir"]).compile("sm_90a", fp_fusion=True)["llir"]
+    for k in (a, b):
+        assert k.asm["llir"] == expected and k.asm.get("llir") == expected
+        assert dict(k.asm)["llir"] == expected and "define ptx_kernel" in expected
+
+
 CROSS_PROCESS = """
 import sys, tiles as tt
 import tiles.language as lang

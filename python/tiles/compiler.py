@@ -8,7 +8,7 @@ import re
 import sys
 import time
 from types import SimpleNamespace
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from . import _tiles
 from .errors import CompilationError
@@ -23,11 +23,11 @@ class CompiledKernel:
 
     def __init__(self, name: str, out: Dict[str, Any], target: str, num_warps: int, num_stages: int,
                  signature: Dict[str, str], constexprs: Dict[str, Any], file: str = "<unknown>",
-                 arg_names: Sequence[str] = ()):
+                 arg_names: Sequence[str] = (), llir_source: Optional[Callable[[], str]] = None):
         self.name = out["name"]
         self.function_name = name
-        self.asm: Dict[str, Any] = {"tir": out["tir"], "tir_opt": out["tir_opt"], "llir": out["llir"],
-                                    "ptx": out["ptx"]}
+        self.asm: Dict[str, Any] = _Stages({"tir": out["tir"], "tir_opt": out["tir_opt"], "llir": out.get("llir"),
+                                            "ptx": out["ptx"]}, llir_source)
         self.metadata = SimpleNamespace(name=self.name, target=target, num_warps=num_warps, num_stages=num_stages,
                                         shared=out["shared"], num_threads=out["num_threads"],
                                         asserts=dict(out.get("asserts", [])))
@@ -135,6 +135,59 @@ class CompiledKernel:
 
     def __repr__(self) -> str:
         return f"<CompiledKernel {self.name} {self.metadata.target} num_warps={self.metadata.num_warps}>"
+
+
+_PENDING = object()
+
+
+class _Stages(dict):
+    """`CompiledKernel.asm`: each stage's text by name. `llir` is made when first read (from
+    `tir`, with the kernel's options): printing the LLVM IR on every compile cost up to 9 ms (a
+    128x128 matmul's accumulator structs print as ~0.6 MB), and few users ever read it."""
+
+    def __init__(self, stages: Dict[str, Any], llir_source: Optional[Callable[[], str]]):
+        super().__init__(stages)
+        self._llir_source = llir_source
+        if dict.get(self, "llir") is None:
+            if llir_source is None:
+                dict.__delitem__(self, "llir")
+            else:
+                dict.__setitem__(self, "llir", _PENDING)
+
+    def __getitem__(self, key):
+        v = dict.__getitem__(self, key)
+        if v is _PENDING:
+            v = self._llir_source()
+            dict.__setitem__(self, key, v)
+        return v
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def __iter__(self):  # not dict's own: dict(asm) and {**asm} then read through __getitem__
+        return iter(list(dict.keys(self)))
+
+    def values(self):
+        return [self[k] for k in self]
+
+    def items(self):
+        return [(k, self[k]) for k in self]
+
+    def copy(self):
+        return dict(self.items())
+
+    def __eq__(self, other):
+        return dict(self.items()) == other
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+def _llir_source(tir: str, target: str, fp_fusion: bool, maxnreg: Optional[int]) -> Callable[[], str]:
+    """Makes the LLVM IR of a kernel from its input IR, when someone reads `asm["llir"]`."""
+    return lambda: _tiles.parse_ir(tir).compile(target, False, fp_fusion, maxnreg, True)["llir"]
 
 
 def _timing() -> bool:
@@ -287,7 +340,7 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
         out = dict(hit["stages"], name=hit["name"], shared=hit["shared"], num_threads=hit["num_threads"],
                    asserts=[tuple(a) for a in hit["asserts"]])
         ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file,
-                            fn.param_names)
+                            fn.param_names, _llir_source(out["tir"], target, bool(enable_fp_fusion), maxnreg))
         if "cubin" in hit:
             ck.asm["cubin"] = hit["cubin"]
         ck.cache_key = key
@@ -298,7 +351,7 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
     kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target)
     t1 = time.perf_counter()
     try:
-        out = kernel.compile(target, dump, bool(enable_fp_fusion), maxnreg)
+        out = kernel.compile(target, dump, bool(enable_fp_fusion), maxnreg, dump)
     except _tiles.BackendError as e:
         raise _backend_error(fn, e) from None
     t2 = time.perf_counter()
@@ -307,12 +360,13 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
         print(f"tiles: {out['name']}: frontend {(t1 - t0) * 1e3:.2f} ms, {stages} ms "
               f"(passes + LLVM + PTX {(t2 - t1) * 1e3:.2f} ms)", file=sys.stderr)
     _dump(out["name"], out)
+    llir = _llir_source(out["tir"], target, bool(enable_fp_fusion), maxnreg)
     ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file,
-                        fn.param_names)
+                        fn.param_names, llir)
     if not dump:
         cache.store(key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
                           "asserts": out["asserts"], "target": target},
-                    {k: out[k] for k in ("tir", "tir_opt", "llir", "ptx")})
+                    {k: out[k] for k in ("tir", "tir_opt", "ptx")})
         ck.cache_key = key
     return ck
 

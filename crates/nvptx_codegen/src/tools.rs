@@ -60,9 +60,25 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
                 passes::run_pipeline(&mut func, &pipeline_options, |_, _| {})
                     .map_err(|e| format!("error: {e}"))?;
             }
+            options.keep_llvm_ir = emit == "llvm";
             let out = generate_ptx_with(&func, &t, &options).map_err(|e| format!("error: {e}"))?;
-            Ok(if emit == "ptx" { out.ptx } else { out.llvm_ir })
+            Ok(if emit == "ptx" {
+                out.ptx
+            } else {
+                out.llvm_ir.unwrap_or_default()
+            })
         }
         other => Err(format!("unknown --emit `{other}`\n{USAGE}")),
     }
+}
+
+/// Releases LLVM's process-wide state; reports asked for through `TILES_LLVM_ARGS`
+/// (`-time-passes`, `-stats`) are printed now. Call once, at the end of a tool's process: no
+/// LLVM use may follow.
+pub fn shutdown_llvm() {
+    extern "C" {
+        fn LLVMShutdown();
+    }
+    // SAFETY: the tool's last LLVM call; nothing runs LLVM after it in this process.
+    unsafe { LLVMShutdown() }
 }

@@ -590,9 +590,10 @@ impl Kernel {
     }
 
     /// Runs the passes and codegen for `target` with the GIL released. Returns a dict with
-    /// `name`, `ptx`, `llir`, `tir` (input IR), `tir_opt` (after passes), `shared`, `num_threads`,
-    /// and, when `all_stages`, `passes`: a list of (pass, IR text).
-    #[pyo3(signature = (target, all_stages=false, fp_fusion=false, maxnreg=None))]
+    /// `name`, `ptx`, `llir` (when `llir`; else None), `tir` (input IR), `tir_opt` (after
+    /// passes), `shared`, `num_threads`, and, when `all_stages`, `passes`: a list of
+    /// (pass, IR text).
+    #[pyo3(signature = (target, all_stages=false, fp_fusion=false, maxnreg=None, llir=true))]
     fn compile<'py>(
         &self,
         py: Python<'py>,
@@ -600,6 +601,7 @@ impl Kernel {
         all_stages: bool,
         fp_fusion: bool,
         maxnreg: Option<u32>,
+        llir: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut func = self.func.clone();
         let mut asserts: Vec<(u32, String)> = Vec::new();
@@ -612,7 +614,11 @@ impl Kernel {
         let (result, input, stages) = py.detach(|| {
             let input = func.to_string();
             let mut stages: Vec<(String, String)> = Vec::new();
-            let codegen = nvptx_codegen::CodegenOptions { fp_fusion, maxnreg };
+            let codegen = nvptx_codegen::CodegenOptions {
+                fp_fusion,
+                maxnreg,
+                keep_llvm_ir: llir,
+            };
             let r = nvptx_codegen::compile_with(
                 &mut func,
                 &target,

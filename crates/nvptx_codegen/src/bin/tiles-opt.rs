@@ -25,7 +25,7 @@ fn main() -> ExitCode {
             }
         }
     };
-    match nvptx_codegen::tools::tiles_opt(opts, &input) {
+    let code = match nvptx_codegen::tools::tiles_opt(opts, &input) {
         Ok(out) => {
             print!("{out}");
             ExitCode::SUCCESS
@@ -34,5 +34,8 @@ fn main() -> ExitCode {
             eprintln!("{file}: {msg}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // LLVM prints what `TILES_LLVM_ARGS` asked for (`-time-passes`, `-stats`) at its shutdown.
+    nvptx_codegen::tools::shutdown_llvm();
+    code
 }
