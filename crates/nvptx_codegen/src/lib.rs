@@ -222,6 +222,11 @@ fn llvm_pipeline() -> String {
 ///   order, a `prmt` for shifts). Matmul 68 → 57 ms to PTX on the 2-core machine.
 /// - `dse` (tiles stores nothing dead): no kernel of the tests or benchmarks changed (401
 ///   compared); matmul 57 → 52 ms, unaligned attention 122 → 107 ms.
+/// - passes for what a tiles module never holds: calls to inline or analyse (the CGSCC wrapper
+///   runs its function pipeline directly), globals to optimise, coroutines, attributes to infer,
+///   profiles, libcalls, tail calls, expect/assume intrinsics. The PTX of all 457 distinct
+///   kernels the tests compile stayed byte-identical; LLVM time 3–6 % lower (matmul 100 → 97 ms,
+///   vector add 4.3 → 4.1 ms).
 fn default_pipeline() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
     TEXT.get_or_init(|| {
