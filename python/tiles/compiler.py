@@ -23,11 +23,13 @@ class CompiledKernel:
 
     def __init__(self, name: str, out: Dict[str, Any], target: str, num_warps: int, num_stages: int,
                  signature: Dict[str, str], constexprs: Dict[str, Any], file: str = "<unknown>",
-                 arg_names: Sequence[str] = (), llir_source: Optional[Callable[[], str]] = None):
+                 arg_names: Sequence[str] = (), fp_fusion: bool = False, maxnreg: Optional[int] = None):
         self.name = out["name"]
         self.function_name = name
-        self.asm: Dict[str, Any] = _Stages({"tir": out["tir"], "tir_opt": out["tir_opt"], "llir": out.get("llir"),
-                                            "ptx": out["ptx"]}, llir_source)
+        tir = out["tir"]
+        self.asm: Dict[str, Any] = _Stages(
+            {"tir": tir, "tir_opt": out["tir_opt"], "llir": out.get("llir") or _PENDING, "ptx": out["ptx"]},
+            lambda: _tiles.parse_ir(tir).compile(target, fp_fusion=fp_fusion, maxnreg=maxnreg)["llir"])
         self.metadata = SimpleNamespace(name=self.name, target=target, num_warps=num_warps, num_stages=num_stages,
                                         shared=out["shared"], num_threads=out["num_threads"],
                                         asserts=dict(out.get("asserts", [])))
@@ -145,21 +147,18 @@ class _Stages(dict):
     `tir`, with the kernel's options): printing the LLVM IR on every compile cost up to 9 ms (a
     128x128 matmul's accumulator structs print as ~0.6 MB), and few users ever read it."""
 
-    def __init__(self, stages: Dict[str, Any], llir_source: Optional[Callable[[], str]]):
+    def __init__(self, stages: Dict[str, Any], llir_source: Callable[[], str]):
         super().__init__(stages)
         self._llir_source = llir_source
-        if dict.get(self, "llir") is None:
-            if llir_source is None:
-                dict.__delitem__(self, "llir")
-            else:
-                dict.__setitem__(self, "llir", _PENDING)
+
+    def _ready(self) -> "_Stages":
+        """Makes `llir` if it is still pending; every read of a value goes through here."""
+        if dict.get(self, "llir") is _PENDING:
+            dict.__setitem__(self, "llir", self._llir_source())
+        return self
 
     def __getitem__(self, key):
-        v = dict.__getitem__(self, key)
-        if v is _PENDING:
-            v = self._llir_source()
-            dict.__setitem__(self, key, v)
-        return v
+        return dict.__getitem__(self._ready() if key == "llir" else self, key)
 
     def get(self, key, default=None):
         return self[key] if key in self else default
@@ -168,26 +167,21 @@ class _Stages(dict):
         return iter(list(dict.keys(self)))
 
     def values(self):
-        return [self[k] for k in self]
+        return dict.values(self._ready())
 
     def items(self):
-        return [(k, self[k]) for k in self]
+        return dict.items(self._ready())
 
     def copy(self):
-        return dict(self.items())
+        return dict(self)
 
     def __eq__(self, other):
-        return dict(self.items()) == other
+        return dict.__eq__(self._ready(), other)
 
     __hash__ = None
 
     def __repr__(self) -> str:
-        return repr(dict(self.items()))
-
-
-def _llir_source(tir: str, target: str, fp_fusion: bool, maxnreg: Optional[int]) -> Callable[[], str]:
-    """Makes the LLVM IR of a kernel from its input IR, when someone reads `asm["llir"]`."""
-    return lambda: _tiles.parse_ir(tir).compile(target, False, fp_fusion, maxnreg, True)["llir"]
+        return dict.__repr__(self._ready())
 
 
 def _timing() -> bool:
@@ -340,7 +334,7 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
         out = dict(hit["stages"], name=hit["name"], shared=hit["shared"], num_threads=hit["num_threads"],
                    asserts=[tuple(a) for a in hit["asserts"]])
         ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file,
-                            fn.param_names, _llir_source(out["tir"], target, bool(enable_fp_fusion), maxnreg))
+                            fn.param_names, bool(enable_fp_fusion), maxnreg)
         if "cubin" in hit:
             ck.asm["cubin"] = hit["cubin"]
         ck.cache_key = key
@@ -351,7 +345,7 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
     kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target)
     t1 = time.perf_counter()
     try:
-        out = kernel.compile(target, dump, bool(enable_fp_fusion), maxnreg, dump)
+        out = kernel.compile(target, all_stages=dump, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, llir=dump)
     except _tiles.BackendError as e:
         raise _backend_error(fn, e) from None
     t2 = time.perf_counter()
@@ -360,9 +354,8 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
         print(f"tiles: {out['name']}: frontend {(t1 - t0) * 1e3:.2f} ms, {stages} ms "
               f"(passes + LLVM + PTX {(t2 - t1) * 1e3:.2f} ms)", file=sys.stderr)
     _dump(out["name"], out)
-    llir = _llir_source(out["tir"], target, bool(enable_fp_fusion), maxnreg)
     ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file,
-                        fn.param_names, llir)
+                        fn.param_names, bool(enable_fp_fusion), maxnreg)
     if not dump:
         cache.store(key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
                           "asserts": out["asserts"], "target": target},
