@@ -121,18 +121,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         let out = match (&self.func.layouts[lc], &src_a, &src_b) {
             (Layout::Mma(m), _, Src::Smem(tb)) if m.version == 3 => {
                 let tb = *tb;
-                let (out, a_regs) = self.dot_wgmma(a, c, &src_a, &tb)?;
+                // The group stays in flight past an async dot (its predecessor, whose ring
+                // slots the copies after this dot refill, is done in every warpgroup after
+                // the barrier); other dots wait for their own group.
+                let async_dot = self.async_dots.contains(&op);
+                let out = self.dot_wgmma(a, c, &src_a, &tb, u32::from(async_dot))?;
                 self.vals.insert(data.results[0], out);
-                // Register `a` fragments are read until the group completes: they go through
-                // the wait too, so nothing reuses their registers before it.
-                self.pending_reads = a_regs;
-                if self.async_dots.contains(&op) {
-                    // This group stays in flight; the previous one (whose ring slots the
-                    // copies after this dot refill) is done in every warpgroup after these.
-                    self.wait_warpgroups(1, &[data.results[0]])?;
+                if async_dot {
                     self.barrier_sync()?;
-                } else {
-                    self.wait_warpgroups(0, &[data.results[0]])?;
                 }
                 self.get(data.results[0])?.clone()
             }
@@ -707,7 +703,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         c: Value,
         src_a: &Src<'ctx>,
         tb_s: &SmemTile<'ctx>,
-    ) -> R<(Vec<BasicValueEnum<'ctx>>, Vec<BasicValueEnum<'ctx>>)> {
+        pending: u32,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let (ta, tc) = (*self.func.ty(a), *self.func.ty(c));
         let (Some(din), Some(dacc)) = (ta.elem.dtype(), tc.elem.dtype()) else {
             return self.internal("dot of non-numbers");
@@ -794,9 +791,16 @@ impl<'ctx> Lowering<'ctx, '_> {
             Some((_, o)) => format!("1, 1, {}, {tb_imm}", u32::from(!o.k_major)),
             None => format!("1, 1, {tb_imm}"),
         };
-        // Every register the instructions read (accumulators, `a` fragments) is computed
-        // first and passed through `wgmma.fence`: the fence must follow their last write, and
-        // tying them to it keeps LLVM from computing any of them after it.
+        // One asm statement issues the whole dot: `wgmma.fence`, every instruction,
+        // `wgmma.commit_group` and `wgmma.wait_group pending`. Every register the
+        // instructions read (accumulators, `a` fragments, descriptors) is an operand, so LLVM
+        // computes it before the statement, that is before the fence, and keeps it until the
+        // wait (register `a` is read until its group completes: such dots wait for 0).
+        // The accumulators are outputs tied to their inputs: nothing reads them before the
+        // wait. One statement instead of a fence, an instruction per 64-row block and K step,
+        // a commit and a wait: LLVM handles each accumulator register once per dot instead of
+        // once per instruction (fewer extracted values, a smaller selection DAG); the PTX
+        // instructions are the same, in the same order.
         let mut groups: Vec<(u32, u32, Vec<usize>)> = Vec::new();
         for rm in 0..reps_m {
             let m0 = rm * 16 * wm;
@@ -815,92 +819,111 @@ impl<'ctx> Lowering<'ctx, '_> {
                 groups.push((rm, nc, slots));
             }
         }
-        let mut words: Vec<BasicValueEnum<'ctx>> = Vec::new();
+        // Outputs (tied to the same inputs): the accumulator words of every group.
+        let mut acc: Vec<BasicValueEnum<'ctx>> = Vec::new();
         let mut acc_at: Vec<std::ops::Range<usize>> = Vec::new();
         for (_, _, slots) in &groups {
-            let start = words.len();
+            let start = acc.len();
             if packed {
                 for p in slots.chunks(2) {
-                    words.push(self.pack32(&[rc[p[0]], rc[p[1]]])?);
+                    acc.push(self.pack32(&[rc[p[0]], rc[p[1]]])?);
                 }
             } else {
-                words.extend(slots.iter().map(|&i| rc[i]));
+                acc.extend(slots.iter().map(|&i| rc[i]));
             }
-            acc_at.push(start..words.len());
+            acc_at.push(start..acc.len());
         }
-        // Ordered: the fragments are passed through the wait in this order (a HashMap made the
-        // PTX differ from process to process).
+        let n_acc = acc.len();
+        // Other inputs, numbered after the outputs; descriptors used twice are passed once.
+        let mut ins: Vec<BasicValueEnum<'ctx>> = Vec::new();
+        let mut in_cons: Vec<&str> = Vec::new();
+        if frag.is_some() && pending > 0 {
+            return self.internal("a warpgroup dot with register `a` left in flight");
+        }
+        // Register `a`: the fragments of each (64-row block, K step), in this order.
         let mut a_at: BTreeMap<(u32, u32), std::ops::Range<usize>> = BTreeMap::new();
         if let Some(f) = &frag {
             for rm in 0..reps_m {
                 for kk in 0..k / 16 {
-                    let start = words.len();
                     let regs = self.frag_a(f, src_a, din, rm, kk)?;
-                    words.extend(regs);
-                    a_at.insert((rm, kk), start..words.len());
+                    let start = n_acc + ins.len();
+                    in_cons.extend(std::iter::repeat_n("r", regs.len()));
+                    ins.extend(regs);
+                    a_at.insert((rm, kk), start..n_acc + ins.len());
                 }
             }
         }
-        let words = self.fence_warpgroup(&words)?;
-        for (g, (rm, nc, slots)) in groups.iter().enumerate() {
+        let pred = n_acc + ins.len();
+        ins.push(one.into());
+        in_cons.push("r");
+        let mut descs: HashMap<(bool, u64), usize> = HashMap::new();
+        let mut desc = |lw: &Self,
+                        ins: &mut Vec<BasicValueEnum<'ctx>>,
+                        in_cons: &mut Vec<&str>,
+                        is_a: bool,
+                        base: IntValue<'ctx>,
+                        off: u64|
+         -> R<usize> {
+            if let Some(&i) = descs.get(&(is_a, off)) {
+                return Ok(i);
+            }
+            let name = if is_a { "da" } else { "db" };
+            let d = lw.b.build_int_add(base, i64t.const_int(off, false), name)?;
+            let i = n_acc + ins.len();
+            ins.push(d.into());
+            in_cons.push("l");
+            descs.insert((is_a, off), i);
+            Ok(i)
+        };
+        let list = |r: std::ops::Range<usize>| -> String {
+            r.map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+        };
+        let mut text =
+            format!("{{\n.reg .pred p;\nsetp.ne.b32 p, ${pred}, 0;\nwgmma.fence.sync.aligned;\n");
+        for (g, (rm, nc, _)) in groups.iter().enumerate() {
             let (rm, nc) = (*rm, *nc);
             let m0 = rm * 16 * wm;
-            let mut acc_in: Vec<BasicValueEnum> = words[acc_at[g].clone()].to_vec();
             for kk in 0..k / k_step {
                 let k0 = kk * k_step;
-                let b_off = i64t.const_int((ob.offset(nc * inst_n, k0) >> 4) as u64, false);
-                let desc_b = self.b.build_int_add(db, b_off, "db")?;
-                let a_args: Vec<BasicValueEnum> = match &a_desc {
+                let b_off = (ob.offset(nc * inst_n, k0) >> 4) as u64;
+                let b = desc(self, &mut ins, &mut in_cons, false, db, b_off)?;
+                let a_text = match &a_desc {
                     Some((da, o)) => {
-                        let a_off = i64t.const_int((o.offset(m0, k0) >> 4) as u64, false);
-                        vec![self.b.build_int_add(*da, a_off, "da")?.into()]
+                        let a_off = (o.offset(m0, k0) >> 4) as u64;
+                        format!("${}", desc(self, &mut ins, &mut in_cons, true, *da, a_off)?)
                     }
                     None => match a_at.get(&(rm, kk)) {
-                        Some(r) => words[r.clone()].to_vec(),
+                        Some(r) => format!("{{{}}}", list(r.clone())),
                         None => return self.internal("wgmma without an `a` operand"),
                     },
                 };
-                let n_acc = acc_in.len();
-                let n_a = a_args.len();
-                let list = |from: usize, n: usize| -> String {
-                    let items: Vec<String> = (from..from + n).map(|i| format!("${i}")).collect();
-                    items.join(", ")
-                };
-                let a_text = if n_a == 1 {
-                    format!("${n_acc}")
-                } else {
-                    format!("{{{}}}", list(n_acc, n_a))
-                };
-                let template = format!(
-                    "{{\n.reg .pred p;\nsetp.ne.b32 p, ${}, 0;\n{instr} {{{}}}, {a_text}, ${}, p, {flags};\n}}",
-                    n_acc + n_a + 1,
-                    list(0, n_acc),
-                    n_acc + n_a,
-                );
-                let letter = if packed { 'r' } else { 'f' };
-                let mut cons: Vec<String> = (0..n_acc).map(|_| format!("={letter}")).collect();
-                let a_con = if n_a == 1 { "l" } else { "r" };
-                cons.extend((0..n_a).map(|_| a_con.to_string()));
-                cons.extend(["l".to_string(), "r".to_string()]);
-                cons.extend((0..n_acc).map(|i| i.to_string()));
-                let mut args: Vec<BasicValueEnum> = a_args;
-                args.push(desc_b.into());
-                args.push(one.into());
-                args.extend_from_slice(&acc_in);
-                acc_in = self.asm_struct(acc_in[0].get_type(), n_acc, &template, &cons, &args)?;
+                text.push_str(&format!(
+                    "{instr} {{{}}}, {a_text}, ${b}, p, {flags};\n",
+                    list(acc_at[g].clone())
+                ));
             }
-            self.scatter_acc(&mut rc, slots, acc_in, packed, acc_elem_t)?;
         }
-        self.asm_void("wgmma.commit_group.sync.aligned;", "~{memory}", &[])?;
-        let mut a_regs = Vec::new();
-        for r in a_at.values() {
-            a_regs.extend_from_slice(&words[r.clone()]);
+        text.push_str(&format!(
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned {pending};\n}}"
+        ));
+        let letter = if packed { "=r" } else { "=f" };
+        let mut cons: Vec<String> = (0..n_acc).map(|_| letter.to_string()).collect();
+        cons.extend(in_cons.iter().map(|c| c.to_string()));
+        cons.extend((0..n_acc).map(|i| i.to_string()));
+        cons.push("~{memory}".to_string());
+        let mut args = ins;
+        args.extend_from_slice(&acc);
+        let out = self.asm_struct(acc[0].get_type(), n_acc, &text, &cons, &args)?;
+        for (g, (_, _, slots)) in groups.iter().enumerate() {
+            let part = out[acc_at[g].clone()].to_vec();
+            self.scatter_acc(&mut rc, slots, part, packed, acc_elem_t)?;
         }
-        Ok((rc, a_regs))
+        Ok(rc)
     }
 
     /// `wgmma.wait_group pending`, passing the registers of `values` (warpgroup accumulators)
-    /// through it, so that nothing reads them before they are final.
+    /// through it, so that nothing reads them before they are final (a loop's exit waits so
+    /// for the group its last async dot left in flight).
     pub fn wait_warpgroups(&mut self, pending: u32, values: &[Value]) -> R<()> {
         let mut regs: Vec<BasicValueEnum<'ctx>> = Vec::new();
         let mut spans = Vec::with_capacity(values.len());
@@ -909,8 +932,6 @@ impl<'ctx> Lowering<'ctx, '_> {
             spans.push((v, regs.len(), r.len()));
             regs.extend(r);
         }
-        // Registers the instructions still read (their outputs are not used).
-        regs.extend(std::mem::take(&mut self.pending_reads));
         // f16 accumulators travel in pairs, as the instructions hold them.
         let words: Vec<BasicValueEnum<'ctx>> = regs
             .iter()
@@ -960,37 +981,6 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.vals.insert(v, out);
         }
         Ok(())
-    }
-
-    /// `wgmma.fence`, with `regs` passed through it (each its own type: f32 as `f`, others as
-    /// 32-bit `r`), so that their computation stays before the fence.
-    fn fence_warpgroup(&self, regs: &[BasicValueEnum<'ctx>]) -> R<Vec<BasicValueEnum<'ctx>>> {
-        if regs.is_empty() {
-            self.asm_void("wgmma.fence.sync.aligned;", "~{memory}", &[])?;
-            return Ok(Vec::new());
-        }
-        let fields: Vec<BasicTypeEnum<'ctx>> = regs.iter().map(|r| r.get_type()).collect();
-        let mut cons: Vec<String> = fields
-            .iter()
-            .map(|t| if t.is_float_type() { "=f" } else { "=r" }.to_string())
-            .collect();
-        cons.extend((0..regs.len()).map(|i| i.to_string()));
-        cons.push("~{memory}".to_string());
-        let ret = self.cx.struct_type(&fields, false);
-        let Some(r) = self.asm(
-            ret.into(),
-            "wgmma.fence.sync.aligned;",
-            &cons.join(","),
-            regs,
-            true,
-        )?
-        else {
-            return self.internal("wgmma.fence returned nothing");
-        };
-        let sv = r.into_struct_value();
-        (0..regs.len() as u32)
-            .map(|i| Ok(self.b.build_extract_value(sv, i, "wf")?))
-            .collect()
     }
 
     /// An inline-asm statement (with side effects) returning `n` registers of type `t`.

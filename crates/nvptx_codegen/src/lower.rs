@@ -105,8 +105,6 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub warpgroup: bool,
     /// Warpgroup dots left in flight across loop iterations (see [`async_dots`]).
     pub async_dots: std::collections::HashSet<Op>,
-    /// Registers an issued warpgroup dot still reads (its `a` fragments), for the next wait.
-    pub pending_reads: Vec<BasicValueEnum<'ctx>>,
     /// Operands staged once into reserved shared memory (see [`persistent_operands`]): byte
     /// offsets from the start of shared memory, which they occupy before the rings.
     pub persistent: HashMap<Value, u32>,
@@ -339,7 +337,6 @@ pub(crate) fn lower_kernel<'ctx>(
             .layouts
             .iter()
             .any(|(_, l)| matches!(l, tile_ir::Layout::Mma(m) if m.version == 3)),
-        pending_reads: Vec::new(),
         persistent: HashMap::new(),
         persistent_bytes: 0,
         scratch_after_wait: HashMap::new(),
