@@ -172,6 +172,33 @@ def test_compile_many_on_threads(cache_dir):
     assert len({k.asm["ptx"] for k in out}) == 6
 
 
+def test_compile_many_keeps_its_threads_and_may_be_nested(cache_dir):
+    import threading
+
+    def job(op):
+        return dict(fn=binary_kernel, signature=SIG, constexprs={"OP": op, "BLOCK": 128}, target="sm_90a")
+
+    tiles.compile_many([job("add"), job("sub")], max_workers=2)
+    before = {t.ident for t in threading.enumerate() if t.name.startswith("tiles-compile")}
+    assert before
+    tiles.compile_many([job("mul"), job("maximum")], max_workers=2)
+    after = {t.ident for t in threading.enumerate() if t.name.startswith("tiles-compile")}
+    assert after == before  # the same threads compiled the second batch
+
+    # A job that itself calls compile_many (all workers busy) runs its inner jobs inline.
+    def outer(op):
+        return tiles.compile_many([job(op)], max_workers=2)[0]
+
+    from concurrent.futures import wait
+
+    from tiles import compiler
+    pool = compiler._pool(2)
+    futs = [pool.submit(outer, op) for op in ("minimum", "truediv")]
+    done, pending = wait(futs, timeout=120)
+    assert not pending
+    assert {f.result().function_name for f in done} == {"binary_kernel"}
+
+
 @tiles.autotune(configs=[tiles.Config({"BLOCK": 100}), tiles.Config({"BLOCK": 64}, num_warps=2),
                          tiles.Config({"BLOCK": 256}, num_warps=4)], key=["n"], reset_to_zero=["out_ptr"])
 @tiles.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})

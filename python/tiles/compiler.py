@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, Optional, Sequence
@@ -364,21 +365,40 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
     return ck
 
 
+_POOLS: Dict[int, Any] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(workers: int):
+    """The process's compile pool of `workers` threads, made on first use and kept: a thread
+    new to the process first fills its own malloc arena, page by page (~450 page faults for a
+    layernorm, 10 % of its compile on one thread, and page faults of many threads at once
+    serialise in the kernel); a kept thread compiles in memory it already has."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiles-compile")
+        return pool
+
+
 def compile_many(jobs, max_workers: Optional[int] = None):
     """Compiles many kernels on a thread pool (the Rust stages run without the GIL).
 
     `jobs` is an iterable of dicts of `tiles.compile` keyword arguments (with `fn`).
-    Returns the compiled kernels in order.
+    Returns the compiled kernels in order. The pool's threads are kept for later calls.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     jobs = list(jobs)
+    if threading.current_thread().name.startswith("tiles-compile"):
+        # Called from one of the pool's jobs: waiting on the pool could deadlock it.
+        return [compile(**kw) for kw in jobs]
     # A thread back from the Rust stages waits for the GIL up to the switch interval while
     # another runs its frontend; a short interval keeps those waits short.
     interval = sys.getswitchinterval()
     sys.setswitchinterval(min(interval, 0.0002))
     try:
-        with ThreadPoolExecutor(max_workers=max_workers or os.cpu_count()) as pool:
-            return list(pool.map(lambda kw: compile(**kw), jobs))
+        pool = _pool(max_workers or os.cpu_count() or 1)
+        return list(pool.map(lambda kw: compile(**kw), jobs))
     finally:
         sys.setswitchinterval(interval)
