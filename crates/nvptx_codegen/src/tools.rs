@@ -10,7 +10,7 @@ use crate::{generate_ptx_with, CodegenOptions, Target};
 
 /// Usage text.
 pub const USAGE: &str = "usage: tiles-opt [--passes=a,b,... | --pipeline] [--emit=tir|llvm|ptx] \
-[--target=sm_80|sm_90|sm_90a] [--fp-fusion] FILE";
+[--target=sm_80|sm_90|sm_90a] [--fp-fusion] [--repeat=N] FILE";
 
 /// Runs `tiles-opt` with `args` (without the program name or the file) on `input`; the
 /// output text, or a message for the user.
@@ -20,6 +20,7 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
     let mut emit = "tir".to_string();
     let mut target = "sm_90a".to_string();
     let mut explicit_target = false;
+    let mut repeat = 1usize;
     let mut options = CodegenOptions::default();
     for a in args {
         if let Some(p) = a.strip_prefix("--passes=") {
@@ -33,6 +34,14 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
             explicit_target = true;
         } else if a == "--fp-fusion" {
             options.fp_fusion = true;
+        } else if let Some(n) = a.strip_prefix("--repeat=") {
+            // Generates the LLVM IR or PTX `n` times in one process (for profiling: startup
+            // and page faults of a fresh process otherwise dominate small kernels).
+            repeat = n
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("--repeat wants a positive count, got `{n}`"))?;
         } else {
             return Err(format!("unknown option `{a}`\n{USAGE}"));
         }
@@ -61,7 +70,11 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
                     .map_err(|e| format!("error: {e}"))?;
             }
             options.keep_llvm_ir = emit == "llvm";
-            let out = generate_ptx_with(&func, &t, &options).map_err(|e| format!("error: {e}"))?;
+            let mut out =
+                generate_ptx_with(&func, &t, &options).map_err(|e| format!("error: {e}"))?;
+            for _ in 1..repeat {
+                out = generate_ptx_with(&func, &t, &options).map_err(|e| format!("error: {e}"))?;
+            }
             Ok(if emit == "ptx" {
                 out.ptx
             } else {
