@@ -70,31 +70,16 @@ def one_more_kernel(mod: str):
 
 
 def threads(k: int, reps: int = 3):
-    """K equal compiles one after another, then on K threads with `compile_many`: the best of
-    `reps` rounds of each (single rounds of ~20 ms jobs vary by tens of percent)."""
-    import tiles
-
+    """K equal layernorm compiles one after another, then on K threads with `compile_many`: the
+    best of `reps` rounds of each (bench_compile_cpu's measure, with the disk cache off)."""
     sys.path.insert(0, HERE)
-    from bench_compile_cpu import KERNELS, load
+    from bench_compile_cpu import threads_speedup
 
     os.environ["TILES_CACHE"] = "0"
-    m = load("tiles")
-    name, sig, _, _ = KERNELS["layernorm"]
-    # K jobs of one size (the disk cache is off, so each compiles in full): jobs of uneven size
-    # would measure the largest job, not the threading.
-    jobs = [dict(fn=getattr(m, name), signature=sig, constexprs={"BLOCK_SIZE": 1024}, num_warps=4)
-            for _ in range(k)]
-    seq, par = [], []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for j in jobs:
-            tiles.compile(**j)
-        seq.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        tiles.compile_many(jobs, max_workers=k)
-        par.append(time.perf_counter() - t0)
-    os.environ.pop("TILES_CACHE")
-    return min(seq) / min(par)
+    try:
+        return threads_speedup(k, reps)
+    finally:
+        os.environ.pop("TILES_CACHE")
 
 
 def main():

@@ -367,6 +367,7 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
 
 _POOLS: Dict[int, Any] = {}
 _POOLS_LOCK = threading.Lock()
+_POOL_THREAD_PREFIX = "tiles-compile"
 
 
 def _pool(workers: int):
@@ -379,7 +380,7 @@ def _pool(workers: int):
     with _POOLS_LOCK:
         pool = _POOLS.get(workers)
         if pool is None:
-            pool = _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiles-compile")
+            pool = _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=_POOL_THREAD_PREFIX)
         return pool
 
 
@@ -390,7 +391,7 @@ def compile_many(jobs, max_workers: Optional[int] = None):
     Returns the compiled kernels in order. The pool's threads are kept for later calls.
     """
     jobs = list(jobs)
-    if threading.current_thread().name.startswith("tiles-compile"):
+    if threading.current_thread().name.startswith(_POOL_THREAD_PREFIX):
         # Called from one of the pool's jobs: waiting on the pool could deadlock it.
         return [compile(**kw) for kw in jobs]
     # A thread back from the Rust stages waits for the GIL up to the switch interval while
