@@ -92,6 +92,7 @@ pub fn shutdown_llvm() {
     extern "C" {
         fn LLVMShutdown();
     }
+    crate::drop_target_machines();
     // SAFETY: the tool's last LLVM call; nothing runs LLVM after it in this process.
     unsafe { LLVMShutdown() }
 }
