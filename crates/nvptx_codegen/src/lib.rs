@@ -226,9 +226,9 @@ fn llvm_pipeline() -> String {
 /// - the `instcombine` just before `aggressive-instcombine`: the PTX of the 669 distinct test
 ///   kernels kept its instructions (59 differ in register numbers and order only); matmul as
 ///   launched 28.5 → 27.8 ms to PTX (`tiles-opt --repeat`), attention 14.5 → 14.0 ms.
-/// - GVN's memory-dependence analysis (`gvn<no-memdep>`: it still numbers values; EarlyCSE
-///   with MemorySSA removes the loads tiles repeats): no test kernel's PTX changed; unaligned
-///   attention 47 → 40.5 ms to PTX, matmul with unknown strides 57.5 → 56 ms.
+/// - GVN's memory-dependence analysis (`gvn<no-memdep>`; GVN still numbers values): it found
+///   no load to remove in any test kernel (none's PTX changed), at up to 15 % of the compile
+///   (unaligned attention 47 → 40.5 ms to PTX, matmul with unknown strides 57.5 → 56 ms).
 /// - passes for what a tiles module never holds: calls to inline or analyse (the CGSCC wrapper
 ///   runs its function pipeline directly), globals to optimise, coroutines, attributes to infer,
 ///   profiles, libcalls, tail calls, expect/assume intrinsics. The PTX of all 457 distinct
@@ -277,11 +277,11 @@ extern "C" {
 /// LLVM options every compile runs with: passes that cost time and (nearly) never change our
 /// PTX, judged on the PTX of the 669 distinct kernels the tests compile.
 /// - `slsr`: NVPTX's code generator runs straight-line strength reduction, which rewrites
-///   `(b + c) * s` in terms of an earlier `b * s`. Our lowering already forms each thread's
-///   addresses as a base plus constant offsets wherever strides are known, so it changed 50
-///   kernels, mostly straight-line code with unknown strides (a `mad` per scalar address
-///   instead of an `add`), yet it was half of LLVM's time for a matmul with unknown strides
-///   (whose PTX it left unchanged): its basis search re-proves `noundef` for each candidate.
+///   `(b + c) * s` in terms of an earlier `b * s`. It changed 50 kernels, mostly
+///   straight-line code at unknown strides (a `mad` per scalar address instead of an `add`;
+///   no slower on an H100, `bench_strided.py`), yet it was half of LLVM's time for a matmul
+///   with unknown strides, whose PTX it left unchanged: its basis search re-proves `noundef`
+///   for each candidate.
 /// - `nary-reassociate` (after `slsr` is gone) and `constraint-elimination`: no kernel changed.
 const DEFAULT_LLVM_ARGS: &[&str] = &["-opt-disable=slsr,nary-reassociate,constraint-elimination"];
 
