@@ -105,6 +105,40 @@ fn compiles_on_many_threads_at_once() {
 }
 
 #[test]
+fn a_thread_reuses_its_target_machines_without_mixing_targets() {
+    // Each thread keeps one target machine per target: alternating targets in one thread
+    // must give each target's own PTX, the same as a fresh thread's.
+    let ptx = |target: &str| {
+        let mut f = vector_add(1024);
+        compile(
+            &mut f,
+            &Target::parse(target).unwrap(),
+            &Default::default(),
+            |_, _| {},
+        )
+        .unwrap()
+        .ptx
+    };
+    let fresh: Vec<String> = ["sm_80", "sm_90a"]
+        .iter()
+        .map(|t| {
+            let t = t.to_string();
+            std::thread::spawn(move || ptx(&t)).join().unwrap()
+        })
+        .collect();
+    for _ in 0..2 {
+        for (t, want) in ["sm_80", "sm_90a"].iter().zip(&fresh) {
+            let got = ptx(t);
+            assert!(got.contains(&format!(".target {t}")), "{t}: {got}");
+            assert_eq!(
+                &got, want,
+                "{t} compiled differently on a reused target machine"
+            );
+        }
+    }
+}
+
+#[test]
 fn parsed_text_compiles_like_built_ir() {
     let built = vector_add(1024);
     let text = built.to_string();
