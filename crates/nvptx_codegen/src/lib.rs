@@ -229,6 +229,8 @@ fn llvm_pipeline() -> String {
 /// - GVN's memory-dependence analysis (`gvn<no-memdep>`; GVN still numbers values): it found
 ///   no load to remove in any test kernel (none's PTX changed), at up to 15 % of the compile
 ///   (unaligned attention 47 → 40.5 ms to PTX, matmul with unknown strides 57.5 → 56 ms).
+/// - `sccp` and `bdce` after `gvn`: no test kernel's PTX changed (669 compared); matmul as
+///   launched 25.5 → 24.5 ms to PTX (`tiles-opt --repeat=20`).
 /// - passes for what a tiles module never holds: calls to inline or analyse (the CGSCC wrapper
 ///   runs its function pipeline directly), globals to optimise, coroutines, attributes to infer,
 ///   profiles, libcalls, tail calls, expect/assume intrinsics. The PTX of all 457 distinct
