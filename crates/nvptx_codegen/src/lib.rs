@@ -264,7 +264,7 @@ fn init_llvm() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         LlvmTarget::initialize_nvptx(&InitializationConfig::default());
-        llvm_args_from_env();
+        set_llvm_options();
     });
 }
 
@@ -297,7 +297,7 @@ const DEFAULT_LLVM_ARGS: &[&str] = &[
 /// Hands LLVM its process-wide options once: [`DEFAULT_LLVM_ARGS`], then
 /// `TILES_LLVM_ARGS="-time-passes ..."`. For compiler developers' experiments,
 /// `TILES_LLVM_DEFAULT_ARGS` replaces the defaults (empty: LLVM's own behaviour).
-fn llvm_args_from_env() {
+fn set_llvm_options() {
     let defaults =
         std::env::var("TILES_LLVM_DEFAULT_ARGS").unwrap_or_else(|_| DEFAULT_LLVM_ARGS.join(" "));
     let env = std::env::var("TILES_LLVM_ARGS").unwrap_or_default();

@@ -70,10 +70,11 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
                     .map_err(|e| format!("error: {e}"))?;
             }
             options.keep_llvm_ir = emit == "llvm";
-            let mut out =
-                generate_ptx_with(&func, &t, &options).map_err(|e| format!("error: {e}"))?;
+            let generate =
+                || generate_ptx_with(&func, &t, &options).map_err(|e| format!("error: {e}"));
+            let mut out = generate()?;
             for _ in 1..repeat {
-                out = generate_ptx_with(&func, &t, &options).map_err(|e| format!("error: {e}"))?;
+                out = generate()?;
             }
             Ok(if emit == "ptx" {
                 out.ptx
