@@ -61,6 +61,9 @@ pub(crate) struct Lowered<'ctx> {
 pub(crate) struct Geometry<'ctx> {
     pub regs: Rc<Vec<Vec<u32>>>,
     pub thread: Vec<IntValue<'ctx>>,
+    /// An exclusive bound of each of `thread`'s offsets (the threads' footprint, at most the
+    /// tile's size).
+    pub thread_bound: Vec<u32>,
     pub owner: Option<IntValue<'ctx>>,
 }
 
@@ -471,6 +474,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             .expect("the prologue ends in a branch");
         self.b.position_before(&term);
         let mut thread = Vec::new();
+        let mut thread_bound = Vec::new();
         let mut owner: Option<IntValue> = None;
         let mut and = |lw: &Self, c: IntValue<'ctx>| -> R<()> {
             owner = Some(match owner {
@@ -491,6 +495,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 and(self, c)?;
             }
             thread.push(self.b.build_and(raw, self.i32(size - 1), "toff")?);
+            let most =
+                m.lane_mask as u64 * m.lane_mul as u64 + m.warp_mask as u64 * m.warp_mul as u64;
+            thread_bound.push((most + 1).min(size) as u32);
         }
         for m in &sliced {
             if m.lane_mask != 0 || m.warp_mask != 0 {
@@ -507,6 +514,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let g = Rc::new(Geometry {
             regs,
             thread,
+            thread_bound,
             owner,
         });
         self.geometry.insert(key, g.clone());
