@@ -78,18 +78,38 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(unsafe { self.b.build_gep(et, region, &[idx], "sa")? })
     }
 
-    /// `base + Σ (thread[d] + c[d]) · strides[d]` for each register of a tile.
-    fn linear_indices(&mut self, ty: &Type, strides: &[u32], base: u32) -> R<Vec<IntValue<'ctx>>> {
+    /// The address of element `base + Σ (thread[d] + c[d]) · strides[d]` of a region starting
+    /// `region_bytes` into `smem`, for each register of a tile: the thread's part once, then
+    /// in-bounds constant offsets (LLVM's load-store vectorizer pairs such addresses without
+    /// scalar evolution).
+    fn linear_ptrs(
+        &mut self,
+        ty: &Type,
+        strides: &[u32],
+        base: u32,
+        smem: PointerValue<'ctx>,
+        region_bytes: u32,
+        et: BasicTypeEnum<'ctx>,
+    ) -> R<Vec<PointerValue<'ctx>>> {
         let g = self.geometry(ty)?;
         let mut tb = self.i32(base as u64);
         for (d, &t) in g.thread.iter().enumerate() {
             let x = self.b.build_int_mul(t, self.i32(strides[d] as u64), "ts")?;
             tb = self.b.build_int_add(tb, x, "ts")?;
         }
+        let thread = self.smem_at(smem, region_bytes, et, tb)?;
         let mut out = Vec::with_capacity(g.regs.len());
         for c in g.regs.iter() {
             let off: u64 = c.iter().zip(strides).map(|(&x, &s)| (x * s) as u64).sum();
-            out.push(self.b.build_int_add(tb, self.i32(off), "li")?);
+            out.push(if off == 0 {
+                thread
+            } else {
+                // SAFETY of the GEP: callers size the buffer for every element of the tile.
+                unsafe {
+                    self.b
+                        .build_in_bounds_gep(et, thread, &[self.i32(off)], "sa")?
+                }
+            });
         }
         Ok(out)
     }
@@ -109,9 +129,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         for (v, strides, base) in writes {
             let ty = *self.func.ty(*v);
             let regs = self.get(*v)?.clone();
-            let idx = self.linear_indices(&ty, strides, *base)?;
-            for (i, ix) in idx.into_iter().enumerate() {
-                let p = self.smem_at(smem, 0, et, ix)?;
+            let ptrs = self.linear_ptrs(&ty, strides, *base, smem, 0, et)?;
+            for (i, p) in ptrs.into_iter().enumerate() {
                 let x = self.register_to_smem(elem, regs[i])?;
                 self.b.build_store(p, x)?;
             }
@@ -119,10 +138,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.barrier_sync()?;
         let mut out = Vec::with_capacity(reads.len());
         for (ty, strides, base) in reads {
-            let idx = self.linear_indices(ty, strides, *base)?;
-            let mut vals = Vec::with_capacity(idx.len());
-            for ix in idx {
-                let p = self.smem_at(smem, 0, et, ix)?;
+            let ptrs = self.linear_ptrs(ty, strides, *base, smem, 0, et)?;
+            let mut vals = Vec::with_capacity(ptrs.len());
+            for p in ptrs {
                 let x = self.b.build_load(et, p, "sl")?;
                 vals.push(self.smem_to_register(elem, x)?);
             }
@@ -255,9 +273,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.fence_before_shared_write()?;
         for (k, &v) in data.operands.iter().enumerate() {
             let regs = self.get(v)?.clone();
-            let idx = self.linear_indices(&ty, &strides, 0)?;
-            for (i, ix) in idx.into_iter().enumerate() {
-                let p = self.smem_at(smem, data_base[k], layout[k].0, ix)?;
+            let ptrs = self.linear_ptrs(&ty, &strides, 0, smem, data_base[k], layout[k].0)?;
+            for (i, p) in ptrs.into_iter().enumerate() {
                 let x = self.register_to_smem(elems[k], regs[i])?;
                 self.b.build_store(p, x)?;
             }
@@ -432,10 +449,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         // 4. Back to the result's layout.
         for (k, &r) in data.results.iter().enumerate() {
             let rty = *self.func.ty(r);
-            let idx = self.linear_indices(&rty, &strides, 0)?;
-            let mut vals = Vec::with_capacity(idx.len());
-            for ix in idx {
-                let p = self.smem_at(smem, data_base[k], layout[k].0, ix)?;
+            let ptrs = self.linear_ptrs(&rty, &strides, 0, smem, data_base[k], layout[k].0)?;
+            let mut vals = Vec::with_capacity(ptrs.len());
+            for p in ptrs {
                 let x = self.b.build_load(layout[k].0, p, "sr")?;
                 vals.push(self.smem_to_register(elems[k], x)?);
             }
