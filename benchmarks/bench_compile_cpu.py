@@ -145,6 +145,51 @@ def threads_speedup(k_threads: int, reps: int = 3):
     return min(seq) / min(par)
 
 
+def _layernorm_job():
+    import tiles
+
+    m = load("tiles")
+    name, sig, cx, warps = KERNELS["layernorm"]
+    return tiles, dict(fn=getattr(m, name), signature=sig, constexprs=cx, num_warps=warps)
+
+
+def _process_compiles(barrier, results, n):
+    os.environ["TILES_CACHE"] = "0"
+    tiles, job = _layernorm_job()
+    for _ in range(2):
+        tiles.compile(**job)
+    barrier.wait()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        tiles.compile(**job)
+        out.append(time.perf_counter() - t0)
+    results.put(statistics.median(out))
+
+
+def processes_speedup(k: int, n: int = 8):
+    """The host's own ceiling for `threads_speedup`: the same layernorm compiles in K processes
+    at once (nothing shared: no GIL, no allocator), as K times one compile alone over the
+    median compile time of the K processes."""
+    import multiprocessing
+
+    tiles, job = _layernorm_job()
+    alone = []
+    for _ in range(n + 2):
+        t0 = time.perf_counter()
+        tiles.compile(**job)
+        alone.append(time.perf_counter() - t0)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(k), ctx.Queue()
+    procs = [ctx.Process(target=_process_compiles, args=(barrier, results, n)) for _ in range(k)]
+    for p in procs:
+        p.start()
+    each = statistics.median(results.get() for _ in range(k))
+    for p in procs:
+        p.join()
+    return k * statistics.median(alone[2:]) / each
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")

@@ -1,6 +1,6 @@
 """Runtime costs on a GPU machine, tiles against Triton in one run: the first call of a kernel in
-a fresh process with an empty and with a warm on-disk cache, one more kernel in a warm process,
-and K kernels compiled on K threads.
+a fresh process with an empty and with a warm on-disk cache (vector add, softmax, matmul,
+attention), one more kernel in a warm process, and K kernels compiled on K threads.
 
 Usage: python benchmarks/bench_runtime.py [--json out.json]
 """
@@ -18,29 +18,63 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# One kernel of each kind the goals name: (setup before the clock, kernel loading, the call, a check).
+CASES = {
+    "vector_add": (
+        "x = torch.randn(1 << 20, device='cuda'); y = torch.randn(1 << 20, device='cuda'); "
+        "out = torch.empty_like(x)",
+        "from bench_vector_add import make_kernel; k = make_kernel({mod!r})",
+        "k[(1024,)](x, y, out, 1 << 20, BLOCK_SIZE=1024)",
+        "assert torch.equal(out, x + y)",
+    ),
+    "softmax": (
+        "x = torch.randn(4096, 4096, device='cuda', dtype=torch.float16); y = torch.empty_like(x)",
+        "from bench_norms import load; m = load({mod!r})",
+        "m.softmax_kernel[(4096,)](y, x, 4096, 4096, 4096, BLOCK_SIZE=4096, num_warps=8)",
+        "assert torch.allclose(y.float(), torch.softmax(x.float(), 1), atol=2e-3)",
+    ),
+    "matmul": (
+        "x = torch.randn(2048, 2048, device='cuda', dtype=torch.float16); y = torch.randn_like(x); "
+        "out = torch.empty_like(x)",
+        "from bench_matmul import load, launcher; run = launcher(load({mod!r}), x, y, out, (128, 256, 64, 8, 3))",
+        "run()",
+        "ref = x.float() @ y.float(); assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2",
+    ),
+    "attention": (
+        "q, k, v = (torch.randn(1, 4, 1024, 64, device='cuda', dtype=torch.float16) for _ in range(3)); "
+        "out = torch.empty_like(q)",
+        "from bench_attention import load; m = load({mod!r})",
+        "m.attn_fwd[(1024 // 128, 4)](q, k, v, out, 0.125, 1024, D=64, BLOCK_M=128, BLOCK_N=64, K_T=False, "
+        "num_warps=8, num_stages=3)",
+        "ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.125); "
+        "assert ((out.float() - ref.float()).norm() / ref.float().norm()).item() < 1e-2",
+    ),
+}
+
 FIRST_CALL = r'''
 import os, sys, time
 import torch
-x = torch.randn(1 << 20, device="cuda"); y = torch.randn(1 << 20, device="cuda"); out = torch.empty_like(x)
+sys.path.insert(0, {here!r})
+{setup}
 torch.cuda.synchronize()
 t0 = time.perf_counter()
 import {mod} as triton
-sys.path.insert(0, {here!r})
-from bench_vector_add import make_kernel
-k = make_kernel({mod!r})
+{load}
 t1 = time.perf_counter()
-k[(1024,)](x, y, out, 1 << 20, BLOCK_SIZE=1024)
+{call}
 torch.cuda.synchronize()
 t2 = time.perf_counter()
-assert torch.equal(out, x + y)
+{check}
 print(f"{{(t2 - t1) * 1e3:.2f}} {{(t2 - t0) * 1e3:.2f}}")
 '''
 
 
-def first_call(mod: str, cache: str):
+def first_call(mod: str, cache: str, case: str = "vector_add"):
+    """(first call, first call with the import) in a fresh process, ms."""
+    setup, load, call, check = CASES[case]
+    src = FIRST_CALL.format(mod=mod, here=HERE, setup=setup, load=load.format(mod=mod), call=call, check=check)
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TILES_CACHE_DIR=cache)
-    r = subprocess.run([sys.executable, "-c", FIRST_CALL.format(mod=mod, here=HERE)], capture_output=True, text=True,
-                       env=env)
+    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env)
     if r.returncode:
         raise RuntimeError(r.stderr)
     call, with_import = (float(v) for v in r.stdout.split())
@@ -69,6 +103,14 @@ def one_more_kernel(mod: str):
     return statistics.median(times)
 
 
+def processes(k: int):
+    """The same compiles in K processes at once: what the host's cores give (bench_compile_cpu)."""
+    sys.path.insert(0, HERE)
+    from bench_compile_cpu import processes_speedup
+
+    return processes_speedup(k)
+
+
 def threads(k: int, reps: int = 3):
     """K equal layernorm compiles one after another, then on K threads with `compile_many`: the
     best of `reps` rounds of each (bench_compile_cpu's measure, with the disk cache off)."""
@@ -88,25 +130,32 @@ def main():
     a = ap.parse_args()
     res = {}
     for mod in ("tiles", "triton"):
-        colds, warms = [], []
-        for _ in range(3):
-            cache = tempfile.mkdtemp()
-            colds.append(first_call(mod, cache))
-            warms.append(first_call(mod, cache))
-        res[f"{mod}_cold_first_call_ms"] = statistics.median(c[0] for c in colds)
-        res[f"{mod}_warm_cache_first_call_ms"] = statistics.median(w[0] for w in warms)
-        res[f"{mod}_warm_cache_first_call_with_import_ms"] = statistics.median(w[1] for w in warms)
+        for case in CASES:
+            colds, warms = [], []
+            for _ in range(3):
+                cache = tempfile.mkdtemp()
+                colds.append(first_call(mod, cache, case))
+                warms.append(first_call(mod, cache, case))
+            # Vector add keeps the keys of earlier results files.
+            tag = "" if case == "vector_add" else f"_{case}"
+            res[f"{mod}_cold_first_call{tag}_ms"] = statistics.median(c[0] for c in colds)
+            res[f"{mod}_warm_cache_first_call{tag}_ms"] = statistics.median(w[0] for w in warms)
+            res[f"{mod}_warm_cache_first_call_with_import{tag}_ms"] = statistics.median(w[1] for w in warms)
         res[f"{mod}_one_more_kernel_ms"] = one_more_kernel(mod)
     for k in (4, 8):
         res[f"tiles_threads_{k}_speedup"] = threads(k)
+        res[f"tiles_processes_{k}_speedup"] = processes(k)
     res["cpu_cores"] = os.cpu_count()
     for mod in ("tiles", "triton"):
-        print(f"{mod}: first call, empty cache {res[f'{mod}_cold_first_call_ms']:.1f} ms; warm cache "
-              f"{res[f'{mod}_warm_cache_first_call_ms']:.1f} ms "
-              f"({res[f'{mod}_warm_cache_first_call_with_import_ms']:.1f} ms with the import); one more kernel "
-              f"{res[f'{mod}_one_more_kernel_ms']:.1f} ms")
+        print(f"{mod}: one more kernel {res[f'{mod}_one_more_kernel_ms']:.1f} ms")
+        for case in CASES:
+            tag = "" if case == "vector_add" else f"_{case}"
+            print(f"  {case}: first call, empty cache {res[f'{mod}_cold_first_call{tag}_ms']:.1f} ms; warm cache "
+                  f"{res[f'{mod}_warm_cache_first_call{tag}_ms']:.1f} ms "
+                  f"({res[f'{mod}_warm_cache_first_call_with_import{tag}_ms']:.1f} ms with the import)")
     print(f"compile_many: 4 threads {res['tiles_threads_4_speedup']:.2f}x, 8 threads "
-          f"{res['tiles_threads_8_speedup']:.2f}x ({res['cpu_cores']} cores)")
+          f"{res['tiles_threads_8_speedup']:.2f}x ({res['cpu_cores']} cores); the same compiles in 4 / 8 "
+          f"processes: {res['tiles_processes_4_speedup']:.2f}x / {res['tiles_processes_8_speedup']:.2f}x")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)
