@@ -180,13 +180,18 @@ def processes_speedup(k: int, n: int = 8):
         tiles.compile(**job)
         alone.append(time.perf_counter() - t0)
     ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(k), ctx.Queue()
+    barrier, results = ctx.Barrier(k, timeout=120), ctx.Queue()
     procs = [ctx.Process(target=_process_compiles, args=(barrier, results, n)) for _ in range(k)]
     for p in procs:
         p.start()
-    each = statistics.median(results.get() for _ in range(k))
-    for p in procs:
-        p.join()
+    try:
+        # A child that fails never reports: give up on it rather than wait forever.
+        each = statistics.median(results.get(timeout=120) for _ in range(k))
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
     return k * statistics.median(alone[2:]) / each
 
 

@@ -74,7 +74,7 @@ def first_call(mod: str, cache: str, case: str = "vector_add"):
     setup, load, call, check = CASES[case]
     src = FIRST_CALL.format(mod=mod, here=HERE, setup=setup, load=load.format(mod=mod), call=call, check=check)
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TILES_CACHE_DIR=cache)
-    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env)
+    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env, timeout=120)
     if r.returncode:
         raise RuntimeError(r.stderr)
     call, with_import = (float(v) for v in r.stdout.split())
@@ -129,6 +129,12 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     res = {}
+
+    def save():  # after each measure, so that a run cut short keeps what it measured
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=2)
+
     for mod in ("tiles", "triton"):
         for case in CASES:
             colds, warms = [], []
@@ -141,24 +147,21 @@ def main():
             res[f"{mod}_cold_first_call{tag}_ms"] = statistics.median(c[0] for c in colds)
             res[f"{mod}_warm_cache_first_call{tag}_ms"] = statistics.median(w[0] for w in warms)
             res[f"{mod}_warm_cache_first_call_with_import{tag}_ms"] = statistics.median(w[1] for w in warms)
+            print(f"{mod} {case}: first call, empty cache {res[f'{mod}_cold_first_call{tag}_ms']:.1f} ms; "
+                  f"warm cache {res[f'{mod}_warm_cache_first_call{tag}_ms']:.1f} ms "
+                  f"({res[f'{mod}_warm_cache_first_call_with_import{tag}_ms']:.1f} ms with the import)", flush=True)
         res[f"{mod}_one_more_kernel_ms"] = one_more_kernel(mod)
     for k in (4, 8):
         res[f"tiles_threads_{k}_speedup"] = threads(k)
         res[f"tiles_processes_{k}_speedup"] = processes(k)
+        save()
     res["cpu_cores"] = os.cpu_count()
     for mod in ("tiles", "triton"):
         print(f"{mod}: one more kernel {res[f'{mod}_one_more_kernel_ms']:.1f} ms")
-        for case in CASES:
-            tag = "" if case == "vector_add" else f"_{case}"
-            print(f"  {case}: first call, empty cache {res[f'{mod}_cold_first_call{tag}_ms']:.1f} ms; warm cache "
-                  f"{res[f'{mod}_warm_cache_first_call{tag}_ms']:.1f} ms "
-                  f"({res[f'{mod}_warm_cache_first_call_with_import{tag}_ms']:.1f} ms with the import)")
     print(f"compile_many: 4 threads {res['tiles_threads_4_speedup']:.2f}x, 8 threads "
           f"{res['tiles_threads_8_speedup']:.2f}x ({res['cpu_cores']} cores); the same compiles in 4 / 8 "
           f"processes: {res['tiles_processes_4_speedup']:.2f}x / {res['tiles_processes_8_speedup']:.2f}x")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2)
+    save()
 
 
 if __name__ == "__main__":
