@@ -167,26 +167,10 @@ def _process_compiles(barrier, results, n):
     results.put(statistics.median(out))
 
 
-def processes_speedup(k: int, n: int = 8):
-    """The host's own ceiling for `threads_speedup`: the same layernorm compiles in K processes
-    at once (nothing shared: no GIL, no allocator), as K times one compile alone over the
-    median compile time of the K processes."""
+def _concurrent_compile_time(k: int, n: int) -> float:
+    """The median compile time of K fresh processes compiling at once."""
     import multiprocessing
 
-    tiles, job = _layernorm_job()
-    saved = os.environ.get("TILES_CACHE")
-    os.environ["TILES_CACHE"] = "0"  # compiles, not disk-cache hits
-    try:
-        alone = []
-        for _ in range(n + 2):
-            t0 = time.perf_counter()
-            tiles.compile(**job)
-            alone.append(time.perf_counter() - t0)
-    finally:
-        if saved is None:
-            os.environ.pop("TILES_CACHE")
-        else:
-            os.environ["TILES_CACHE"] = saved
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(k, timeout=120), ctx.Queue()
     procs = [ctx.Process(target=_process_compiles, args=(barrier, results, n)) for _ in range(k)]
@@ -194,13 +178,19 @@ def processes_speedup(k: int, n: int = 8):
         p.start()
     try:
         # A child that fails never reports: give up on it rather than wait forever.
-        each = statistics.median(results.get(timeout=120) for _ in range(k))
+        return statistics.median(results.get(timeout=120) for _ in range(k))
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    return k * statistics.median(alone[2:]) / each
+
+
+def processes_speedup(k: int, n: int = 8):
+    """The host's own ceiling for `threads_speedup`: the same layernorm compiles in K processes
+    at once (nothing shared: no GIL, no allocator), as K times the compile time of one such
+    process alone over theirs."""
+    return k * _concurrent_compile_time(1, n) / _concurrent_compile_time(k, n)
 
 
 def main():
