@@ -3,6 +3,7 @@ cache/eviction hints, bitcasting casts, `static_range`, `tl.range` options, tupl
 `do_not_specialize`."""
 
 import os
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -109,6 +110,98 @@ def test_tuple_arguments_compile(ptxas):
                       constexprs={"BLOCK": 128}, target="sm_90a")
     assert "ptrs_0" in k.asm["tir"] and "params_1" in k.asm["tir"]
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+class Strided(NamedTuple):
+    ptr: Any
+    shape: tuple
+    stride: tuple
+
+
+class Epilogue(NamedTuple):
+    fn: tl.constexpr
+    extra: tuple
+
+
+@tiles.jit
+def _scale_shift(x, scale_ptr, shift):
+    return x * tl.load(scale_ptr) + shift
+
+
+@tiles.jit
+def _bumped(values):
+    return tl.tuple([v + 1 for v in values if v is not None])
+
+
+@tiles.jit
+def _in_bounds(t, BM: tl.constexpr, BN: tl.constexpr):
+    return (tl.arange(0, BM)[:, None] < t.shape[0]) & (tl.arange(0, BN)[None, :] < t.shape[1])
+
+
+@tiles.jit
+def named_tuple_kernel(src, dst, epilogue, opts, BM: tl.constexpr, BN: tl.constexpr):
+    # NamedTuples (one with a jit function as a constexpr field), nested tuples holding None and
+    # tl.constexpr, a comprehension over a tuple, and a NamedTuple built in the kernel.
+    tl.static_assert(opts[1][0] is None)
+    tl.static_assert(opts[1][1] == 3)
+    out = Strided(ptr=dst.ptr, shape=dst.shape, stride=dst.stride)
+    rows, cols = tl.arange(0, BM), tl.arange(0, BN)
+    x = tl.load(src.ptr + rows[:, None] * src.stride[0] + cols[None, :] * src.stride[1],
+                mask=_in_bounds(src, BM, BN), other=0.0)
+    y = epilogue.fn(x, *epilogue.extra)
+    a, b = _bumped((opts[0], None, opts[1][2]))
+    y = y * a + b * opts[1][1]
+    tl.store(out.ptr + rows[:, None] * out.stride[0] + cols[None, :] * out.stride[1], y,
+             mask=_in_bounds(out, BM, BN))
+
+
+def test_named_and_nested_tuple_arguments(dev, rng):
+    x = rng.standard_normal((20, 24)).astype(np.float32)
+    xd = dev.put(x)
+    y = dev.put(np.full((12, 16), np.nan, np.float32))
+    scale = dev.put(np.array([1.5], np.float32))
+    src = Strided(xd, x.shape, (24, 1))
+    dst = Strided(y, (12, 16), (16, 1))
+    named_tuple_kernel[(1,)](src, dst, Epilogue(_scale_shift, (scale, 0.25)), (2.0, (None, tl.constexpr(3), 5)),
+                             BM=32, BN=32)
+    want = (x[:12, :16] * 1.5 + 0.25) * 3.0 + 6 * 3
+    np.testing.assert_allclose(dev.get(y), want, rtol=1e-6)
+
+
+def test_named_and_nested_tuple_arguments_warmup_without_a_gpu(ptxas, monkeypatch):
+    # `warmup` compiles for an H100 when no GPU is there; device arrays as the interface shows them.
+    from test_compile import assemble
+
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    monkeypatch.setattr(driver, "available", lambda: False)
+
+    class Dev:
+        def __init__(self, addr, shape):
+            self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (addr, False), "version": 3}
+
+    src = Strided(Dev(1 << 20, (20, 24)), (20, 24), (24, 1))
+    dst = Strided(Dev(1 << 21, (12, 16)), (12, 16), (16, 1))
+    k = named_tuple_kernel.warmup(src, dst, Epilogue(_scale_shift, (Dev(1 << 22, (1,)), 0.25)),
+                                  (2.0, (None, tl.constexpr(3), 5)), BM=32, BN=32, grid=(1,))
+    # One parameter per runtime element: src (ptr, 2 shape, 2 strides), dst (5), the epilogue's
+    # scale pointer and shift, opts[0] and opts[1][2]; the function, None and 3 are constants.
+    assert k.asm["ptx"].count(".param ") == 14
+    for name in ("src_0", "src_2_1", "epilogue_1_0", "opts_1_2"):
+        assert name in k.asm["tir"]
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+def test_tuple_item_assignment_is_a_compile_error():
+    @tiles.jit
+    def k(x_ptr):
+        t = tl.tuple([5, 6, 7])
+        t[0] = 0
+        tl.store(x_ptr, t[0])
+
+    with pytest.raises(tiles.CompilationError):
+        tiles.compile(k, signature={"x_ptr": "*i32"})
 
 
 @tiles.jit

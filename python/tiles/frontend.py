@@ -13,7 +13,7 @@ import builtins
 import inspect
 import operator
 import textwrap
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _tiles, core, language, semantic
 from .core import constexpr, tensor
@@ -753,6 +753,39 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_List(self, node: ast.List) -> Any:
         return [self.visit(e) for e in node.elts]
 
+    def visit_ListComp(self, node: ast.ListComp) -> Any:
+        """`[f(v) for v in values if cond]` over a compile-time sequence (a tuple, a list,
+        `tl.static_range`), unrolled as Triton does; its names stay inside the comprehension."""
+        saved = dict(self.scope)
+        out: List[Any] = []
+        try:
+            self._comprehend(node.generators, node.elt, out)
+        finally:
+            self.scope = saved
+        return out
+
+    def visit_GeneratorExp(self, node: ast.GeneratorExp) -> Any:
+        return tuple(self.visit_ListComp(node))
+
+    def _comprehend(self, generators: Sequence[ast.comprehension], elt: ast.expr, out: List[Any]) -> None:
+        if not generators:
+            out.append(self.visit(elt))
+            return
+        g = generators[0]
+        if g.is_async:
+            raise self.src.error(g, "async comprehensions are not supported in a kernel")
+        values = _unwrap(self.visit(g.iter))
+        if _is_tensor(values) or not hasattr(values, "__iter__"):
+            raise self.src.error(g.iter, "a comprehension in a kernel must iterate over a tuple, a list or "
+                                         "tl.static_range(...) (a compile-time sequence)")
+        for v in values:
+            self._assign(g.target, constexpr(v) if isinstance(v, (bool, int, float)) else v)
+            conds = [self.visit(c) for c in g.ifs]
+            if any(_is_tensor(c) for c in conds):
+                raise self.src.error(g, "a comprehension's condition must be known at compile time")
+            if all(_unwrap(c) for c in conds):
+                self._comprehend(generators[1:], elt, out)
+
     def visit_JoinedStr(self, node: ast.JoinedStr) -> Any:
         parts = []
         for v in node.values:
@@ -877,6 +910,8 @@ class CodeGenerator(ast.NodeVisitor):
             raise TypeError(f"{getattr(fn, '__name__', fn)} can only be used as the iterable of a for loop")
         if isinstance(fn, type) and issubclass(fn, core.dtype):
             return fn(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+        if isinstance(fn, type) and issubclass(fn, tuple) and hasattr(fn, "_fields"):
+            return fn(*args, **kwargs)  # a NamedTuple of tensors and constants, as Triton allows
         if any(_is_tensor(a) for a in list(args) + list(kwargs.values())):
             name = getattr(fn, "__name__", repr(fn))
             raise TypeError(f"{name} is a Python function, not a @tiles.jit one: it cannot take tensors")
@@ -933,7 +968,7 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
                 scope[p.name] = _descriptor_param(builder, p.name, ty, specialization, src)
                 continue
             if ty.startswith("("):
-                scope[p.name] = _tuple_param(builder, p.name, ty, specialization, src)
+                scope[p.name] = _tuple_param(builder, p.name, ty, specialization, constexprs, src)
                 continue
             try:
                 dt = core.dtype_from_ir(_normalize_type(ty))
@@ -967,21 +1002,65 @@ def parse_descriptor_type(ty: str):
     return m.group(1), block, "nan" if m.group(3) else "zero"
 
 
-def _tuple_param(builder, name: str, ty: str, specialization: Dict[str, int], src):
-    """A tuple argument: one kernel parameter per element (`name_0`, ...), a Python tuple in
-    the kernel body."""
-    if not ty.endswith(")"):
-        raise CompilationError(f"parameter '{name}' has a malformed tuple type {ty!r}", src.file, src.first_line)
+def split_tuple_type(ty: str) -> List[str]:
+    """The element types of a tuple type `(a,(b,c),d)`: `['a', '(b,c)', 'd']`."""
+    ty = ty.strip()
+    if not (ty.startswith("(") and ty.endswith(")")):
+        raise ValueError(f"malformed tuple type {ty!r}")
+    out, depth, cur = [], 0, ""
+    for ch in ty[1:-1]:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            raise ValueError(f"malformed tuple type {ty!r}")
+        cur += ch
+    if depth:
+        raise ValueError(f"malformed tuple type {ty!r}")
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def _tuple_param(builder, name: str, ty: str, specialization: Dict[str, int], constexprs: Dict[str, Any], src,
+                 path: Tuple[int, ...] = ()):
+    """A tuple argument, nested or named: one kernel parameter per runtime element (`name_0`,
+    `name_1_0`, ...), a Python tuple (or the argument's NamedTuple class) in the kernel body.
+    Constant elements (`constexpr` in the type) take their values from `constexprs` under
+    dotted names (`name.1.0`), as does a NamedTuple's class (`name.1.__class__`)."""
+    from .runtime.jit import tuple_path_name
+
+    here = tuple_path_name(name, path)
+    try:
+        types = split_tuple_type(ty)
+    except ValueError as e:
+        raise CompilationError(f"parameter '{name}': {e}", src.file, src.first_line) from None
     out = []
-    for j, et in enumerate(t.strip() for t in ty[1:-1].split(",") if t.strip()):
+    for j, et in enumerate(types):
+        at = path + (j,)
+        if et.startswith("("):
+            out.append(_tuple_param(builder, name, et, specialization, constexprs, src, at))
+            continue
+        if et == "constexpr":
+            key = tuple_path_name(name, at)
+            if key not in constexprs:
+                raise CompilationError(f"parameter '{name}' element {key} is constexpr but has no value", src.file,
+                                       src.first_line)
+            v = constexprs[key]
+            out.append(v if v is None or callable(v) and not isinstance(v, core.dtype) else constexpr(v))
+            continue
         try:
             dt = core.dtype_from_ir(_normalize_type(et))
         except (KeyError, ValueError):
-            raise CompilationError(f"parameter '{name}' element {j} has an unknown type {et!r}", src.file,
-                                   src.first_line) from None
-        h = builder.param(f"{name}_{j}", dt.ir, specialization.get(f"{name}.{j}", 1))
+            raise CompilationError(f"parameter '{name}' element {tuple_path_name(name, at)} has an unknown type "
+                                   f"{et!r}", src.file, src.first_line) from None
+        h = builder.param(name + "".join(f"_{i}" for i in at), dt.ir,
+                          specialization.get(tuple_path_name(name, at), 1))
         out.append(tensor(h, dt, ()))
-    return tuple(out)
+    cls = constexprs.get(here + ".__class__")
+    return cls(*out) if cls is not None else tuple(out)
 
 
 def _descriptor_param(builder, name: str, ty: str, specialization: Dict[str, int], src):

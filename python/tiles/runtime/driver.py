@@ -172,7 +172,7 @@ class GPUTarget(tuple):
 
 
 # What tutorials read when no GPU is present (the interpreter behaves as an H100 would).
-_NO_GPU_PROPERTIES = {"max_shared_mem": 232448, "max_num_regs": 65536, "multiprocessor_count": 132,
+NO_GPU_PROPERTIES = {"max_shared_mem": 232448, "max_num_regs": 65536, "multiprocessor_count": 132,
                       "warpSize": 32, "sm_clock_rate": 1980000, "mem_clock_rate": 2619000, "mem_bus_width": 5120,
                       "max_threads_per_sm": 2048}
 
@@ -182,7 +182,7 @@ class _Utils:
         """The properties Triton reports: `multiprocessor_count`, `max_shared_mem`,
         `max_num_regs`, `warpSize`, clocks and bus width."""
         if not available():
-            return dict(_NO_GPU_PROPERTIES)
+            return dict(NO_GPU_PROPERTIES)
         t = _native()
         keys = ("max_shared_mem", "max_num_regs", "multiprocessor_count", "warpSize", "sm_clock_rate",
                 "mem_clock_rate", "mem_bus_width", "max_threads_per_sm")

@@ -697,10 +697,43 @@ def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
     return base
 
 
+def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
+    """A (nested, possibly named) tuple argument as the kernel body sees it: arrays become
+    pointers, numbers scalars, constant elements (None, constexpr, functions) stay constants."""
+    from ..core import constexpr, pointer_type, tensor
+    from .jit import _is_namedtuple, _scalar_type, tuple_constant
+
+    elems = []
+    for j, e in enumerate(v):
+        at = path + (j,)
+        where = name + "".join(f"[{i}]" for i in at)
+        if isinstance(e, tuple):
+            elems.append(_tuple_arg(mem, copies, name, e, at))
+            continue
+        const, cv = tuple_constant(e)
+        if const:
+            elems.append(cv if cv is None or callable(cv) and not isinstance(cv, core.dtype) else constexpr(cv))
+            continue
+        if getattr(e, "is_cuda", False) and hasattr(e, "cpu"):
+            host = e.detach().cpu()
+            copies.append((e, host))
+            e = host
+        ea = _host_array(e, where)
+        if ea is not None:
+            addr = _register(mem, ea, where)
+            elems.append(tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(ea.dtype)), ()))
+        else:
+            if isinstance(e, np.generic):
+                e = e.item()
+            edt = core.dtype_from_ir(_scalar_type(e, where))
+            elems.append(tensor(np.array(e, dtype=numpy_dtype(edt)), edt, ()))
+    return type(v)(*elems) if _is_namedtuple(v) else tuple(elems)
+
+
 def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4) -> None:
     """Runs every program of the grid, in order, on the CPU."""
     from ..core import constexpr, pointer_type, tensor, use_backend
-    from .jit import _annotated_scalar_type, _scalar_type
+    from .jit import _annotated_scalar_type
 
     mem = Memory()
     args: List[Any] = []
@@ -732,22 +765,7 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4) -> None:
             args.append(tensor_descriptor(ptr, list(v.shape), list(v.strides), list(v.block_shape), v.padding))
             continue
         if isinstance(v, tuple):
-            elems = []
-            for j, e in enumerate(v):
-                if getattr(e, "is_cuda", False) and hasattr(e, "cpu"):
-                    host = e.detach().cpu()
-                    copies.append((e, host))
-                    e = host
-                ea = _host_array(e, f"{p.name}[{j}]")
-                if ea is not None:
-                    addr = _register(mem, ea, f"{p.name}[{j}]")
-                    elems.append(tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(ea.dtype)), ()))
-                else:
-                    if isinstance(e, np.generic):
-                        e = e.item()
-                    edt = core.dtype_from_ir(_scalar_type(e, f"{p.name}[{j}]"))
-                    elems.append(tensor(np.array(e, dtype=numpy_dtype(edt)), edt, ()))
-            args.append(tuple(elems))
+            args.append(_tuple_arg(mem, copies, p.name, v, ()))
             continue
         arr = _host_array(v, p.name) if v is not None else None
         if arr is not None:

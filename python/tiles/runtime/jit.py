@@ -220,14 +220,93 @@ def _scalar_type(v: Any, name: str) -> str:
 _SLOT_KINDS = {"i1": "i1", "i32": "i32", "i64": "i64", "u64": "u64", "fp32": "fp32"}
 
 
-def _tuple_packers(index: int, types: Sequence[str]):
-    """Packers for a tuple argument: one kernel parameter per element."""
+def _is_namedtuple(v: Any) -> bool:
+    return isinstance(v, tuple) and hasattr(type(v), "_fields")
+
+
+def tuple_constant(e: Any) -> Tuple[bool, Any]:
+    """(True, value) where a tuple argument's element `e` is a compile-time constant, as in
+    Triton: None, `tl.constexpr`, a (jit) function, a string or a dtype."""
+    if e is None:
+        return True, None
+    if isinstance(e, core.constexpr):
+        return True, e.value
+    if isinstance(e, (str, core.dtype)) or callable(e) and not hasattr(e, "__cuda_array_interface__") \
+            and not hasattr(e, "data_ptr") and not hasattr(e, "__dlpack__"):
+        return True, e
+    return False, None
+
+
+def tuple_path_name(name: str, path: Sequence[int]) -> str:
+    """`t.1.0`: how signatures, specialisations and constexprs name an element of tuple `t`."""
+    return name + "".join(f".{j}" for j in path)
+
+
+def _tuple_spec(name: str, v: tuple, path: Tuple[int, ...] = ()):
+    """A (nested) tuple argument: (cache key, signature type such as `(*fp32,(i32,constexpr))`,
+    runtime leaves [(path, type, divisibility)], constants {dotted name: value})."""
+    keys, types, leaves, consts = [], [], [], {}
+    if _is_namedtuple(v):
+        consts[tuple_path_name(name, path) + ".__class__"] = type(v)
+    for j, e in enumerate(v):
+        at = path + (j,)
+        where = f"{name}" + "".join(f"[{i}]" for i in at)
+        if isinstance(e, tuple):
+            k, t, lv, cs = _tuple_spec(name, e, at)
+            keys.append(k)
+            types.append(t)
+            leaves.extend(lv)
+            consts.update(cs)
+            continue
+        const, cv = tuple_constant(e)
+        if const:
+            try:
+                hash(cv)
+                keys.append(("c", type(cv), cv))
+            except TypeError:
+                from .cache import _stable
+
+                keys.append(("c", _stable(cv)))
+            types.append("constexpr")
+            consts[tuple_path_name(name, at)] = cv
+            continue
+        eptr = _pointer_info(e, where)
+        if eptr is not None:
+            d = 16 if eptr[0] % 16 == 0 else 1
+            keys.append(("p", eptr[1], d))
+            types.append("*" + eptr[1])
+            leaves.append((at, "*" + eptr[1], d))
+            continue
+        if type(e).__module__ == "numpy" and hasattr(e, "item"):
+            e = e.item()
+        ety = _scalar_type(e, where)
+        d = 16 if ety in ("i32", "i64", "u64") and e % 16 == 0 else 0
+        keys.append(("s", ety, d))
+        types.append(ety)
+        leaves.append((at, ety, d))
+    key = (type(v).__qualname__ if _is_namedtuple(v) else "", tuple(keys))
+    return key, "(" + ",".join(types) + ")", leaves, consts
+
+
+def _tuple_element(v: Any, path: Sequence[int]) -> Any:
+    for j in path:
+        v = v[j]
+    return v
+
+
+def _tuple_packers(index: int, leaves):
+    """Packers for a tuple argument: one kernel parameter per runtime element (depth first)."""
     out = []
-    for j, t in enumerate(types):
+    for path, t, _ in leaves:
         if t.startswith("*"):
-            out.append((index, lambda v, j=j: ctypes.c_uint64(_pointer_info(v[j], "tuple element")[0])))
+            out.append((index, lambda v, path=path: ctypes.c_uint64(
+                _pointer_info(_tuple_element(v, path), "tuple element")[0])))
         else:
-            out.append((index, lambda v, j=j, c=_CTYPES[t]: c(v[j].item() if hasattr(v[j], "item") else v[j])))
+            def scalar(v, path=path, c=_CTYPES[t]):
+                e = _tuple_element(v, path)
+                return c(e.item() if hasattr(e, "item") else e)
+
+            out.append((index, scalar))
     return out
 
 
@@ -244,10 +323,14 @@ class _Specialization:
 
     def __init__(self, compiled, packers: List[Tuple[int, Any]], slots: List[Tuple[int, str]]):
         self.compiled = compiled
-        self.loaded = compiled.load()
         self.packers = packers
         self.slots = slots
         self.threads = compiled.metadata.num_threads
+
+    @property
+    def loaded(self):
+        """The loaded module (loaded on first use: `warmup` without a GPU only compiles)."""
+        return self.compiled.load()
 
 
 class KernelInterface:
@@ -402,25 +485,9 @@ class JITFunction(KernelInterface):
                 info.append(("desc", ty, div, v))
                 continue
             if isinstance(v, tuple):
-                keys, types, divs = [], [], []
-                for j, e in enumerate(v):
-                    where = f"{p.name}[{j}]"
-                    eptr = _pointer_info(e, where)
-                    if eptr is not None:
-                        d = 16 if eptr[0] % 16 == 0 else 1
-                        keys.append(("p", eptr[1], d))
-                        types.append("*" + eptr[1])
-                        divs.append(d)
-                        continue
-                    if type(e).__module__ == "numpy" and hasattr(e, "item"):
-                        e = e.item()
-                    ety = _scalar_type(e, where)
-                    d = 16 if ety in ("i32", "i64", "u64") and e % 16 == 0 else 0
-                    keys.append(("s", ety, d))
-                    types.append(ety)
-                    divs.append(d)
-                key.append(("t", tuple(keys)))
-                info.append(("tuple", "(" + ",".join(types) + ")", tuple(divs), v))
+                tkey, tty, leaves, consts = _tuple_spec(p.name, v)
+                key.append(("t", tkey))
+                info.append(("tuple", tty, (leaves, consts), v))
                 continue
             ptr = _pointer_info(v, p.name)
             if ptr is not None:
@@ -465,9 +532,10 @@ class JITFunction(KernelInterface):
                 slots.append((p.index, "?"))  # several parameters: the Python launch path
                 continue
             if kind == "tuple":
-                types = [t.strip() for t in ty[1:-1].split(",") if t.strip()]
-                spec.update({f"{p.name}.{j}": d for j, d in enumerate(div) if d})
-                packers.extend(_tuple_packers(p.index, types))
+                leaves, consts = div
+                spec.update({tuple_path_name(p.name, path): d for path, _, d in leaves if d})
+                constexprs.update(consts)
+                packers.extend(_tuple_packers(p.index, leaves))
                 slots.append((p.index, "?"))  # several parameters: the Python launch path
                 continue
             if kind == "ptr":
@@ -481,12 +549,18 @@ class JITFunction(KernelInterface):
                     spec[p.name] = 16
                 packers.append((p.index, _CTYPES[ty]))
                 slots.append((p.index, _SLOT_KINDS.get(ty, "?")))
+        # Without a GPU (`warmup` on a CPU machine) tiles compiles for an H100, as the
+        # interpreter and `driver.active` present one.
+        gpu = driver.available()
+        target = driver.default_target() if gpu else "sm_90a"
+        limit = driver.max_shared() if gpu else driver.NO_GPU_PROPERTIES["max_shared_mem"]
+
         def build(stages: int):
-            return compiler.compile(self, signature, constexprs, target=driver.default_target(),
+            return compiler.compile(self, signature, constexprs, target=target,
                                     num_warps=num_warps, num_stages=stages, specialization=spec,
                                     equal_to_1=ones, debug=debug, enable_fp_fusion=fp_fusion, maxnreg=maxnreg)
 
-        compiled = fit_shared_memory(build, num_stages, driver.max_shared(), self.__name__)
+        compiled = fit_shared_memory(build, num_stages, limit, self.__name__)
         return _Specialization(compiled, packers, slots)
 
     def run(self, *args, grid, _learn: bool = False, **kwargs):
@@ -518,6 +592,7 @@ class JITFunction(KernelInterface):
                 spec = self.cache.get(full_key)
                 if spec is None:
                     spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
+                    spec.loaded  # noqa: B018 -- loads under the lock, once
                     self.cache[full_key] = spec
         g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
         g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
@@ -563,7 +638,8 @@ class JITFunction(KernelInterface):
                                spec.loaded.shared, spec.slots, spec.compiled)
 
     def warmup(self, *args, grid=None, **kwargs):
-        """Compiles (and loads) without launching; returns the compiled kernel."""
+        """Compiles (and, with a GPU, loads) without launching; returns the compiled kernel.
+        Without a GPU it compiles for an H100 (`sm_90a`)."""
         opts = self._options(kwargs)
         vals = self.bind(args, kwargs)
         key, info = self._specialize(vals)
@@ -573,7 +649,12 @@ class JITFunction(KernelInterface):
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
         if full_key not in self.cache:
-            self.cache[full_key] = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
+            spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
+            from . import driver
+
+            if driver.available():
+                spec.loaded  # noqa: B018 -- load now: what would keep it from running shows here
+            self.cache[full_key] = spec
         return self.cache[full_key].compiled
 
 
