@@ -115,6 +115,21 @@ def test_unknown_signature_type_and_missing_parameter():
         tiles.compile(copy_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32"}, constexprs={"BLOCK": 64})
 
 
+def test_fp8_formats_of_other_gpus_exist_but_are_refused_in_kernels(monkeypatch):
+    # Modules that map torch's fp8 dtypes to tl.float8e4b8 & co. import; using one is an error.
+    assert tl.float8e4b8.primitive_bitwidth == 8 and tl.float8e4b15.is_fp8e4b15()
+
+    @tiles.jit
+    def k(x_ptr):
+        tl.store(x_ptr, tl.load(x_ptr).to(tl.float8e5b16).to(tl.float32))
+
+    with pytest.raises(tiles.CompilationError, match="float8e5b16 is not an NVIDIA fp8 format"):
+        tiles.compile(k, signature={"x_ptr": "*fp32"})
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    with pytest.raises(Exception, match="float8e5b16 is not an NVIDIA fp8 format"):
+        k[(1,)](np.zeros(1, np.float32))
+
+
 def test_bad_target_is_a_clean_error():
     with pytest.raises(Exception, match="unknown target"):
         tiles.compile(copy_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},

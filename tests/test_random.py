@@ -65,6 +65,26 @@ def test_random_streams_match_the_philox_reference(dev, seed):
     assert 0.0 <= f.min() and f.max() < 1.0 and 0.35 < f.mean() < 0.65
 
 
+@tiles.jit
+def philox_impl_kernel(out, k0, k1, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    c = offs.to(tl.uint32)
+    z = c * 0
+    a, b, _, _ = tl.philox_impl(c, z, z, z, k0.to(tl.uint32) + z, k1.to(tl.uint32) + z, 7)
+    tl.store(out + offs, a.to(tl.int32, bitcast=True))
+    tl.store(out + BLOCK + offs, b.to(tl.int32, bitcast=True))
+
+
+def test_philox_impl_takes_counters_and_key(dev):
+    out = dev.put(np.zeros(256, np.int32))
+    seed = 0x12345678_9ABCDEF1
+    philox_impl_kernel[(1,)](out, seed & M32, (seed >> 32) & M32, BLOCK=128)
+    c = philox_ref(seed, np.arange(128), n_rounds=7)
+    got = dev.get(out).view(np.uint32)
+    np.testing.assert_array_equal(got[:128], c[0])
+    np.testing.assert_array_equal(got[128:], c[1])
+
+
 TRITON_SCRIPT = r"""
 import os, sys, numpy as np, torch
 os.environ["TRITON_INTERPRET"] = "1"
@@ -143,4 +163,7 @@ def test_random_and_stdlib_kernels_assemble(ptxas, target):
     k = tiles.compile(stdlib_kernel, signature={n: "*fp32" if n in ("x_ptr", "out_ptr") else "*i32" for n in
                                                 ("x_ptr", "a_ptr", "b_ptr", "out_ptr", "cat_ptr", "sw_ptr", "hi_ptr")},
                       target=target)
+    assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(philox_impl_kernel, signature={"out": "*i32", "k0": "i32", "k1": "i32"},
+                      constexprs={"BLOCK": 128}, target=target)
     assemble(ptxas, k.asm["ptx"], target)

@@ -28,6 +28,25 @@ def rows_kernel(x_ptr, y_ptr, OP: tl.constexpr, R: tl.constexpr, C: tl.constexpr
         tl.store(y_ptr + r * K + kk, tl.topk(x, K))
 
 
+@tiles.jit
+def bitonic_merge_kernel(x_ptr, y_ptr, R: tl.constexpr, C: tl.constexpr, DESC: tl.constexpr):
+    r = tl.arange(0, R)[:, None]
+    c = tl.arange(0, C)[None, :]
+    tl.store(y_ptr + r * C + c, tl.bitonic_merge(tl.load(x_ptr + r * C + c), descending=DESC))
+
+
+@pytest.mark.parametrize("desc", [False, True])
+def test_bitonic_merge_sorts_a_bitonic_sequence(dev, rng, desc):
+    R, C = 4, 64
+    x = (rng.standard_normal((R, C)) * 100).astype(np.float32)
+    # Ascending then descending halves: a bitonic sequence per row.
+    x = np.concatenate([np.sort(x[:, :C // 2], 1), -np.sort(-x[:, C // 2:], 1)], 1)
+    y = dev.put(np.zeros_like(x))
+    bitonic_merge_kernel[(1,)](dev.put(x), y, R=R, C=C, DESC=desc)
+    want = -np.sort(-x, 1) if desc else np.sort(x, 1)
+    np.testing.assert_array_equal(dev.get(y), want)
+
+
 @pytest.mark.parametrize("op", ["flip", "flip0", "sort", "sort_desc", "topk"])
 @pytest.mark.parametrize("dt", [np.float32, np.int32])
 def test_rows(dev, rng, op, dt):
@@ -109,5 +128,6 @@ def test_compile(ptxas, target):
     assemble(ptxas, k.asm["ptx"], target)
     for kern, sig, cx in [(histogram_kernel, {"x_ptr": "*i32", "h_ptr": "*i32", "n": "i32"}, dict(N=256, BINS=32)),
                           (gather_kernel, {"src_ptr": "*fp32", "idx_ptr": "*i32", "out_ptr": "*fp32"},
-                           dict(N=16, M=8, P=32))]:
+                           dict(N=16, M=8, P=32)),
+                          (bitonic_merge_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32"}, dict(R=4, C=64, DESC=True))]:
         assemble(ptxas, tiles.compile(kern, signature=sig, constexprs=cx, target=target).asm["ptx"], target)

@@ -23,6 +23,12 @@ _FROM_IR = {v: k for k, v in _IR_NAMES.items()}
 _KIND = {"bool": 0, "int": 1, "float": 2}
 
 
+# fp8 formats Triton names for other GPUs (AMD's FNUZ variants) and for pre-Ada emulation: the
+# names exist, so modules that map torch dtypes to them import; a kernel using one gets a clear
+# error.
+_FOREIGN_FP8 = {"fp8e4b15": "float8e4b15", "fp8e4b8": "float8e4b8", "fp8e5b16": "float8e5b16"}
+
+
 class dtype:
     """A scalar element type (Triton's `tl.dtype`)."""
 
@@ -31,7 +37,7 @@ class dtype:
     FP_TYPES = ("fp8e5", "fp8e4nv", "fp16", "bf16", "fp32", "fp64")
 
     def __init__(self, name: str):
-        if name not in _IR_NAMES:
+        if name not in _IR_NAMES and name not in _FOREIGN_FP8:
             raise ValueError(f"unknown dtype {name!r}")
         self.name = name
 
@@ -100,7 +106,7 @@ class dtype:
         return self.name == "fp8e4nv"
 
     def is_fp8e4b15(self) -> bool:
-        return False
+        return self.name == "fp8e4b15"
 
     def is_block(self) -> bool:
         return False
@@ -114,6 +120,8 @@ class dtype:
 
     @property
     def primitive_bitwidth(self) -> int:
+        if self.name in _FOREIGN_FP8:
+            return 8
         return {"int1": 1, "int8": 8, "uint8": 8, "fp8e5": 8, "fp8e4nv": 8, "int16": 16, "uint16": 16, "fp16": 16,
                 "bf16": 16, "int32": 32, "uint32": 32, "fp32": 32}.get(self.name, 64)
 
@@ -132,6 +140,9 @@ class dtype:
     @property
     def ir(self) -> str:
         """The IR's spelling (`i32`, `fp16`, `*fp32`)."""
+        if self.name in _FOREIGN_FP8:
+            raise TypeError(f"tl.{_FOREIGN_FP8[self.name]} is not an NVIDIA fp8 format: tiles supports "
+                            "tl.float8e4nv and tl.float8e5")
         return _IR_NAMES[self.name]
 
     def to_numpy(self):

@@ -38,6 +38,33 @@ _builtin_range = _builtins.range
 bool_ = int1
 float8e5 = dtype("fp8e5")
 float8e4nv = dtype("fp8e4nv")
+# Named as in Triton for other GPUs and emulation; a kernel using one gets a clear error.
+float8e4b15 = dtype("fp8e4b15")
+float8e4b8 = dtype("fp8e4b8")
+float8e5b16 = dtype("fp8e5b16")
+
+
+class constexpr_type:
+    """The type of a compile-time constant, as Triton names it (`constexpr_type[4]`)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, constexpr_type) and self.value == other.value
+
+    def __hash__(self):
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"constexpr_type[{self.value}]"
+
+
+class slice:
+    """`start:stop:step`, as Triton's language module names it."""
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
 
 
 def builtin(fn):
@@ -690,6 +717,17 @@ def philox(seed, c0, c1, c2, c3, n_rounds=_PHILOX_ROUNDS, _semantic=None):
 
 
 @builtin
+def philox_impl(c0, c1, c2, c3, k0, k1, n_rounds=_PHILOX_ROUNDS, _semantic=None):
+    """`n_rounds` Philox rounds of the uint32 counters `c0..c3` under the key `(k0, k1)`."""
+    xs = [semantic.to_tensor(x) for x in (c0, c1, c2, c3, k0, k1)]
+    if any(x.dtype != uint32 for x in xs):
+        raise TypeError("philox_impl takes uint32 counters and keys (tiles runs the 32-bit Philox), got "
+                        + ", ".join(str(x.dtype) for x in xs))
+    shape = next((x.shape for x in xs if x.shape), ())
+    return _philox_rounds(*[semantic.broadcast_to(x, shape) for x in xs], n_rounds)
+
+
+@builtin
 def randint4x(seed, offset, n_rounds=_PHILOX_ROUNDS, _semantic=None):
     """Four tiles of random uint32, a function of `seed` and each element of `offset`."""
     offset = semantic.to_tensor(offset)
@@ -1027,6 +1065,17 @@ def sort(x, dim=None, descending=False, _semantic=None):
         for sub_ in _builtins.range(stage - 1, -1, -1):
             block = stage if stage < k else None
             y = _compare_exchange(y, d, n, 1 << sub_, block, desc)
+    return y
+
+
+@builtin
+def bitonic_merge(x, dim=None, descending=False, _semantic=None):
+    """The last stage of a bitonic sort along `dim` (the last by default): a bitonic sequence
+    (ascending then descending, or the reverse) comes out sorted."""
+    x, d, n = _pow2_dim(x, dim, "bitonic_merge")
+    y = x
+    for sub_ in _builtins.range(n.bit_length() - 2, -1, -1):
+        y = _compare_exchange(y, d, n, 1 << sub_, None, bool(_v(descending)))
     return y
 
 
