@@ -199,6 +199,73 @@ def test_compile_many_keeps_its_threads_and_may_be_nested(cache_dir):
     assert {f.result().function_name for f in done} == {"binary_kernel"}
 
 
+def _fresh_binary_kernel():
+    # A new JITFunction over the same function: its specialisations start uncompiled.
+    return tiles.jit(binary_kernel.fn)
+
+
+def test_async_compile_mode_compiles_warmups_on_the_executor(cache_dir):
+    # Triton's AsyncCompileMode: warmup returns a FutureKernel at once; leaving the block waits.
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    k = _fresh_binary_kernel()
+    x = tiles.MockTensor(tl.float32, [1024])
+    names = set()
+    orig = k._compile
+
+    def spy(*a, **kw):
+        names.add(threading.current_thread().name)
+        return orig(*a, **kw)
+
+    k._compile = spy
+    ops = ("add", "sub", "mul", "maximum")
+    with ThreadPoolExecutor(4, thread_name_prefix="exec") as pool, tiles.AsyncCompileMode(pool):
+        futs = [k.warmup(x, x, x, 1000, OP=op, BLOCK=256, grid=(4,)) for op in ops]
+        assert all(isinstance(f, tiles.FutureKernel) for f in futs)
+        assert k.warmup(x, x, x, 1000, OP="add", BLOCK=256, grid=(4,)) is futs[0]  # submitted once
+    assert names and all(n.startswith("exec") for n in names)
+    done = [f.result() for f in futs]
+    assert len({c.asm["ptx"] for c in done}) == 4
+    # The compiled kernels are the JITFunction's own now: a warmup outside the block finds them.
+    assert k.warmup(x, x, x, 1000, OP="mul", BLOCK=256, grid=(4,)) is done[2]
+
+
+def test_async_compile_mode_raises_or_ignores_compile_errors(cache_dir):
+    from concurrent.futures import ThreadPoolExecutor
+
+    k = _fresh_binary_kernel()
+    x = tiles.MockTensor(tl.float32, [64])
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(tiles.CompilationError):
+            with tiles.AsyncCompileMode(pool):
+                k.warmup(x, x, x, 64, OP="add", BLOCK=100, grid=(1,))  # arange needs a power of two
+        with tiles.AsyncCompileMode(pool, ignore_errors=True):
+            bad = k.warmup(x, x, x, 64, OP="add", BLOCK=100, grid=(1,))
+            good = k.warmup(x, x, x, 64, OP="add", BLOCK=64, grid=(1,))
+        assert bad.result(ignore_errors=True) is None and good.result().asm["ptx"]
+        with tiles.AsyncCompileMode(pool), pytest.raises(RuntimeError, match="already active"):
+            with tiles.AsyncCompileMode(pool):
+                pass
+
+
+@pytest.mark.gpu
+def test_async_compile_mode_launches_wait_for_their_kernel(rng):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    k = _fresh_binary_kernel()
+    x, y = (torch.from_numpy(rng.standard_normal(1000).astype(np.float32)).cuda() for _ in range(2))
+    out = torch.empty_like(x)
+    with ThreadPoolExecutor(2) as pool, tiles.AsyncCompileMode(pool):
+        k.warmup(x, y, out, 1000, OP="sub", BLOCK=128, grid=(8,))
+        k[(8,)](x, y, out, 1000, OP="add", BLOCK=128)
+        torch.testing.assert_close(out, x + y)
+    k[(8,)](x, y, out, 1000, OP="sub", BLOCK=128)
+    torch.testing.assert_close(out, x - y)
+
+
 @tiles.autotune(configs=[tiles.Config({"BLOCK": 100}), tiles.Config({"BLOCK": 64}, num_warps=2),
                          tiles.Config({"BLOCK": 256}, num_warps=4)], key=["n"], reset_to_zero=["out_ptr"])
 @tiles.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})

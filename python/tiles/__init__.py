@@ -23,10 +23,12 @@ from .errors import (  # noqa: F401
     TilesError,
 )
 from .errors import TilesError as TritonError  # noqa: F401
+from .runtime.async_compile import AsyncCompileMode, FutureKernel  # noqa: F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: F401
 from .runtime.jit import (  # noqa: F401
     JITFunction,
     KernelInterface,  # noqa: F401
+    MockTensor,
     TensorWrapper,
     constexpr_function,
     jit,
@@ -61,4 +63,5 @@ def next_power_of_2(n: int) -> int:
 __all__ = ["autotune", "heuristics", "Config", "testing", "jit", "JITFunction", "compile", "compile_many",
            "CompiledKernel", "CompilationError", "OutOfBoundsError", "InterpreterError", "LaunchError", "constexpr",
            "cdiv", "next_power_of_2", "language", "set_allocator", "tools", "reinterpret",
-           "TensorWrapper", "OutOfResources", "TilesError", "TritonError", "constexpr_function", "must_use_result"]
+           "TensorWrapper", "OutOfResources", "TilesError", "TritonError", "constexpr_function", "must_use_result",
+           "AsyncCompileMode", "FutureKernel", "MockTensor"]

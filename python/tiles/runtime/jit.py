@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import core
 from ..errors import LaunchError
+from . import async_compile
 
 # Float multiply-adds are not contracted to fma unless asked (Triton 3.10's announced default;
 # measured faster here: ptxas schedules the loads of fused code worse, see benchmarks/results).
@@ -125,6 +126,34 @@ def must_use_result(x: Any = None) -> Any:
     return lambda fn: fn
 
 
+class MockTensor:
+    """A stand-in for a device tensor in `kernel.warmup(...)` (Triton's `MockTensor`): a dtype
+    (torch's, or a `tiles.language` one) and a shape, at address 0 (16-byte aligned)."""
+
+    is_cuda = True
+
+    def __init__(self, dtype: Any, shape: Optional[Sequence[int]] = None):
+        self.dtype = dtype
+        self.shape = list(shape) if shape is not None else [1]
+
+    @staticmethod
+    def wrap_dtype(arg: Any) -> Any:
+        """A torch dtype becomes a MockTensor of it; anything else is returned as is."""
+        if type(arg).__name__ == "dtype" and type(arg).__module__ == "torch":
+            return MockTensor(arg)
+        return arg
+
+    def stride(self):
+        out = [1]
+        for n in reversed(self.shape[1:]):
+            out.append(out[-1] * n)
+        return tuple(reversed(out))
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 0
+
+
 class TensorWrapper:
     """A device tensor seen as another dtype (Triton's `reinterpret`): the same memory, the
     kernel's pointer takes `dtype` (a `tiles.language` dtype, e.g. `tl.float8e5`)."""
@@ -175,6 +204,11 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
         if not v.is_cuda:
             raise LaunchError(f"argument '{name}' wraps a CPU tensor; the GPU kernel needs a CUDA tensor")
         return v.data_ptr(), v.dtype.ir
+    if isinstance(v, MockTensor):
+        dt = v.dtype.ir if isinstance(v.dtype, core.dtype) else _TORCH_DTYPES.get(str(v.dtype))
+        if dt is None:
+            raise LaunchError(f"argument '{name}' is a MockTensor of {v.dtype}, which tiles does not support")
+        return 0, dt
     if hasattr(v, "data_ptr") and hasattr(v, "dtype") and hasattr(v, "is_cuda"):  # torch
         if not v.is_cuda:
             raise LaunchError(f"argument '{name}' is a CPU tensor; the GPU kernel needs a CUDA tensor "
@@ -587,6 +621,9 @@ class JITFunction(KernelInterface):
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
         spec = self.cache.get(full_key)
+        if spec is None and async_compile.active_mode() is not None:
+            self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg).result()
+            spec = self.cache[full_key]
         if spec is None:
             with self._lock:
                 spec = self.cache.get(full_key)
@@ -637,9 +674,25 @@ class JITFunction(KernelInterface):
         self._dispatcher.learn(tuple(args), kwargs or None, spec.loaded.handle, spec.threads,
                                spec.loaded.shared, spec.slots, spec.compiled)
 
+    def _submit(self, full_key, info, num_warps: int, num_stages: int, debug: bool, fusion: bool,
+                maxnreg: Optional[int]) -> async_compile.FutureKernel:
+        """This specialisation's compile, on the active AsyncCompileMode's executor."""
+        from . import driver
+
+        def finish(spec: _Specialization):
+            with self._lock:
+                spec = self.cache.setdefault(full_key, spec)
+                if driver.available():
+                    spec.loaded  # noqa: B018 -- loads under the lock, once
+            return spec.compiled
+
+        return async_compile.active_mode().submit(
+            (id(self), full_key), lambda: self._compile(info, num_warps, num_stages, debug, fusion, maxnreg), finish)
+
     def warmup(self, *args, grid=None, **kwargs):
         """Compiles (and, with a GPU, loads) without launching; returns the compiled kernel.
-        Without a GPU it compiles for an H100 (`sm_90a`)."""
+        Without a GPU it compiles for an H100 (`sm_90a`). Inside `AsyncCompileMode` it returns
+        a `FutureKernel` at once (the compile runs on the mode's executor)."""
         opts = self._options(kwargs)
         vals = self.bind(args, kwargs)
         key, info = self._specialize(vals)
@@ -648,6 +701,8 @@ class JITFunction(KernelInterface):
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
+        if full_key not in self.cache and async_compile.active_mode() is not None:
+            return self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg)
         if full_key not in self.cache:
             spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
             from . import driver
