@@ -266,6 +266,31 @@ def test_async_compile_mode_launches_wait_for_their_kernel(rng):
     torch.testing.assert_close(out, x - y)
 
 
+def test_peak_figure_helpers_follow_the_device_properties():
+    import tiles.testing as tt
+    from tiles.runtime import driver
+
+    p = driver.active.utils.get_device_properties(None)
+    assert tt.get_dram_gbps() == pytest.approx(p["mem_clock_rate"] * 2 * p["mem_bus_width"] / 8 / 1e6)
+    clock = 1.5e6  # kHz
+    tf32, fp16, fp8 = (tt.get_max_tensorcore_tflops(d, clock) for d in ("float32", tl.float16, tl.float8e4nv))
+    assert fp16 == pytest.approx(2 * tf32) and fp8 == pytest.approx(4 * tf32)
+    assert tf32 == pytest.approx(p["multiprocessor_count"] * 4 * clock * 256 * 1e-9)
+    assert tt.get_max_simd_tflops("float16", clock) == pytest.approx(2 * tt.get_max_simd_tflops("float32", clock))
+    with pytest.raises(RuntimeError):
+        tt.get_max_tensorcore_tflops("float64", clock)
+
+    ran = []
+
+    @tt.cuda_memcheck(n=3)
+    def check(request=None, n=0):  # without compute-sanitizer on PATH the test runs as is
+        ran.append(n)
+
+    if not __import__("shutil").which("compute-sanitizer"):
+        check(request=None, n=3)
+        assert ran == [3]
+
+
 @tiles.autotune(configs=[tiles.Config({"BLOCK": 100}), tiles.Config({"BLOCK": 64}, num_warps=2),
                          tiles.Config({"BLOCK": 256}, num_warps=4)], key=["n"], reset_to_zero=["out_ptr"])
 @tiles.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})

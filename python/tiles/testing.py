@@ -173,3 +173,121 @@ def assert_close(x, y, atol=None, rtol=None, err_msg=""):
     atol = 1e-2 if atol is None else atol
     rtol = 1e-2 if rtol is None else rtol
     np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=err_msg, equal_nan=True)
+
+
+# -- peak figures and clocks (Triton's helpers of the same names) ------------------------------
+
+
+def nvsmi(attrs: Sequence[str]) -> List[int]:
+    """GPU 0's `nvidia-smi --query-gpu` values for `attrs` (e.g. `["clocks.max.sm"]`), as ints."""
+    import subprocess
+
+    out = subprocess.check_output(["nvidia-smi", "-i", "0", f"--query-gpu={','.join(attrs)}",
+                                   "--format=csv,noheader,nounits"], text=True)
+    return [int(float(v)) for v in out.strip().split(",")]
+
+
+def _properties(device) -> Dict[str, int]:
+    from .runtime import driver
+
+    return driver.active.utils.get_device_properties(device)
+
+
+def get_dram_gbps(device=None) -> float:
+    """Peak DRAM bandwidth in GB/s: two transfers per memory clock over the bus."""
+    p = _properties(device)
+    return p["mem_clock_rate"] * 1e3 * 2 * p["mem_bus_width"] / 8 / 1e9
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "").replace("tl.", "")
+
+
+def _capability_major() -> int:
+    from .runtime import driver
+
+    return driver.capability()[0] if driver.available() else 9
+
+
+def get_max_tensorcore_tflops(dtype, clock_rate, device=None) -> float:
+    """Peak tensor-core TFLOP/s at `clock_rate` (kHz, as `nvsmi(["clocks.max.sm"])[0] * 1e3`):
+    four tensor cores per SM, each doing 256 (tf32), 512 (16-bit) or 1024 (8-bit) ops per clock."""
+    name = _dtype_name(dtype)
+    if _capability_major() < 8:
+        if name != "float16":
+            raise RuntimeError(f"tensor cores before Ampere take float16, not {name}")
+        per_core = 256
+    elif name in ("float32", "int32", "tf32"):
+        per_core = 256
+    elif name in ("float16", "bfloat16", "int16", "fp16", "bf16"):
+        per_core = 512
+    elif name in ("int8", "float8e4nv", "float8e5", "float8e4b15", "fp8e4nv", "fp8e5", "float8_e4m3fn",
+                  "float8_e5m2"):
+        per_core = 1024
+    else:
+        raise RuntimeError(f"no tensor-core rate for {name}")
+    return _properties(device)["multiprocessor_count"] * 4 * clock_rate * per_core * 1e-9
+
+
+def get_max_simd_tflops(dtype, clock_rate, device=None) -> float:
+    """Peak CUDA-core (FMA) TFLOP/s at `clock_rate` (kHz): 32 fp32 or 64 fp16/bf16 ops per clock
+    per SM quarter."""
+    name = _dtype_name(dtype)
+    if name == "float32":
+        per_core = 32
+    elif name == "float16" or name == "bfloat16" and _capability_major() >= 8:
+        per_core = 64
+    else:
+        raise RuntimeError(f"no SIMD rate for {name}")
+    return _properties(device)["multiprocessor_count"] * 4 * clock_rate * per_core * 1e-9
+
+
+def set_gpu_clock(ref_sm_clock: int = 1350, ref_mem_clock: int = 1215):
+    """A context manager that locks GPU 0's SM and memory clocks (MHz) with nvidia-smi (needs the
+    rights to) and yields the (TFLOP/s, GB/s) those clocks give; the clocks are reset after."""
+    import contextlib
+    import subprocess
+
+    @contextlib.contextmanager
+    def locked():
+        smi = ["nvidia-smi", "-i", "0"]
+        try:
+            subprocess.check_output(smi + ["-pm", "1"])
+            subprocess.check_output(smi + [f"--lock-gpu-clocks={ref_sm_clock},{ref_sm_clock}"])
+            subprocess.check_output(smi + [f"--lock-memory-clocks={ref_mem_clock},{ref_mem_clock}"])
+            sm, mem = nvsmi(["clocks.current.sm", "clocks.current.memory"])
+            if abs(sm - ref_sm_clock) >= 10 or abs(mem - ref_mem_clock) >= 10:
+                raise RuntimeError(f"clocks are {sm} / {mem} MHz, not {ref_sm_clock} / {ref_mem_clock}")
+            yield (get_max_tensorcore_tflops("float16", ref_sm_clock * 1e3), get_dram_gbps())
+        finally:
+            subprocess.run(smi + ["-pm", "0"], capture_output=True)
+            subprocess.run(smi + ["-rgc"], capture_output=True)
+            subprocess.run(smi + ["-rmc"], capture_output=True)
+
+    return locked()
+
+
+def cuda_memcheck(**target_kwargs):
+    """Decorates a pytest test so that, for parameters matching `target_kwargs`, it reruns itself
+    under NVIDIA's compute-sanitizer (memcheck) and fails on any error it reports; without the
+    tool it runs the test as is. The test must take pytest's `request` fixture."""
+    import functools
+    import shutil
+    import subprocess
+    import sys
+
+    def decorator(test_fn):
+        @functools.wraps(test_fn)
+        def wrapper(*args, **kwargs):
+            tool = shutil.which("compute-sanitizer")
+            if not tool or os.environ.get("TILES_UNDER_MEMCHECK") or not target_kwargs.items() <= kwargs.items():
+                return test_fn(*args, **kwargs)
+            node = kwargs["request"].node
+            env = dict(os.environ, TILES_UNDER_MEMCHECK="1", PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+            r = subprocess.run([tool, "--tool", "memcheck", sys.executable, "-m", "pytest", "-q", node.nodeid],
+                               capture_output=True, text=True, env=env)
+            assert r.returncode == 0 and "ERROR SUMMARY: 0 errors" in r.stdout, r.stdout[-4000:]
+
+        return wrapper
+
+    return decorator
