@@ -483,6 +483,21 @@ def test_autotune_prune_configs_by_gets_named_args_and_keywords(dev, cache_dir):
     np.testing.assert_allclose(dev.get(out), 3 * x, rtol=1e-6)
 
 
+def test_autotuned_kernel_warmup_compiles_the_pruned_configs(cache_dir):
+    # Triton's Autotuner.warmup: every config pruning keeps, compiled (here without a GPU: for
+    # sm_90a); under AsyncCompileMode they compile on the executor.
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = tiles.MockTensor(tl.float32, [200])
+    done = pruned_kernel.warmup(x, x, 200, SCALE=3.0, grid=(2,))
+    assert len(done) == 1 and "ld.global" in done[0].asm["ptx"]  # 1024 pruned, then the model's top 1
+    with ThreadPoolExecutor(3) as pool, tiles.AsyncCompileMode(pool, ignore_errors=True):
+        futs = tuned_kernel.warmup(x, x, 300, grid=(3,))
+    # BLOCK=100 does not compile (arange needs a power of two); the other two do.
+    results = [f.result(ignore_errors=True) for f in futs]
+    assert results[0] is None and all(r.asm["ptx"] for r in results[1:])
+
+
 @tiles.jit
 def pdl_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

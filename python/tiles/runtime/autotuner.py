@@ -97,8 +97,8 @@ class Autotuner(KernelInterface):
         self.perf_model = prune.get("perf_model")
         self.top_k = prune.get("top_k", 1.0)
         self.early_config_prune = prune.get("early_config_prune")
-        self.warmup = 25 if warmup is None else warmup
-        self.rep = 100 if rep is None else rep
+        self.num_warmups = 25 if warmup is None else warmup  # Triton's attribute names
+        self.num_reps = 100 if rep is None else rep
         self.user_do_bench = do_bench
         self.cache_results = cache_results
         self.cache: Dict[Any, Config] = {}
@@ -182,7 +182,8 @@ class Autotuner(KernelInterface):
 
         _tuning.active = True
         try:
-            bench = self.user_do_bench or (lambda f: do_bench(f, warmup=self.warmup, rep=self.rep, quantiles=(0.5,)))
+            bench = self.user_do_bench or (
+                lambda f: do_bench(f, warmup=self.num_warmups, rep=self.num_reps, quantiles=(0.5,)))
             t = bench(call)
             return float(t[0] if isinstance(t, (list, tuple)) else t)
         except Exception as e:  # a config that does not compile or launch is skipped, not fatal
@@ -237,6 +238,14 @@ class Autotuner(KernelInterface):
         if cfg.pre_hook:
             cfg.pre_hook({**all_args, **cfg.all_kwargs()})
         return self.fn.run(*args, grid=grid, **kwargs, **cfg.all_kwargs())
+
+    def warmup(self, *args, **kwargs):
+        """Compiles every config that pruning keeps for these arguments, without launching or
+        timing (Triton's `Autotuner.warmup`); inside `AsyncCompileMode` they compile in parallel
+        and this returns their `FutureKernel`s."""
+        nargs = dict(zip(self.arg_names, args))
+        meta = {k: v for k, v in kwargs.items() if k != "grid"}  # what run() would hand the pruning
+        return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in self.prune_configs(meta, nargs)]
 
     def warmup_configs(self, *args, **kwargs):
         return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in self.configs]
