@@ -439,3 +439,13 @@ def test_knobs_and_triton_environment_names(monkeypatch):
     assert interpreting(bias_act_kernel)
     monkeypatch.setenv("TILES_INTERPRET", "0")  # tiles' own name wins
     assert not interpreting(bias_act_kernel)
+
+
+def test_extra_cuda_submodules_as_triton_lays_them_out():
+    from tiles.language.extra.cuda.gdc import gdc_launch_dependents, gdc_wait
+    from tiles.language.extra.cuda.utils import globaltimer, num_threads, num_warps, smid
+
+    cuda = tl.extra.cuda
+    assert (gdc_wait, gdc_launch_dependents) == (cuda.gdc_wait, cuda.gdc_launch_dependents)
+    assert (globaltimer, smid, num_warps, num_threads) == (cuda.globaltimer, cuda.smid, cuda.num_warps,
+                                                          cuda.num_threads)

@@ -1193,10 +1193,18 @@ def _extra_modules():
     cuda.gdc_wait, cuda.gdc_launch_dependents = _gdc_wait, _gdc_launch_dependents
     cuda.globaltimer, cuda.smid = _globaltimer, _smid
     cuda.num_warps, cuda.num_threads = _num_warps, _num_threads
+    # Where Triton keeps them: `tl.extra.cuda.gdc.gdc_wait`, `tl.extra.cuda.utils.smid`.
+    gdc = types.ModuleType(cuda.__name__ + ".gdc", "Grid dependency control (programmatic dependent launch).")
+    gdc.gdc_wait, gdc.gdc_launch_dependents = _gdc_wait, _gdc_launch_dependents
+    utils = types.ModuleType(cuda.__name__ + ".utils", "Special registers and launch facts.")
+    utils.globaltimer, utils.smid, utils.num_warps, utils.num_threads = _globaltimer, _smid, _num_warps, _num_threads
+    cuda.gdc, cuda.utils = gdc, utils
     extra.__path__ = []  # a package, so `from tiles.language.extra import libdevice` works
     cuda.__path__ = []
     sys.modules[extra.__name__] = extra
     sys.modules[cuda.__name__] = cuda
+    sys.modules[gdc.__name__] = gdc
+    sys.modules[utils.__name__] = utils
     sys.modules[extra.__name__ + ".libdevice"] = _libdevice
     sys.modules[cuda.__name__ + ".libdevice"] = _libdevice
     # Older Triton had these under tl.math.
