@@ -449,3 +449,17 @@ def test_extra_cuda_submodules_as_triton_lays_them_out():
     assert (gdc_wait, gdc_launch_dependents) == (cuda.gdc_wait, cuda.gdc_launch_dependents)
     assert (globaltimer, smid, num_warps, num_threads) == (cuda.globaltimer, cuda.smid, cuda.num_warps,
                                                           cuda.num_threads)
+
+
+def test_pre_run_hooks_see_every_launch(dev, rng):
+    k = tiles.jit(tuple_args_kernel.fn)
+    seen = []
+    k.add_pre_run_hook(lambda *args, **kwargs: seen.append((len(args), sorted(kwargs))))
+    x = rng.standard_normal(64).astype(np.float32)
+    y = dev.put(np.zeros(64, np.float32))
+    for _ in range(2):
+        k[(1,)]((dev.put(x), y), (2.0, 0), 64, BLOCK=64)
+    assert seen == [(3, ["BLOCK"])] * 2
+    np.testing.assert_allclose(dev.get(y), 2 * x, rtol=1e-6)
+    with pytest.raises(TypeError):
+        k.add_pre_run_hook(3)

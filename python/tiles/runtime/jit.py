@@ -397,6 +397,7 @@ class JITFunction(KernelInterface):
         self.debug = debug
         self.interpret = interpret
         self._src = None
+        self.pre_run_hooks: List[Callable] = []
         self.cache: Dict[Any, _Specialization] = {}
         self._lock = threading.Lock()
         self._dispatcher = None
@@ -442,10 +443,19 @@ class JITFunction(KernelInterface):
                            "or call it from another kernel")
 
     def __getitem__(self, grid) -> Callable:
+        if self.pre_run_hooks:  # the native launch path does not call Python hooks
+            return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
         d = self._dispatcher
         if d is None:
             d = self._make_dispatcher()
         return d[grid]
+
+    def add_pre_run_hook(self, hook: Callable) -> None:
+        """Calls `hook(*args, **kwargs)` with a launch's arguments before each launch (Triton's
+        `JITFunction.add_pre_run_hook`)."""
+        if not callable(hook):
+            raise TypeError(f"a pre-run hook must be callable, got {hook!r}")
+        self.pre_run_hooks.append(hook)
 
     def _make_dispatcher(self):
         from .. import _tiles
@@ -598,6 +608,8 @@ class JITFunction(KernelInterface):
         return _Specialization(compiled, packers, slots)
 
     def run(self, *args, grid, _learn: bool = False, **kwargs):
+        for hook in self.pre_run_hooks:
+            hook(*args, **kwargs)
         orig_kwargs = dict(kwargs) if _learn else None
         opts = self._options(kwargs)
         num_warps = int(opts.get("num_warps") or 4)
