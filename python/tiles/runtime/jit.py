@@ -318,7 +318,7 @@ def _tuple_spec(name: str, v: tuple, path: Tuple[int, ...] = ()):
         keys.append(("s", ety, d))
         types.append(ety)
         leaves.append((at, ety, d))
-    key = (type(v).__qualname__ if _is_namedtuple(v) else "", tuple(keys))
+    key = (type(v) if _is_namedtuple(v) else tuple, tuple(keys))
     return key, "(" + ",".join(types) + ")", leaves, consts
 
 
