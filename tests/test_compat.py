@@ -463,3 +463,22 @@ def test_pre_run_hooks_see_every_launch(dev, rng):
     np.testing.assert_allclose(dev.get(y), 2 * x, rtol=1e-6)
     with pytest.raises(TypeError):
         k.add_pre_run_hook(3)
+
+
+def test_dtype_interface_of_triton(dev):
+    assert (tl.int8.get_int_max_value(), tl.int8.get_int_min_value()) == (127, -128)
+    assert (tl.uint16.get_int_max_value(), tl.uint16.get_int_min_value()) == (65535, 0)
+    assert tl.int1.is_int1() and tl.int1.get_int_max_value() == 1
+    assert [d.codegen_name() for d in (tl.float16, tl.bfloat16, tl.int32, tl.float8e4nv)] == [
+        "float16", "bfloat16", "int32", "float8e4nv"]
+    assert tl.bfloat16.is_standard_floating() and not tl.float8e5.is_standard_floating()
+    assert tl.dtype.is_dtype("fp32") and not tl.dtype.is_dtype("fp33")
+
+    @tiles.jit
+    def k(out_ptr, DT: tl.constexpr):
+        tl.store(out_ptr + tl.arange(0, 2), tl.where(tl.arange(0, 2) == 0, DT.get_int_max_value(),
+                                                      DT.get_int_min_value()))
+
+    out = dev.put(np.zeros(2, np.int32))
+    k[(1,)](out, DT=tl.int16)
+    assert dev.get(out).tolist() == [32767, -32768]

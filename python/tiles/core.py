@@ -8,6 +8,7 @@ compiler and the interpreter share one definition of each op.
 
 from __future__ import annotations
 
+import enum as _enum
 import threading
 from typing import Any, Sequence
 
@@ -110,6 +111,67 @@ class dtype:
 
     def is_block(self) -> bool:
         return False
+
+    # -- the rest of Triton's dtype interface ------------------------------------------------
+    STANDARD_FP_TYPES = ("fp16", "bf16", "fp32", "fp64")
+
+    class SIGNEDNESS(_enum.Enum):
+        SIGNED = 0
+        UNSIGNED = 1
+
+    class KIND(_enum.Enum):
+        BOOLEAN = 0
+        INTEGRAL = 1
+        FLOATING = 2
+
+    def is_int1(self) -> bool:
+        return self.name == "int1"
+
+    def is_fp8e4b8(self) -> bool:
+        return self.name == "fp8e4b8"
+
+    def is_fp8e5b16(self) -> bool:
+        return self.name == "fp8e5b16"
+
+    def is_standard_floating(self) -> bool:
+        return self.name in self.STANDARD_FP_TYPES
+
+    @staticmethod
+    def is_const() -> bool:
+        return False
+
+    @staticmethod
+    def is_void() -> bool:
+        return False
+
+    @staticmethod
+    def is_dtype(type_str: str) -> bool:
+        return type_str in _IR_NAMES or type_str in _FOREIGN_FP8
+
+    def get_int_max_value(self) -> int:
+        if not self.is_int():
+            raise TypeError(f"{self} is not an integer type")
+        bits = self.int_bitwidth
+        return 2 ** (bits - 1) - 1 if self.is_int_signed() else 2**bits - 1
+
+    def get_int_min_value(self) -> int:
+        if not self.is_int():
+            raise TypeError(f"{self} is not an integer type")
+        return -(2 ** (self.int_bitwidth - 1)) if self.is_int_signed() else 0
+
+    def codegen_name(self) -> str:
+        """`float32`, `bfloat16`, `int8`: the name under `tl.`."""
+        if self.name.startswith("fp"):
+            return "float" + self.name[2:]
+        if self.name.startswith("bf"):
+            return "bfloat" + self.name[2:]
+        return self.name
+
+    def cache_key_part(self) -> str:
+        return self.name
+
+    def with_element_ty(self, element_ty: "dtype") -> "dtype":
+        return element_ty
 
     def kind(self) -> int:
         if self.is_bool():
