@@ -482,3 +482,56 @@ def test_dtype_interface_of_triton(dev):
     out = dev.put(np.zeros(2, np.int32))
     k[(1,)](out, DT=tl.int16)
     assert dev.get(out).tolist() == [32767, -32768]
+
+
+@tl.core._aggregate
+class _Cursor:
+    # Triton's aggregate classes (triton.language.core._aggregate): named tensors and constants.
+    ptr: tl.tensor
+    offs: tl.tensor
+    step: tl.constexpr
+
+    def __init__(self, ptr, offs, step):
+        self.ptr = ptr
+        self.offs = offs
+        self.step = step
+
+    @tiles.jit
+    def load(self, n):
+        return tl.load(self.ptr + self.offs, mask=self.offs < n, other=0.0)
+
+    def advanced(self):
+        return _Cursor(self.ptr, self.offs + self.step, self.step)
+
+
+@tiles.jit
+def _sum_from(cur, n, ITERS: tl.constexpr):
+    acc = tl.zeros(cur.offs.shape, tl.float32)
+    for _ in range(ITERS):
+        acc += cur.load(n)
+        cur = cur.advanced()  # an aggregate carried through the loop
+    return acc
+
+
+@tiles.jit
+def aggregate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    cur = _Cursor(x_ptr, tl.arange(0, BLOCK), BLOCK)
+    tl.store(out_ptr + tl.arange(0, BLOCK), _sum_from(cur, n, ITERS))
+
+
+def test_aggregate_classes(dev, rng):
+    x = rng.standard_normal(200).astype(np.float32)
+    out = dev.put(np.zeros(64, np.float32))
+    aggregate_kernel[(1,)](dev.put(x), out, 200, BLOCK=64, ITERS=4)
+    want = np.pad(x, (0, 56)).reshape(4, 64).sum(0)
+    np.testing.assert_allclose(dev.get(out), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(AttributeError, match="no field"):
+        _Cursor(1, 2, 3).other = 4
+
+
+def test_aggregate_classes_compile(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(aggregate_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                      constexprs={"BLOCK": 64, "ITERS": 4}, target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

@@ -533,3 +533,86 @@ tensor.__pos__ = lambda self: self
 tensor.__invert__ = lambda self: __import__("tiles.semantic", fromlist=["x"]).invert(self)
 tensor.__abs__ = lambda self: __import__("tiles.semantic", fromlist=["x"]).abs_(self)
 tensor.__pow__ = lambda self, o: __import__("tiles.semantic", fromlist=["x"]).pow_(self, o)
+
+
+# -- aggregates: Triton's `triton.language.core._aggregate` --------------------------------------
+
+
+class _AggregateMethod:
+    """A @jit method of an aggregate: read from an instance, it is the jit function with the
+    instance bound first (the frontend inlines it so; the interpreter calls it so)."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self.fn
+        import functools
+
+        return functools.partial(self.fn, obj)
+
+
+def _aggregate(cls: type) -> type:
+    """A class of named tensors and constants that kernels build, pass to @jit functions, carry
+    through loops and call @jit methods on (`@tl.core._aggregate class Tile: ptr: tl.tensor`).
+    Fields are the class's annotations; its `__init__` (plain Python, run at compile time) must
+    set each of them."""
+    import inspect
+
+    fields = list(cls.__dict__.get("__annotations__", {}))
+    user_init = cls.__dict__.get("__init__")
+
+    def __init__(self, *args, _semantic=None, _generator=None, **kwargs):
+        if user_init is not None:
+            params = inspect.signature(user_init).parameters
+            extra = {k: v for k, v in (("_semantic", _semantic), ("_generator", _generator)) if k in params}
+            user_init(self, *args, **extra, **kwargs)
+        else:
+            for name, v in zip(fields, args):
+                setattr(self, name, v)
+            for name, v in kwargs.items():
+                setattr(self, name, v)
+        missing = [f for f in fields if f not in self.__dict__]
+        if missing:
+            raise AttributeError(f"the constructor of {cls.__name__} did not set {', '.join(missing)}")
+
+    def __setattr__(self, name, value):
+        if name not in fields:
+            raise AttributeError(f"{cls.__name__} has no field '{name}' (its fields: {', '.join(fields)})")
+        object.__setattr__(self, name, value)
+
+    def _tiles_flatten(self):
+        parts = []
+        for f in fields:
+            v = getattr(self, f)
+            if isinstance(v, tensor):
+                parts.append(v)
+            elif hasattr(v, "_tiles_flatten"):
+                parts.extend(v._tiles_flatten())
+        return parts
+
+    def _tiles_rebuild(self, parts):
+        out = object.__new__(type(self))
+        it = iter(parts)
+        for f in fields:
+            v = getattr(self, f)
+            if isinstance(v, tensor):
+                v = next(it)
+            elif hasattr(v, "_tiles_flatten"):
+                v = v._tiles_rebuild([next(it) for _ in v._tiles_flatten()])
+            object.__setattr__(out, f, v)
+        return out
+
+    def __repr__(self):
+        return f"{cls.__name__}({', '.join(f'{f}={getattr(self, f, None)!r}' for f in fields)})"
+
+    body = {"__init__": __init__, "__setattr__": __setattr__, "_tiles_flatten": _tiles_flatten,
+            "_tiles_rebuild": _tiles_rebuild, "__repr__": __repr__, "_tiles_aggregate_fields": tuple(fields),
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+    for name, member in cls.__dict__.items():
+        if name in body or name.startswith("__"):
+            continue
+        is_jit = hasattr(member, "source") and hasattr(member, "params")  # a @jit function
+        body[name] = _AggregateMethod(member) if is_jit else member
+    return type(cls.__name__, (), body)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import inspect
 import operator
 import textwrap
@@ -883,6 +884,13 @@ class CodeGenerator(ast.NodeVisitor):
     def call(self, node: ast.AST, fn: Any, args: List[Any], kwargs: Dict[str, Any]) -> Any:
         if isinstance(fn, _jit_function_class()):
             return inline_call(fn, self.builder, args, kwargs)
+        if isinstance(fn, functools.partial) and isinstance(fn.func, _jit_function_class()):
+            # A @jit method read from an aggregate: the instance comes first.
+            return inline_call(fn.func, self.builder, list(fn.args) + list(args), {**fn.keywords, **kwargs})
+        if isinstance(fn, type) and hasattr(fn, "_tiles_aggregate_fields"):
+            return fn(*args, **kwargs)  # an aggregate's constructor runs at compile time
+        if hasattr(getattr(fn, "__self__", None), "_tiles_aggregate_fields"):
+            return fn(*args, **kwargs)  # a plain method of an aggregate: Python at compile time
         if getattr(fn, "_tiles_builtin", False) or getattr(getattr(fn, "__func__", None), "_tiles_builtin", False):
             return fn(*args, **kwargs)
         if fn in (builtins.min, builtins.max) and any(_is_tensor(a) for a in args):
