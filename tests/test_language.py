@@ -386,3 +386,38 @@ def test_while_with_a_literal_counter(dev, rng):
     c = np.cumsum(x.astype(np.float32))
     k = int(np.argmax(c > 10.0)) + 1
     np.testing.assert_allclose(dev.get(out), [c[k - 1], k], rtol=1e-5)
+
+
+@tiles.jit
+def mixed_shift_kernel(x_ptr, y_ptr, out_ptr, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(out_ptr + o, tl.load(x_ptr + o) >> tl.load(y_ptr + o))
+
+
+@pytest.mark.parametrize("xt, yt, rt", [(np.int8, np.uint8, np.uint8), (np.int32, np.uint32, np.uint32),
+                                        (np.int16, np.uint32, np.uint32), (np.uint8, np.int16, np.int16),
+                                        (np.int64, np.int8, np.int64)])
+def test_right_shift_follows_the_left_operands_signedness(dev, rng, xt, yt, rt):
+    # As Triton: int8 >> uint8 is uint8, shifted arithmetically (the left operand was signed).
+    n = 64
+    info = np.iinfo(xt)
+    x = rng.integers(info.min, info.max, n, dtype=np.int64).astype(xt)
+    y = rng.integers(0, 8 * np.dtype(xt).itemsize, n).astype(yt)
+    out = dev.put(np.zeros(n, rt))
+    mixed_shift_kernel[(1,)](dev.put(x), dev.put(y), out, N=n)
+    bits = x.astype(rt)
+    if np.dtype(xt).kind == "i":
+        signed = np.dtype(f"i{np.dtype(rt).itemsize}")
+        want = (bits.view(signed) >> y.astype(signed)).view(rt)
+    else:
+        want = bits >> y.astype(rt)
+    np.testing.assert_array_equal(dev.get(out), want)
+
+
+def test_right_shift_of_mixed_signedness_assembles(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(mixed_shift_kernel, signature={"x_ptr": "*i8", "y_ptr": "*u8", "out_ptr": "*u8"},
+                      constexprs={"N": 64}, target="sm_90a")
+    assert "shr.s16" in k.asm["ptx"] or "shr.s32" in k.asm["ptx"]  # arithmetic, on the bits
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

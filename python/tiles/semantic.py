@@ -458,7 +458,14 @@ def shl(a, b):
 
 
 def shr(a, b):
-    return _bitwise("shr", a, b)
+    # As in Triton, the left operand's own signedness picks the shift: a signed value shifted by a
+    # wider-or-equal unsigned amount is promoted to unsigned, yet still shifted arithmetically.
+    left_signed = not _is_literal(a) and isinstance(a, tensor) and a.dtype.is_int_signed()
+    x, y = binary_operands(a, b)
+    if left_signed and x.dtype.is_int_unsigned():
+        signed = core.dtype_from_ir(f"i{x.dtype.primitive_bitwidth}")
+        return bitcast(_bitwise("shr", bitcast(x, signed), bitcast(y, signed)), x.dtype)
+    return _bitwise("shr", x, y)
 
 
 def logical_and(a, b):
