@@ -421,3 +421,44 @@ def test_right_shift_of_mixed_signedness_assembles(ptxas):
                       constexprs={"N": 64}, target="sm_90a")
     assert "shr.s16" in k.asm["ptx"] or "shr.s32" in k.asm["ptx"]  # arithmetic, on the bits
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def nan_minmax_kernel(x_ptr, y_ptr, out_ptr, N: tl.constexpr):
+    o = tl.arange(0, N)
+    x = tl.load(x_ptr + o)
+    y = tl.load(y_ptr + o)
+    tl.store(out_ptr + o, tl.maximum(x, y))
+    tl.store(out_ptr + N + o, tl.maximum(x, y, propagate_nan=tl.PropagateNan.ALL))
+    tl.store(out_ptr + 2 * N + o, tl.minimum(x, y, propagate_nan=tl.PropagateNan.ALL))
+    tl.store(out_ptr + 3 * N + o, tl.clamp(x, -1.0, 1.0))
+    tl.store(out_ptr + 4 * N + o, tl.clamp(x, -1.0, 1.0, propagate_nan=tl.PropagateNan.ALL))
+    h = x.to(tl.float16)
+    # As Triton: Python float bounds and addends are fp32 tensors, so fp16 math promotes.
+    tl.static_assert(tl.clamp(h, -1.0, 1.0).dtype == tl.float32)
+    tl.static_assert(tl.fma(h, h, 1.0).dtype == tl.float32)
+    tl.static_assert(tl.maximum(h, 1.0).dtype == tl.float16)
+
+
+def test_nan_propagation_of_min_max_clamp(dev, rng):
+    n = 64
+    x = rng.standard_normal(n).astype(np.float32) * 3
+    y = rng.standard_normal(n).astype(np.float32) * 3
+    x[::5] = np.nan
+    y[::7] = np.nan
+    out = dev.put(np.zeros(5 * n, np.float32))
+    nan_minmax_kernel[(1,)](dev.put(x), dev.put(y), out, N=n)
+    got = dev.get(out).reshape(5, n)
+    np.testing.assert_array_equal(got[0], np.fmax(x, y))  # PropagateNan.NONE: the other operand
+    np.testing.assert_array_equal(got[1], np.maximum(x, y))  # ALL: NaN wins
+    np.testing.assert_array_equal(got[2], np.minimum(x, y))
+    np.testing.assert_array_equal(got[3], np.clip(np.nan_to_num(x, nan=-1.0), -1, 1))
+    np.testing.assert_array_equal(got[4], np.clip(x, -1, 1))
+
+
+def test_nan_propagation_assembles(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(nan_minmax_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"},
+                      constexprs={"N": 64}, target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

@@ -199,20 +199,21 @@ def where(condition, x, y, _semantic=None):
 
 @builtin
 def maximum(x, y, propagate_nan=PropagateNan.NONE, _semantic=None):
-    """Elementwise maximum."""
-    return semantic.maximum(x, y)
+    """Elementwise maximum; with `propagate_nan=tl.PropagateNan.ALL` a NaN operand gives NaN."""
+    return semantic.maximum(x, y, _v(propagate_nan) == PropagateNan.ALL)
 
 
 @builtin
 def minimum(x, y, propagate_nan=PropagateNan.NONE, _semantic=None):
-    """Elementwise minimum."""
-    return semantic.minimum(x, y)
+    """Elementwise minimum; with `propagate_nan=tl.PropagateNan.ALL` a NaN operand gives NaN."""
+    return semantic.minimum(x, y, _v(propagate_nan) == PropagateNan.ALL)
 
 
 @builtin
 def clamp(x, min, max, propagate_nan=PropagateNan.NONE, _semantic=None):
-    """`min(max(x, min), max)` elementwise."""
-    return semantic.clamp(x, min, max)
+    """`min(max(x, min), max)` elementwise; with `propagate_nan=tl.PropagateNan.ALL` a NaN `x`
+    stays NaN."""
+    return semantic.clamp(x, min, max, _v(propagate_nan) == PropagateNan.ALL)
 
 
 @builtin

@@ -476,8 +476,9 @@ def erfcx(x, _semantic=None):
 
 @_export
 def saturatef(x, _semantic=None):
-    """Clamps to [0, 1]."""
-    return semantic.clamp(x, 0.0, 1.0)
+    """Clamps to [0, 1] (in `x`'s own type)."""
+    x = semantic.to_tensor(x)
+    return semantic.clamp(x, semantic.full((), 0.0, x.dtype), semantic.full((), 1.0, x.dtype))
 
 
 # -- classification and bits ----------------------------------------------------------------------

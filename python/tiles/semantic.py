@@ -534,21 +534,40 @@ def where(cond: Any, x: Any, y: Any) -> tensor:
     return make(_be().select(cond, x, y), x.dtype, shape)
 
 
-def maximum(a: Any, b: Any) -> tensor:
+def _keep_nan(r: tensor, *xs: tensor) -> tensor:
+    """`r`, except where one of `xs` is NaN: that NaN (`PropagateNan.ALL`)."""
+    for x in reversed(xs):
+        r = where(not_equal(x, x), x, r)
+    return r
+
+
+def maximum(a: Any, b: Any, propagate_nan: bool = False) -> tensor:
     a, b = binary_operands(a, b)
-    return _binary("max", a, b)
+    r = _binary("max", a, b)
+    return _keep_nan(r, a, b) if propagate_nan and r.dtype.is_floating() else r
 
 
-def minimum(a: Any, b: Any) -> tensor:
+def minimum(a: Any, b: Any, propagate_nan: bool = False) -> tensor:
     a, b = binary_operands(a, b)
-    return _binary("min", a, b)
+    r = _binary("min", a, b)
+    return _keep_nan(r, a, b) if propagate_nan and r.dtype.is_floating() else r
 
 
-def clamp(x: Any, lo: Any, hi: Any) -> tensor:
-    return minimum(maximum(x, lo), hi)
+def clamp(x: Any, lo: Any, hi: Any, propagate_nan: bool = False) -> tensor:
+    # As Triton: the bounds become tensors first (a Python float is fp32, so an fp16 `x` clamps in
+    # fp32), bf16 computes in fp32, and only `x`'s NaN propagates (PropagateNan.ALL).
+    x, lo, hi = (to_tensor(v) for v in (x, lo, hi))
+    x, lo, hi = (cast(v, core.float32) if v.dtype.is_bf16() else v for v in (x, lo, hi))
+    lo, hi = binary_operands(lo, hi)
+    x, lo = binary_operands(x, lo)
+    x, hi = binary_operands(x, hi)
+    r = minimum(maximum(x, lo), hi)
+    return _keep_nan(r, x) if propagate_nan and r.dtype.is_floating() else r
 
 
 def fma(a: Any, b: Any, c: Any) -> tensor:
+    # As Triton: every operand a tensor first (a Python float is fp32), then promoted in pairs.
+    a, b, c = (to_tensor(v) for v in (a, b, c))
     a, b = binary_operands(a, b)
     a, c = binary_operands(a, c)
     b, c = binary_operands(b, c)
