@@ -186,7 +186,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// number of elements apart. One index is computed per class of coordinates and the others
     /// are constant offsets from it: fewer address instructions, and LLVM's load-store
     /// vectorizer sees one base with constant offsets instead of comparing every pair of
-    /// addresses through scalar evolution (a quarter of an unaligned attention's LLVM time).
+    /// addresses through scalar evolution (a sixth of an unaligned attention's LLVM time).
     /// Coordinates whose thread could reach past the tile (where the index wraps) get their
     /// own index.
     pub fn smem_ptrs_of_regs<'c>(
