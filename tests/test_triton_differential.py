@@ -1,7 +1,8 @@
-"""The same kernels under Triton's interpreter and tiles' interpreter, where Triton is installed:
-result dtypes and values of binary operators (tensor, literal and runtime-scalar operands),
-reductions and casts over the integer and float dtypes. Triton's interpreter emulates bf16 and
-NaN-propagating min/max with numpy, unlike its compiled kernels, so neither is compared here."""
+"""The same kernels under Triton and tiles, where Triton is installed: result dtypes and values of
+binary operators (tensor, literal and runtime-scalar operands), reductions and casts over the
+integer and float dtypes, in both interpreters and, with a GPU, compiled by both (then also with
+NaN, infinities, out-of-range casts and oversized shifts). Triton's interpreter emulates bf16 and
+NaN-propagating min/max with numpy, unlike its compiled kernels, so neither is compared there."""
 
 from __future__ import annotations
 
@@ -76,10 +77,19 @@ N = 16
 rng = np.random.default_rng(int(sys.argv[3]))
 
 
+DEV = sys.argv[4]
+EDGES = DEV == "cuda"  # NaN, infinities, out-of-range casts, oversized shifts: compiled kernels only
+
+
 def values(dt, low, high):
     if dt.startswith("float"):
-        return torch.tensor(rng.uniform(low, high, N), dtype=getattr(torch, dt))
-    return torch.tensor(rng.integers(max(low, 0) if dt.startswith("uint") else low, high, N)).to(getattr(torch, dt))
+        return torch.tensor(rng.uniform(low, high, N), dtype=getattr(torch, dt)).to(DEV)
+    return torch.tensor(rng.integers(max(low, 0) if dt.startswith("uint") else low, high, N)).to(
+        getattr(torch, dt)).to(DEV)
+
+
+def zeros(n):
+    return torch.zeros(n, dtype=torch.float64, device=DEV)
 
 
 out = {}
@@ -91,7 +101,7 @@ def run(key, fn):
         with contextlib.redirect_stdout(buf):
             o = fn()
         seen = [l.split("DTYPE")[-1].strip() for l in buf.getvalue().splitlines() if "DTYPE" in l]
-        out[key] = [seen[-1].replace("tl.", "").replace("triton.language.", "") if seen else "", o.tolist()]
+        out[key] = [seen[-1].replace("tl.", "").replace("triton.language.", "") if seen else "", o.cpu().tolist()]
     except Exception as e:
         out[key] = ["error", type(e).__name__]
 
@@ -103,49 +113,67 @@ for a, b, op in itertools.product(INTS + FLOATS, INTS + FLOATS, ["+", "-", "*", 
         continue
     x = values(a, -100, 100)
     y = values(b, 1, 8) if op in ("/", "//", "%", "<<", ">>") else values(b, -100, 100)
-    o = torch.zeros(N, dtype=torch.float64)
+    o = zeros(N)
     run(f"{a} {op} {b}", lambda: (binary[(1,)](x, y, 0, o, op, N), o)[1])
 for a, (sn, s), op in itertools.product(INTS + FLOATS, [("int", 7), ("neg", -3), ("big", 2 ** 40)],
                                         ["+1", "*0.5", "/2", "+big", "+s", "s*"]):
     if sn != "int" and op not in ("+s", "s*"):
         continue
     x = values(a, 1, 100)
-    o = torch.zeros(N, dtype=torch.float64)
+    o = zeros(N)
     run(f"{a} {op} {sn}", lambda: (binary[(1,)](x, x, s, o, op, N), o)[1])
 for a, op in itertools.product(INTS + FLOATS, ["sum", "max", "argmax", "argmin", "xor_sum", "cumsum"]):
     if op == "xor_sum" and a.startswith("float"):
         continue
     x = values(a, -100, 100).round() if a.startswith("float") else values(a, -100, 100)  # exact sums
     x[3] = x[11] = x.to(torch.float64).max().to(x.dtype)  # a tie for argmax
-    o = torch.zeros(1, dtype=torch.float64)
+    o = zeros(1)
     run(f"{op}({a})", lambda: (reduce[(1,)](x, o, op, N), o)[1])
 for a, b in itertools.product(INTS + FLOATS, INTS + FLOATS):
     x = values(a, 0 if b.startswith("uint") else -100, 100)  # values every type holds
-    o = torch.zeros(N, dtype=torch.float64)
+    o = zeros(N)
     run(f"{a}.to({b})", lambda: (cast[(1,)](x, o, getattr(tl, b), N), o)[1])
+if EDGES:
+    for a, b in itertools.product(FLOATS, INTS):
+        x = values(a, -1000, 1000)
+        x[0], x[1], x[2], x[3] = float("nan"), float("inf"), -float("inf"), 60000.0
+        o = zeros(N)
+        run(f"{a}.to({b}), out of range", lambda: (cast[(1,)](x, o, getattr(tl, b), N), o)[1])
+    for a in INTS:
+        x = values(a, -100, 100)
+        y = torch.full((N,), 8 * x.element_size() + 3, dtype=torch.int64).to(x.dtype).to(DEV)
+        o = zeros(N)
+        run(f"{a} << oversized", lambda: (binary[(1,)](x, y, 0, o, "<<", N), o)[1])
+        run(f"{a} >> oversized", lambda: (binary[(1,)](x, y, 0, o, ">>", N), o)[1])
+    for a, op in itertools.product(FLOATS, ["max", "+", "<"]):
+        x, y = values(a, -10, 10), values(a, -10, 10)
+        x[::3] = float("nan")
+        o = zeros(N)
+        run(f"{a} {op} NaN", lambda: (binary[(1,)](x, y, 0, o, op, N), o)[1])
 json.dump(out, open(sys.argv[2], "w"))
 '''
 
 
-def _run(tmp_path, mod: str, seed: int) -> dict:
+def _run(tmp_path, mod: str, seed: int, device: str = "cpu") -> dict:
     script = tmp_path / "kernels.py"
     script.write_text(KERNELS)
     result = tmp_path / f"{mod}.json"
-    env = dict(os.environ, TRITON_INTERPRET="1", TILES_INTERPRET="1")
-    r = subprocess.run([sys.executable, str(script), mod, str(result), str(seed)], capture_output=True, text=True,
-                       env=env, timeout=600)
+    env = dict(os.environ)
+    if device == "cpu":
+        env.update(TRITON_INTERPRET="1", TILES_INTERPRET="1")
+    else:
+        for v in ("TRITON_INTERPRET", "TILES_INTERPRET"):
+            env.pop(v, None)
+    r = subprocess.run([sys.executable, str(script), mod, str(result), str(seed), device], capture_output=True,
+                       text=True, env=env, timeout=600)
     if r.returncode:
         if mod == "triton":
-            pytest.skip(f"Triton's interpreter did not run: {r.stderr[-300:]}")
+            pytest.skip(f"Triton did not run: {r.stderr[-300:]}")
         raise AssertionError(r.stderr[-3000:])
     return json.loads(result.read_text())
 
 
-def test_operators_reductions_and_casts_match_tritons_interpreter(tmp_path, rng):
-    pytest.importorskip("torch")
-    pytest.importorskip("triton")
-    seed = int(rng.integers(1 << 30))
-    theirs, ours = _run(tmp_path, "triton", seed), _run(tmp_path, "tiles", seed)
+def _compare(theirs: dict, ours: dict) -> None:
     assert theirs.keys() == ours.keys() and len(ours) > 1000
     bad = []
     for key in theirs:
@@ -156,7 +184,7 @@ def test_operators_reductions_and_casts_match_tritons_interpreter(tmp_path, rng)
             bad.append(f"{key}: dtype {t_dt} (Triton) vs {o_dt}")
             continue
         t, o = np.array(t_val), np.array(o_val)
-        if t_dt.startswith("uint") or t_dt.startswith("u"):
+        if t_dt.startswith("uint"):
             # Triton's interpreter keeps a signed numpy array under an unsigned type after an
             # arithmetic shift (int8 >> uint8); the bits are the same.
             bits = int("".join(ch for ch in t_dt if ch.isdigit()))
@@ -166,3 +194,19 @@ def test_operators_reductions_and_casts_match_tritons_interpreter(tmp_path, rng)
             bad.append(f"{key}: value {t[i]} (Triton) vs {o[i]}")
     assert not bad, f"{len(bad)} differences:\n" + "\n".join(bad[:40])
 
+
+def test_operators_reductions_and_casts_match_tritons_interpreter(tmp_path, rng):
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    seed = int(rng.integers(1 << 30))
+    _compare(_run(tmp_path, "triton", seed), _run(tmp_path, "tiles", seed))
+
+
+@pytest.mark.gpu
+def test_compiled_kernels_match_tritons_on_the_gpu(tmp_path, rng):
+    # Both compilers' kernels on the GPU, with NaN, infinities, out-of-range casts and oversized
+    # shifts too.
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    seed = int(rng.integers(1 << 30))
+    _compare(_run(tmp_path, "triton", seed, "cuda"), _run(tmp_path, "tiles", seed, "cuda"))
