@@ -126,13 +126,18 @@ def import_ms(mod: str, reps=5):
     return statistics.median(out)
 
 
-def threads_speedup(k_threads: int, reps: int = 3):
-    """K equal layernorm compiles one after another, then on K threads (best of `reps`)."""
+def _layernorm_job():
     import tiles
 
     m = load("tiles")
     name, sig, cx, warps = KERNELS["layernorm"]
-    jobs = [dict(fn=getattr(m, name), signature=sig, constexprs=cx, num_warps=warps) for _ in range(k_threads)]
+    return tiles, dict(fn=getattr(m, name), signature=sig, constexprs=cx, num_warps=warps)
+
+
+def threads_speedup(k_threads: int, reps: int = 3):
+    """K equal layernorm compiles one after another, then on K threads (best of `reps`)."""
+    tiles, job = _layernorm_job()
+    jobs = [job] * k_threads
     seq, par = [], []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -143,14 +148,6 @@ def threads_speedup(k_threads: int, reps: int = 3):
         tiles.compile_many(jobs, max_workers=k_threads)
         par.append(time.perf_counter() - t0)
     return min(seq) / min(par)
-
-
-def _layernorm_job():
-    import tiles
-
-    m = load("tiles")
-    name, sig, cx, warps = KERNELS["layernorm"]
-    return tiles, dict(fn=getattr(m, name), signature=sig, constexprs=cx, num_warps=warps)
 
 
 def _process_compiles(barrier, results, n):

@@ -26,8 +26,7 @@ def numpy_dtype(dt) -> np.dtype:
         if _BF16 is None:
             raise TypeError("bf16 needs the ml_dtypes package")
         return _BF16
-    if dt.name not in _MAP and dt.name not in ("fp8e5", "fp8e4nv"):
-        _ = dt.ir  # raises the reason (an fp8 format of other GPUs)
+    dt.refuse_foreign()
     if dt.name in ("fp8e5", "fp8e4nv"):
         if dt.name not in _FP8:
             raise TypeError("fp8 needs the ml_dtypes package")

@@ -9,6 +9,7 @@ compiler and the interpreter share one definition of each op.
 from __future__ import annotations
 
 import enum as _enum
+import functools
 import threading
 from typing import Any, Sequence
 
@@ -199,12 +200,16 @@ class dtype:
     def scalar(self) -> "dtype":
         return self
 
-    @property
-    def ir(self) -> str:
-        """The IR's spelling (`i32`, `fp16`, `*fp32`)."""
+    def refuse_foreign(self) -> None:
+        """Raises for the fp8 formats tiles only names (those of other GPUs)."""
         if self.name in _FOREIGN_FP8:
             raise TypeError(f"tl.{_FOREIGN_FP8[self.name]} is not an NVIDIA fp8 format: tiles supports "
                             "tl.float8e4nv and tl.float8e5")
+
+    @property
+    def ir(self) -> str:
+        """The IR's spelling (`i32`, `fp16`, `*fp32`)."""
+        self.refuse_foreign()
         return _IR_NAMES[self.name]
 
     def to_numpy(self):
@@ -546,11 +551,7 @@ class _AggregateMethod:
         self.fn = fn
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        if obj is None:
-            return self.fn
-        import functools
-
-        return functools.partial(self.fn, obj)
+        return self.fn if obj is None else functools.partial(self.fn, obj)
 
 
 def _aggregate(cls: type) -> type:
@@ -562,11 +563,11 @@ def _aggregate(cls: type) -> type:
 
     fields = list(cls.__dict__.get("__annotations__", {}))
     user_init = cls.__dict__.get("__init__")
+    init_params = inspect.signature(user_init).parameters if user_init is not None else {}
 
     def __init__(self, *args, _semantic=None, _generator=None, **kwargs):
         if user_init is not None:
-            params = inspect.signature(user_init).parameters
-            extra = {k: v for k, v in (("_semantic", _semantic), ("_generator", _generator)) if k in params}
+            extra = {k: v for k, v in (("_semantic", _semantic), ("_generator", _generator)) if k in init_params}
             user_init(self, *args, **extra, **kwargs)
         else:
             for name, v in zip(fields, args):

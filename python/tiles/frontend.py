@@ -1038,7 +1038,7 @@ def _tuple_param(builder, name: str, ty: str, specialization: Dict[str, int], co
     `name_1_0`, ...), a Python tuple (or the argument's NamedTuple class) in the kernel body.
     Constant elements (`constexpr` in the type) take their values from `constexprs` under
     dotted names (`name.1.0`), as does a NamedTuple's class (`name.1.__class__`)."""
-    from .runtime.jit import tuple_path_name
+    from .runtime.jit import tuple_constant_in_kernel, tuple_path_name
 
     here = tuple_path_name(name, path)
     try:
@@ -1056,8 +1056,7 @@ def _tuple_param(builder, name: str, ty: str, specialization: Dict[str, int], co
             if key not in constexprs:
                 raise CompilationError(f"parameter '{name}' element {key} is constexpr but has no value", src.file,
                                        src.first_line)
-            v = constexprs[key]
-            out.append(v if v is None or callable(v) and not isinstance(v, core.dtype) else constexpr(v))
+            out.append(tuple_constant_in_kernel(constexprs[key]))
             continue
         try:
             dt = core.dtype_from_ir(_normalize_type(et))

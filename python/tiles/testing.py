@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -242,29 +243,25 @@ def get_max_simd_tflops(dtype, clock_rate, device=None) -> float:
     return _properties(device)["multiprocessor_count"] * 4 * clock_rate * per_core * 1e-9
 
 
+@contextlib.contextmanager
 def set_gpu_clock(ref_sm_clock: int = 1350, ref_mem_clock: int = 1215):
-    """A context manager that locks GPU 0's SM and memory clocks (MHz) with nvidia-smi (needs the
-    rights to) and yields the (TFLOP/s, GB/s) those clocks give; the clocks are reset after."""
-    import contextlib
+    """Locks GPU 0's SM and memory clocks (MHz) with nvidia-smi (needs the rights to) and yields
+    the (TFLOP/s, GB/s) those clocks give; the clocks are reset after."""
     import subprocess
 
-    @contextlib.contextmanager
-    def locked():
-        smi = ["nvidia-smi", "-i", "0"]
-        try:
-            subprocess.check_output(smi + ["-pm", "1"])
-            subprocess.check_output(smi + [f"--lock-gpu-clocks={ref_sm_clock},{ref_sm_clock}"])
-            subprocess.check_output(smi + [f"--lock-memory-clocks={ref_mem_clock},{ref_mem_clock}"])
-            sm, mem = nvsmi(["clocks.current.sm", "clocks.current.memory"])
-            if abs(sm - ref_sm_clock) >= 10 or abs(mem - ref_mem_clock) >= 10:
-                raise RuntimeError(f"clocks are {sm} / {mem} MHz, not {ref_sm_clock} / {ref_mem_clock}")
-            yield (get_max_tensorcore_tflops("float16", ref_sm_clock * 1e3), get_dram_gbps())
-        finally:
-            subprocess.run(smi + ["-pm", "0"], capture_output=True)
-            subprocess.run(smi + ["-rgc"], capture_output=True)
-            subprocess.run(smi + ["-rmc"], capture_output=True)
-
-    return locked()
+    smi = ["nvidia-smi", "-i", "0"]
+    try:
+        subprocess.check_output(smi + ["-pm", "1"])
+        subprocess.check_output(smi + [f"--lock-gpu-clocks={ref_sm_clock},{ref_sm_clock}"])
+        subprocess.check_output(smi + [f"--lock-memory-clocks={ref_mem_clock},{ref_mem_clock}"])
+        sm, mem = nvsmi(["clocks.current.sm", "clocks.current.memory"])
+        if abs(sm - ref_sm_clock) >= 10 or abs(mem - ref_mem_clock) >= 10:
+            raise RuntimeError(f"clocks are {sm} / {mem} MHz, not {ref_sm_clock} / {ref_mem_clock}")
+        yield (get_max_tensorcore_tflops("float16", ref_sm_clock * 1e3), get_dram_gbps())
+    finally:
+        subprocess.run(smi + ["-pm", "0"], capture_output=True)
+        subprocess.run(smi + ["-rgc"], capture_output=True)
+        subprocess.run(smi + ["-rmc"], capture_output=True)
 
 
 def cuda_memcheck(**target_kwargs):

@@ -700,8 +700,8 @@ def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
 def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
     """A (nested, possibly named) tuple argument as the kernel body sees it: arrays become
     pointers, numbers scalars, constant elements (None, constexpr, functions) stay constants."""
-    from ..core import constexpr, pointer_type, tensor
-    from .jit import _is_namedtuple, _scalar_type, tuple_constant
+    from ..core import pointer_type, tensor
+    from .jit import _is_namedtuple, _scalar_type, tuple_constant, tuple_constant_in_kernel
 
     elems = []
     for j, e in enumerate(v):
@@ -712,7 +712,7 @@ def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
             continue
         const, cv = tuple_constant(e)
         if const:
-            elems.append(cv if cv is None or callable(cv) and not isinstance(cv, core.dtype) else constexpr(cv))
+            elems.append(tuple_constant_in_kernel(cv))
             continue
         if getattr(e, "is_cuda", False) and hasattr(e, "cpu"):
             host = e.detach().cpu()

@@ -271,6 +271,12 @@ def tuple_constant(e: Any) -> Tuple[bool, Any]:
     return False, None
 
 
+def tuple_constant_in_kernel(v: Any) -> Any:
+    """How a tuple argument's constant element appears in the kernel body (compiled or
+    interpreted): None and functions as they are, other values as `tl.constexpr`."""
+    return v if v is None or callable(v) and not isinstance(v, core.dtype) else core.constexpr(v)
+
+
 def tuple_path_name(name: str, path: Sequence[int]) -> str:
     """`t.1.0`: how signatures, specialisations and constexprs name an element of tuple `t`."""
     return name + "".join(f".{j}" for j in path)
@@ -692,14 +698,19 @@ class JITFunction(KernelInterface):
         from . import driver
 
         def finish(spec: _Specialization):
-            with self._lock:
-                spec = self.cache.setdefault(full_key, spec)
-                if driver.available():
-                    spec.loaded  # noqa: B018 -- loads under the lock, once
-            return spec.compiled
+            return self._keep(full_key, spec, load=driver.available()).compiled
 
         return async_compile.active_mode().submit(
             (id(self), full_key), lambda: self._compile(info, num_warps, num_stages, debug, fusion, maxnreg), finish)
+
+    def _keep(self, full_key, spec: _Specialization, load: bool) -> _Specialization:
+        """Caches a compiled specialisation (the first one kept wins) and, if `load`, loads it
+        now, under the lock: whatever would keep it from running shows here."""
+        with self._lock:
+            spec = self.cache.setdefault(full_key, spec)
+            if load:
+                spec.loaded  # noqa: B018 -- loads once
+        return spec
 
     def warmup(self, *args, grid=None, **kwargs):
         """Compiles (and, with a GPU, loads) without launching; returns the compiled kernel.
@@ -716,12 +727,10 @@ class JITFunction(KernelInterface):
         if full_key not in self.cache and async_compile.active_mode() is not None:
             return self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg)
         if full_key not in self.cache:
-            spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
             from . import driver
 
-            if driver.available():
-                spec.loaded  # noqa: B018 -- load now: what would keep it from running shows here
-            self.cache[full_key] = spec
+            self._keep(full_key, self._compile(info, num_warps, num_stages, debug, fusion, maxnreg),
+                       load=driver.available())
         return self.cache[full_key].compiled
 
 
