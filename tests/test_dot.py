@@ -347,6 +347,31 @@ def test_attention_forward_assembles_without_spills(ptxas, target):
     assert "0 bytes spill stores" in report, report
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_second_dot_stays_in_flight(ptxas, causal):
+    # The probabilities-times-values dot is left running into the next iteration (as Triton's
+    # pipeliner leaves it): one `wgmma.wait_group 1` after it, a barrier before the ring refills,
+    # and ptxas keeps the instructions asynchronous (no serialisation report, no spills).
+    from test_compile import assemble
+
+    if causal:
+        fn, n = causal_attention_kernel, "n_ctx"
+        scale = "qk_scale"
+    else:
+        fn, n = attention_fwd_kernel, "seq_len"
+        scale = "sm_scale"
+    sig = {"q_ptr": "*fp16:16", "k_ptr": "*fp16:16", "v_ptr": "*fp16:16", "o_ptr": "*fp16:16", n: "i32:16",
+           scale: "fp32"}
+    ptx = tiles.compile(fn, signature=sig, constexprs={"D": 64, "BLOCK_M": 128, "BLOCK_N": 64}, target="sm_90a",
+                        num_warps=8, num_stages=3).asm["ptx"]
+    loop = ptx[ptx.index("wgmma.fence"):]
+    assert loop.count("wgmma.wait_group.sync.aligned 1;") == 1
+    after = loop[loop.index("wgmma.wait_group.sync.aligned 1;"):]
+    assert after.index("bar.sync") < after.index("cp.async.cg.shared.global")
+    report = assemble(ptxas, ptx, "sm_90a")
+    assert "serialized" not in report and "0 bytes spill stores" in report, report
+
+
 def test_attention_ptx_is_the_same_in_every_process():
     # The wgmma path once ordered register fragments by a HashMap's iteration, so the PTX (and
     # what a user debugs) changed from process to process. Compile-only, three fresh processes.

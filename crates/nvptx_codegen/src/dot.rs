@@ -121,11 +121,12 @@ impl<'ctx> Lowering<'ctx, '_> {
         let out = match (&self.func.layouts[lc], &src_a, &src_b) {
             (Layout::Mma(m), _, Src::Smem(tb)) if m.version == 3 => {
                 let tb = *tb;
-                // The group stays in flight past an async dot (its predecessor, whose ring
-                // slots the copies after this dot refill, is done in every warpgroup after
-                // the barrier); other dots wait for their own group.
-                let async_dot = self.async_dots.contains(&op);
-                let out = self.dot_wgmma(a, c, &src_a, &tb, u32::from(async_dot))?;
+                // The group stays in flight past an async or deferred dot (the group before
+                // it, whose ring slots the copies after this dot refill, is done in every
+                // warpgroup after the barrier); other dots wait for their own group.
+                let deferred = self.deferred.contains(&op);
+                let async_dot = self.async_dots.contains(&op) || deferred;
+                let out = self.dot_wgmma(a, c, &src_a, &tb, u32::from(async_dot), deferred)?;
                 self.vals.insert(data.results[0], out);
                 if async_dot {
                     self.barrier_sync()?;
@@ -142,6 +143,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.smem_busy = true;
         }
         self.vals.insert(data.results[0], out);
+        // This dot waited for every group, the deferred dots of the previous iteration too:
+        // their accumulators pass through a wait (which finds nothing pending) before use.
+        if let Some(waits) = self.deferred_waits.get(&op) {
+            let carried: Vec<Value> = waits.iter().map(|&(_, c)| c).collect();
+            self.wait_warpgroups(0, &carried)?;
+        }
         Ok(())
     }
 
@@ -704,6 +711,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         src_a: &Src<'ctx>,
         tb_s: &SmemTile<'ctx>,
         pending: u32,
+        deferred: bool,
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let (ta, tc) = (*self.func.ty(a), *self.func.ty(c));
         let (Some(din), Some(dacc)) = (ta.elem.dtype(), tc.elem.dtype()) else {
@@ -837,7 +845,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         // Other inputs, numbered after the outputs; descriptors used twice are passed once.
         let mut ins: Vec<BasicValueEnum<'ctx>> = Vec::new();
         let mut in_cons: Vec<&str> = Vec::new();
-        if frag.is_some() && pending > 0 {
+        // A deferred dot's register `a` is computed from a dot whose wait completes this one
+        // in the next iteration, so nothing rewrites those registers while it runs.
+        if frag.is_some() && pending > 0 && !deferred {
             return self.internal("a warpgroup dot with register `a` left in flight");
         }
         // Register `a`: the fragments of each (64-row block, K step), in this order.

@@ -108,6 +108,11 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub warpgroup: bool,
     /// Warpgroup dots left in flight across loop iterations (see [`async_dots`]).
     pub async_dots: std::collections::HashSet<Op>,
+    /// Warpgroup dots left in flight while their loop carries the accumulator through other
+    /// ops, by the dot after which the accumulator is waited for (see [`deferred_dots`]).
+    pub deferred_waits: HashMap<Op, Vec<(Op, Value)>>,
+    /// Those dots.
+    pub deferred: std::collections::HashSet<Op>,
     /// Operands staged once into reserved shared memory (see [`persistent_operands`]): byte
     /// offsets from the start of shared memory, which they occupy before the rings.
     pub persistent: HashMap<Value, u32>,
@@ -264,6 +269,149 @@ fn async_dots(func: &Function) -> std::collections::HashSet<Op> {
     out
 }
 
+/// Warpgroup dots left in flight into the next iteration although their `for` loop carries
+/// the accumulator through other ops first (attention's `acc = dot(p, v, acc * alpha)`), each
+/// keyed by the earlier warpgroup dot of the body whose `wgmma.wait_group 0` completes it one
+/// iteration later; the carried accumulator is passed through a wait right after that dot.
+/// So the dot runs while the loop refills its rings and issues the next iteration's first dot.
+///
+/// Safe when, in the body's top-level order (nested uses count at their top-level op):
+/// - the dot's result only feeds the `yield`, and `b` is a ring slot (`local_view`);
+/// - its `a` is registers computed in the body from the earlier dot's result, so they are
+///   rewritten only after that dot's wait (fp8 `a`, always staged in shared memory, is left
+///   out);
+/// - the carried accumulator is used only after the earlier dot;
+/// - every `async_copy` of the body comes after the dot, whose barrier then finds every
+///   warpgroup's previous group complete before a ring slot is refilled.
+pub(crate) fn deferred_dots(
+    func: &Function,
+    async_dots: &std::collections::HashSet<Op>,
+) -> HashMap<Op, Vec<(Op, Value)>> {
+    let mut block_of: HashMap<Op, tile_ir::Block> = HashMap::new();
+    let mut owner: HashMap<tile_ir::Block, Op> = HashMap::new();
+    for (b, data) in func.blocks.iter() {
+        for &op in &data.ops {
+            block_of.insert(op, b);
+            for &r in &func.ops[op].regions {
+                owner.insert(func.regions[r].block, op);
+            }
+        }
+    }
+    // The op of `body` that is or contains `op`.
+    let top_in = |body: tile_ir::Block, mut op: Op| -> Option<Op> {
+        loop {
+            let b = *block_of.get(&op)?;
+            if b == body {
+                return Some(op);
+            }
+            op = *owner.get(&b)?;
+        }
+    };
+    let warpgroup_dot = |op: Op| {
+        matches!(func.ops[op].kind, OpKind::Dot { .. })
+            && matches!(func.layout_of(func.ops[op].results[0]),
+                Some(tile_ir::Layout::Mma(m)) if m.version == 3)
+    };
+    let is_view = |v: Value| {
+        matches!(func.values[v].def, tile_ir::ValueDef::Result(o, _)
+            if matches!(func.ops[o].kind, OpKind::LocalView { .. }))
+    };
+    // The values `op` and the ops of its regions read.
+    let reads = |op: Op| -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut ops = vec![op];
+        while let Some(o) = ops.pop() {
+            out.extend(func.ops[o].operands.iter().copied());
+            for &r in &func.ops[o].regions {
+                ops.extend(func.blocks[func.regions[r].block].ops.iter().copied());
+            }
+        }
+        out
+    };
+    let mut users: HashMap<Value, Vec<Op>> = HashMap::new();
+    for (op, d) in func.ops.iter() {
+        if !block_of.contains_key(&op) {
+            continue;
+        }
+        for &v in &d.operands {
+            users.entry(v).or_default().push(op);
+        }
+    }
+    let mut out: HashMap<Op, Vec<(Op, Value)>> = HashMap::new();
+    for (_, d) in func.ops.iter() {
+        if !matches!(d.kind, OpKind::For { .. }) {
+            continue;
+        }
+        let Some(&region) = d.regions.first() else {
+            continue;
+        };
+        let body = func.regions[region].block;
+        let ops = &func.blocks[body].ops;
+        let Some(&yield_op) = ops.last() else {
+            continue;
+        };
+        let pos: HashMap<Op, usize> = ops.iter().enumerate().map(|(i, &o)| (o, i)).collect();
+        let args = &func.blocks[body].args;
+        for (k, &y) in func.ops[yield_op].operands.iter().enumerate() {
+            let tile_ir::ValueDef::Result(dot, _) = func.values[y].def else {
+                continue;
+            };
+            let Some(&at) = pos.get(&dot) else {
+                continue;
+            };
+            let Some(&carried) = args.get(k + 1) else {
+                continue;
+            };
+            let dd = &func.ops[dot];
+            if !warpgroup_dot(dot)
+                || async_dots.contains(&dot)
+                || users.get(&y).map(Vec::len) != Some(1)
+                || dd.operands[2] == carried
+                || !is_view(dd.operands[1])
+            {
+                continue;
+            }
+            let a = dd.operands[0];
+            if func.ty(a).elem.dtype().is_some_and(|t| t.is_fp8()) {
+                continue;
+            }
+            // The earliest warpgroup dot of the body before this one whose result `a` is
+            // computed from (through ops of the body, and what their regions read).
+            let mut slice = std::collections::HashSet::new();
+            let mut stack = vec![a];
+            while let Some(v) = stack.pop() {
+                if let tile_ir::ValueDef::Result(o, _) = func.values[v].def {
+                    if pos.contains_key(&o) && slice.insert(o) {
+                        stack.extend(reads(o));
+                    }
+                }
+            }
+            let first = ops[..at]
+                .iter()
+                .copied()
+                .find(|&o| slice.contains(&o) && warpgroup_dot(o) && !async_dots.contains(&o));
+            let Some(first) = first else {
+                continue;
+            };
+            let uses_after = users.get(&carried).is_some_and(|us| {
+                us.iter()
+                    .all(|&u| top_in(body, u).is_some_and(|t| pos[&t] > pos[&first]))
+            });
+            let copies_after = func.ops.iter().all(|(o, od)| {
+                !matches!(od.kind, OpKind::AsyncCopy(_))
+                    || top_in(body, o).is_none_or(|t| pos[&t] > at)
+            });
+            if uses_after && copies_after {
+                out.entry(first).or_default().push((dot, carried));
+            }
+        }
+    }
+    // A dot that completes another must itself wait for its group.
+    let deferred: std::collections::HashSet<Op> = out.values().flatten().map(|&(d, _)| d).collect();
+    out.retain(|first, _| !deferred.contains(first));
+    out
+}
+
 /// Lowers `func` into a fresh module of `cx`.
 pub(crate) fn lower_kernel<'ctx>(
     cx: &'ctx Context,
@@ -343,12 +491,21 @@ pub(crate) fn lower_kernel<'ctx>(
         persistent: HashMap::new(),
         persistent_bytes: 0,
         scratch_after_wait: HashMap::new(),
-        async_dots: if std::env::var_os("TILES_WGMMA_SYNC").is_some() {
-            Default::default()
-        } else {
-            async_dots(func)
-        },
+        async_dots: Default::default(),
+        deferred_waits: HashMap::new(),
+        deferred: Default::default(),
     };
+    // TILES_WGMMA_SYNC (developers): every warpgroup dot waits for its own group.
+    if std::env::var_os("TILES_WGMMA_SYNC").is_none() {
+        lw.async_dots = async_dots(func);
+        lw.deferred_waits = deferred_dots(func, &lw.async_dots);
+        lw.deferred = lw
+            .deferred_waits
+            .values()
+            .flatten()
+            .map(|&(d, _)| d)
+            .collect();
+    }
     lw.plan_rings()?;
     for (i, &a) in entry_args.iter().enumerate() {
         let p = kernel
@@ -1053,7 +1210,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 .insert(res, phis[k].iter().map(|p| p.as_basic_value()).collect());
             let y = self.func.ops[yield_op].operands[k];
             if let tile_ir::ValueDef::Result(d, _) = self.func.values[y].def {
-                if self.async_dots.contains(&d) {
+                if self.async_dots.contains(&d) || self.deferred.contains(&d) {
                     in_flight.push(res);
                 }
             }
