@@ -1,0 +1,203 @@
+"""Kernels written the way model codebases write them (a fused cross-entropy with in-place
+gradients, rotary embeddings, int4 dequantisation, paged-attention decoding), in both modes,
+with compile-only twins checked by ptxas. References are numpy in float64."""
+
+import numpy as np
+import pytest
+
+import tiles
+import tiles.language as tl
+
+
+@tiles.jit
+def cross_entropy_kernel(X, x_stride, Y, Loss, n_cols, ignore_index, label_smoothing: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    # One row per program: the loss, then the row overwritten by its gradient. An ignored row
+    # returns early from inside the `if` (after zeroing its gradient).
+    row = tl.program_id(0).to(tl.int64)
+    X += row * x_stride
+    y = tl.load(Y + row)
+    if y == ignore_index:
+        for i in range(0, n_cols, BLOCK):
+            offs = i + tl.arange(0, BLOCK)
+            tl.store(X + offs, 0.0, mask=offs < n_cols)
+        tl.store(Loss + row, 0.0)
+        return
+    m = float("-inf")
+    d = 0.0
+    x_y = tl.load(X + y).cast(tl.float32)
+    smooth = 0.0
+    eps = label_smoothing / n_cols
+    for i in range(0, n_cols, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        xb = tl.load(X + offs, mask=offs < n_cols, other=float("-inf")).cast(tl.float32)
+        if label_smoothing > 0:
+            smooth += tl.sum(tl.where(offs < n_cols, -eps * xb, 0.0))
+        m_new = tl.maximum(m, tl.max(xb))
+        d = d * tl.exp(m - m_new) + tl.sum(tl.exp(xb - m_new))
+        m = m_new
+    lse = m + tl.log(d)
+    for i in range(0, n_cols, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        xb = tl.load(X + offs, mask=offs < n_cols, other=float("-inf")).cast(tl.float32)
+        g = tl.exp(xb - m) / d - eps
+        g = tl.where(offs == y, g - (1 - label_smoothing), g)
+        tl.store(X + offs, g, mask=offs < n_cols)
+    loss = lse - x_y
+    if label_smoothing > 0:
+        loss = loss * (1 - label_smoothing) + smooth + label_smoothing * lse
+    tl.store(Loss + row, loss)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_in_place_gradient(dev, rng, smoothing):
+    rows, vocab = 5, 700
+    x = rng.standard_normal((rows, vocab)).astype(np.float32)
+    y = rng.integers(0, vocab, rows).astype(np.int64)
+    y[1] = -100
+    xd, loss = dev.put(x), dev.put(np.full(rows, np.nan, np.float32))
+    cross_entropy_kernel[(rows,)](xd, vocab, dev.put(y), loss, vocab, -100, label_smoothing=smoothing, BLOCK=256)
+    x64 = x.astype(np.float64)
+    lse = np.log(np.exp(x64 - x64.max(1, keepdims=True)).sum(1)) + x64.max(1)
+    p = np.exp(x64 - lse[:, None])
+    onehot = np.zeros_like(x64)
+    keep = y != -100
+    onehot[np.arange(rows)[keep], y[keep]] = 1.0
+    target = (1 - smoothing) * onehot + smoothing / vocab
+    ref_loss = np.where(keep, -(target * (x64 - lse[:, None])).sum(1), 0.0)
+    ref_grad = np.where(keep[:, None], p - target, 0.0)
+    np.testing.assert_allclose(dev.get(loss), ref_loss, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dev.get(xd), ref_grad, rtol=1e-4, atol=1e-6)
+
+
+@tiles.jit
+def rope_kernel(q_ptr, q_row_stride, cos_ptr, sin_ptr, cos_row_stride, seq_len, n_heads: tl.constexpr,
+                head_dim: tl.constexpr, PAD_HEADS: tl.constexpr, PAD_DIM: tl.constexpr):
+    # In place on a (tokens, heads * head_dim) view; heads and the half dimension padded to
+    # powers of two and masked.
+    pid = tl.program_id(0)
+    q_ptr = q_ptr + pid * q_row_stride
+    pos = pid % seq_len
+    half = tl.arange(0, PAD_DIM // 2)
+    cos = tl.load(cos_ptr + pos * cos_row_stride + half, mask=half < head_dim // 2, other=0)
+    sin = tl.load(sin_ptr + pos * cos_row_stride + half, mask=half < head_dim // 2, other=0)
+    first = tl.arange(0, PAD_HEADS)[:, None] * head_dim + half[None, :]
+    mask = (tl.arange(0, PAD_HEADS)[:, None] < n_heads) & (half[None, :] < head_dim // 2)
+    q1 = tl.load(q_ptr + first, mask=mask, other=0).to(sin.dtype)
+    q2 = tl.load(q_ptr + first + head_dim // 2, mask=mask, other=0).to(sin.dtype)
+    tl.store(q_ptr + first, q1 * cos - q2 * sin, mask=mask)
+    tl.store(q_ptr + first + head_dim // 2, q2 * cos + q1 * sin, mask=mask)
+
+
+def test_rotary_embedding_in_place(dev, rng):
+    batch, seq, heads, hd = 2, 5, 3, 12
+    q = rng.standard_normal((batch, seq, heads, hd)).astype(np.float32)
+    ang = rng.standard_normal((seq, hd // 2))
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    qd = dev.put(q.reshape(batch * seq, heads * hd))
+    rope_kernel[(batch * seq,)](qd, heads * hd, dev.put(cos), dev.put(sin), hd // 2, seq, n_heads=heads,
+                                head_dim=hd, PAD_HEADS=tiles.next_power_of_2(heads),
+                                PAD_DIM=tiles.next_power_of_2(hd))
+    q1, q2 = q[..., : hd // 2].astype(np.float64), q[..., hd // 2:].astype(np.float64)
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    ref = np.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], -1)
+    np.testing.assert_allclose(dev.get(qd).reshape(ref.shape), ref, rtol=1e-5, atol=1e-5)
+
+
+@tiles.jit
+def dequant_int4_kernel(q_ptr, s_ptr, z_ptr, out_ptr, N, K: tl.constexpr, GROUP: tl.constexpr,
+                        BLOCK_N: tl.constexpr):
+    # Eight 4-bit values per int32 (lowest nibble first), a scale and a zero point per group.
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, K)
+    rows = rn[:, None] < N
+    packed = tl.load(q_ptr + rn[:, None] * (K // 8) + rk[None, :] // 8, mask=rows, other=0)
+    vals = (packed >> ((rk % 8) * 4)[None, :]) & 0xF
+    g = (rk // GROUP)[None, :]
+    s = tl.load(s_ptr + rn[:, None] * (K // GROUP) + g, mask=rows, other=0.0)
+    z = tl.load(z_ptr + rn[:, None] * (K // GROUP) + g, mask=rows, other=0)
+    tl.store(out_ptr + rn[:, None] * K + rk[None, :], (vals - z).to(tl.float16) * s, mask=rows)
+
+
+def test_int4_dequantisation(dev, rng):
+    n, k, group = 20, 64, 16
+    vals = rng.integers(0, 16, (n, k)).astype(np.int64)
+    packed = np.zeros((n, k // 8), np.int64)
+    for j in range(8):
+        packed |= vals[:, j::8] << (4 * j)
+    packed = packed.astype(np.uint32).view(np.int32)  # nibble 7 may set the sign bit
+    s = (rng.random((n, k // group)) + 0.5).astype(np.float16)
+    z = rng.integers(0, 16, (n, k // group)).astype(np.int32)
+    out = dev.put(np.full((n, k), np.nan, np.float16))
+    dequant_int4_kernel[(tiles.cdiv(n, 16),)](dev.put(packed), dev.put(s), dev.put(z), out, n, K=k, GROUP=group,
+                                              BLOCK_N=16)
+    ref = (vals - np.repeat(z, group, 1)).astype(np.float16) * np.repeat(s, group, 1)
+    np.testing.assert_array_equal(dev.get(out), ref)
+
+
+@tiles.jit
+def paged_decode_kernel(q_ptr, k_cache, v_cache, block_tables, seq_lens, out_ptr, scale, D: tl.constexpr,
+                        BLOCK: tl.constexpr, MAX_BLOCKS: tl.constexpr):
+    # One query token per program; keys and values gathered block by block through the
+    # sequence's block table, with an online softmax.
+    seq = tl.program_id(0)
+    n = tl.load(seq_lens + seq)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + seq * D + offs_d).to(tl.float32)
+    m = -float("inf")
+    l = 0.0
+    acc = tl.zeros([D], dtype=tl.float32)
+    for b in range(0, tl.cdiv(n, BLOCK)):
+        blk = tl.load(block_tables + seq * MAX_BLOCKS + b)
+        offs_t = b * BLOCK + tl.arange(0, BLOCK)
+        kv = blk * BLOCK * D + tl.arange(0, BLOCK)[:, None] * D + offs_d[None, :]
+        k = tl.load(k_cache + kv).to(tl.float32)
+        v = tl.load(v_cache + kv).to(tl.float32)
+        s = tl.where(offs_t < n, tl.sum(q[None, :] * k, 1) * scale, -float("inf"))
+        m_new = tl.maximum(m, tl.max(s, 0))
+        p = tl.exp(s - m_new)
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + tl.sum(p, 0)
+        acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+        m = m_new
+    tl.store(out_ptr + seq * D + offs_d, (acc / l).to(out_ptr.dtype.element_ty))
+
+
+def test_paged_attention_decode(dev, rng):
+    seqs, d, block, n_blocks, max_blocks = 3, 32, 16, 12, 4
+    kc = rng.standard_normal((n_blocks, block, d)).astype(np.float16)
+    vc = rng.standard_normal((n_blocks, block, d)).astype(np.float16)
+    table = rng.permutation(n_blocks)[: seqs * max_blocks].reshape(seqs, max_blocks).astype(np.int32)
+    lens = np.array([5, 40, 64], np.int32)
+    q = rng.standard_normal((seqs, d)).astype(np.float16)
+    out = dev.put(np.full((seqs, d), np.nan, np.float16))
+    paged_decode_kernel[(seqs,)](dev.put(q), dev.put(kc), dev.put(vc), dev.put(table), dev.put(lens), out,
+                                 d ** -0.5, D=d, BLOCK=block, MAX_BLOCKS=max_blocks)
+    got = dev.get(out).astype(np.float64)
+    for s in range(seqs):
+        ks = np.concatenate([kc[t] for t in table[s]])[: lens[s]].astype(np.float64)
+        vs = np.concatenate([vc[t] for t in table[s]])[: lens[s]].astype(np.float64)
+        logits = ks @ q[s].astype(np.float64) * d ** -0.5
+        p = np.exp(logits - logits.max())
+        np.testing.assert_allclose(got[s], (p / p.sum()) @ vs, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("kernel,sig,constexprs", [
+    (cross_entropy_kernel, {"X": "*fp32", "x_stride": "i64", "Y": "*i64", "Loss": "*fp32", "n_cols": "i32",
+                            "ignore_index": "i32"}, {"label_smoothing": 0.1, "BLOCK": 256}),
+    (rope_kernel, {"q_ptr": "*fp16", "q_row_stride": "i32", "cos_ptr": "*fp32", "sin_ptr": "*fp32",
+                   "cos_row_stride": "i32", "seq_len": "i32"},
+     {"n_heads": 3, "head_dim": 12, "PAD_HEADS": 4, "PAD_DIM": 16}),
+    (dequant_int4_kernel, {"q_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*i32", "out_ptr": "*fp16", "N": "i32"},
+     {"K": 64, "GROUP": 16, "BLOCK_N": 16}),
+    (paged_decode_kernel, {"q_ptr": "*fp16", "k_cache": "*fp16", "v_cache": "*fp16", "block_tables": "*i32",
+                           "seq_lens": "*i32", "out_ptr": "*fp16", "scale": "fp32"},
+     {"D": 64, "BLOCK": 16, "MAX_BLOCKS": 8}),
+])
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_model_kernels_assemble(ptxas, kernel, sig, constexprs, target):
+    from test_compile import assemble
+
+    k = tiles.compile(kernel, signature=sig, constexprs=constexprs, target=target, num_warps=4)
+    report = assemble(ptxas, k.asm["ptx"], target)
+    assert "0 bytes spill stores" in report, report
