@@ -216,3 +216,65 @@ def test_an_fp32_dot_of_fp8_values_stays_fp32(ptxas):
                                                          "c_ptr": "*fp32:16"}, constexprs={"N": 64}, target="sm_90a")
     assert "e4m3" not in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def fp8_attention_kernel(q_ptr, k_ptr, vt_ptr, o_ptr, seq, qk_scale, FP8: tl.constexpr, D: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Tutorial 06's fp8 forward: q, k and v (stored transposed) in fp8, the probabilities
+    # rounded to fp8 for the second dot, fp32 accumulation.
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    for start in range(0, seq, BLOCK_N):
+        k = tl.load(k_ptr + (start + offs_n)[:, None] * D + offs_d[None, :])
+        s = tl.dot(q, k.T) * qk_scale
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        vt = tl.load(vt_ptr + offs_d[:, None] * seq + (start + offs_n)[None, :])
+        acc = tl.dot(p.to(FP8), vt.T, acc * alpha[:, None])
+        m_i = m_new
+    tl.store(o_ptr + offs_m[:, None] * D + offs_d[None, :], acc / l_i[:, None])
+
+
+def test_fp8_attention(dev, rng):
+    np_fp8, tl_fp8 = FP8["fp8e4nv"]
+    seq, d = 256, 64
+    q, k, v = (rng.standard_normal((seq, d)).astype(np.float32).astype(np_fp8) for _ in range(3))
+    vt = np.ascontiguousarray(v.T)
+    o = dev.put(np.full((seq, d), np.nan, np.float32))
+    scale = d ** -0.5 * 1.4426950408889634
+    fp8_attention_kernel[(seq // 128,)](dev.put(q), dev.put(k), dev.put(vt), o, seq, scale, FP8=tl_fp8, D=d,
+                                        BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    s = q.astype(np.float64) @ k.astype(np.float64).T * scale
+    p = np.exp2(s - s.max(1, keepdims=True))
+    p8 = p.astype(np.float32).astype(np_fp8).astype(np.float64)  # the kernel's fp8 probabilities
+    ref = (p8 @ v.astype(np.float64)) / p.sum(1, keepdims=True)
+    got = dev.get(o)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-2
+
+
+def test_fp8_attention_stages_q_once_and_converts_in_pairs(ptxas):
+    # On sm_90a q is staged for the first dot once, before the loop, and the probabilities go
+    # from the accumulator's registers into the second dot's shared-memory tile directly,
+    # converted two per instruction.
+    from test_compile import assemble
+
+    sig = {"q_ptr": "*fp8e4nv:16", "k_ptr": "*fp8e4nv:16", "vt_ptr": "*fp8e4nv:16", "o_ptr": "*fp32:16",
+           "seq": "i32:16", "qk_scale": "fp32"}
+    ptx = tiles.compile(fp8_attention_kernel, signature=sig,
+                        constexprs={"FP8": tl.float8e4nv, "D": 64, "BLOCK_M": 128, "BLOCK_N": 64}, target="sm_90a",
+                        num_warps=8, num_stages=3).asm["ptx"]
+    body = ptx[ptx.index("cp.async.wait_group"):ptx.rindex("cp.async.wait_group 0")]
+    cvts = [line.split() for line in body.splitlines() if "cvt.rn.satfinite.e4m3x2.f32" in line]
+    # 128x64 probabilities over 256 threads: 32 per thread, 16 pairs.
+    assert len(cvts) == 16 and all(c[-1] != c[-2] for c in cvts), cvts
+    assert "st.shared.v4" not in body and "ld.shared" not in body
+    assert body.count("bar.sync") == 2
+    assemble(ptxas, ptx, "sm_90a")

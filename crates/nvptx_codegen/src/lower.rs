@@ -153,7 +153,12 @@ pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
             && ty.shape.rank() == 2
             && matches!(
                 ty.elem.dtype(),
-                Some(tile_ir::DType::F16 | tile_ir::DType::BF16)
+                Some(
+                    tile_ir::DType::F16
+                        | tile_ir::DType::BF16
+                        | tile_ir::DType::F8E4M3
+                        | tile_ir::DType::F8E5M2
+                )
             )
             && users.get(&r).is_some_and(|us| {
                 us.iter().all(|&(u, i)| {
@@ -200,8 +205,12 @@ fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
                 })
             });
             // A warpgroup dot reads `a` from registers when they already hold it: the result
-            // of another warpgroup dot (attention's probabilities) is not staged.
-            let from_warpgroup_result = matches!(func.layout_of(r),
+            // of another warpgroup dot (attention's probabilities) is not staged. Except fp8,
+            // which a warpgroup dot reads from shared memory only: staged by the dot straight
+            // from the accumulator's registers, not converted to the operand layout first.
+            let fp8 = func.ty(r).elem.dtype().is_some_and(|t| t.is_fp8());
+            let from_warpgroup_result = !fp8
+                && matches!(func.layout_of(r),
                 Some(tile_ir::Layout::DotOperand { op_idx: 0, parent, .. })
                     if matches!(parent.as_ref(), tile_ir::Layout::Mma(m) if m.version == 3))
                 && matches!(func.layout_of(d.operands[0]),
@@ -900,6 +909,13 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             OpKind::Assert { .. } => self.lower_assert(&data)?,
             OpKind::Yield => return self.internal("yield outside a region"),
+            OpKind::Cast if self.pairs_to_fp8(&data)? => {
+                let from = self.func.ty(data.operands[0]).elem;
+                let to = rty.expect("casts have a result").elem;
+                let regs = self.get(data.operands[0])?.clone();
+                let out = self.cast_pairs_to_fp8(from, to, &regs)?;
+                self.set(op, out);
+            }
             _ if data.kind.is_elementwise() || matches!(data.kind, OpKind::Fma) => {
                 let ty = rty.expect("elementwise ops have a result");
                 let n = self.nregs(&ty)?;

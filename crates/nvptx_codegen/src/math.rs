@@ -474,6 +474,72 @@ impl<'ctx> Lowering<'ctx, '_> {
         })
     }
 
+    /// Whether `cast` (an op) converts a tile of numbers to fp8 in hardware, two registers
+    /// per instruction ([`Self::cast_pairs_to_fp8`]).
+    pub fn pairs_to_fp8(&mut self, cast: &tile_ir::OpData) -> R<bool> {
+        let (from, to) = (
+            self.func.ty(cast.operands[0]),
+            self.func.ty(cast.results[0]),
+        );
+        let (Elem::Num(s), Elem::Num(t)) = (from.elem, to.elem) else {
+            return Ok(false);
+        };
+        if !self.fp8_cvt || !t.is_fp8() || s.is_fp8() || !s.is_float() {
+            return Ok(false);
+        }
+        let ty = *to;
+        let n = self.nregs(&ty)?;
+        Ok(n >= 2 && self.get(cast.operands[0])?.len() == n)
+    }
+
+    /// Converts registers to fp8 two at a time (`cvt.rn.satfinite.e4m3x2.f32 d, hi, lo`: one
+    /// instruction and one rounding from fp32 per pair, where the per-element form converts a
+    /// value against itself and keeps one byte). The pair's bytes come apart again as values;
+    /// packing them next to each other (staging, stores) folds back into the pair.
+    pub fn cast_pairs_to_fp8(
+        &mut self,
+        from: Elem,
+        to: Elem,
+        regs: &[BasicValueEnum<'ctx>],
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let Elem::Num(t) = to else {
+            return self.internal("fp8 pairs of a non-number");
+        };
+        let f32e = Elem::Num(DType::F32);
+        let kind = if t == DType::F8E4M3 {
+            "e4m3x2"
+        } else {
+            "e5m2x2"
+        };
+        let i8t = self.cx.i8_type();
+        let mut out = Vec::with_capacity(regs.len());
+        for pair in regs.chunks(2) {
+            if pair.len() == 1 {
+                out.push(self.cast(from, to, pair[0])?);
+                continue;
+            }
+            let lo = self.cast(from, f32e, pair[0])?;
+            let hi = self.cast(from, f32e, pair[1])?;
+            let Some(d) = self.asm(
+                self.cx.i16_type().into(),
+                &format!("cvt.rn.satfinite.{kind}.f32 $0, $1, $2;"),
+                "=h,f,f",
+                &[hi, lo],
+                false,
+            )?
+            else {
+                return self.internal("asm returned nothing");
+            };
+            let d = d.into_int_value();
+            out.push(self.b.build_int_truncate(d, i8t, "f8")?.into());
+            let up = self
+                .b
+                .build_right_shift(d, d.get_type().const_int(8, false), false, "f8")?;
+            out.push(self.b.build_int_truncate(up, i8t, "f8")?.into());
+        }
+        Ok(out)
+    }
+
     pub fn cast(
         &mut self,
         from: Elem,
