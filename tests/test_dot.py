@@ -545,6 +545,26 @@ def test_four_dot_backward_loop(dev, rng):
     assert _rel_err(dev.get(dk), ref_dk) < 1e-2
 
 
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_backward_loop_pipelines_operands_read_both_ways(ptxas, target):
+    # `qT` and `do` each feed one dot as loaded and another transposed: both become cp.async
+    # rings, read through a plain and a transposed view of the same slot.
+    from test_compile import assemble
+
+    sig = {"q_ptr": "*fp16:16", "k_ptr": "*fp16:16", "v_ptr": "*fp16:16", "do_ptr": "*fp16:16",
+           "dk_ptr": "*fp32:16", "dv_ptr": "*fp32:16", "n_ctx": "i32:16"}
+    k = tiles.compile(dkdv_kernel, signature=sig, constexprs={"D": 64, "BLOCK_M": 64, "BLOCK_N": 64}, target=target,
+                      num_warps=4, num_stages=3)
+    ir = k.asm["tir_opt"]
+    loop = ir.split(" for ")[1]
+    assert loop.count("async_copy") == 2 and " load " not in loop.split("yield")[0].replace("local_view", "")
+    for buf in (0, 1):
+        assert f"local_view {{buf = {buf}, stages = 3}}" in loop
+        assert f"local_view {{buf = {buf}, stages = 3, trans}}" in loop
+    report = assemble(ptxas, k.asm["ptx"], target)
+    assert "0 bytes spill stores" in report, report
+
+
 @tiles.jit
 def two_phase_kernel(a_ptr, b_ptr, c_ptr, d_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     # Two pipelined matmul loops one after the other (a backward-attention kernel's phases):

@@ -1,8 +1,9 @@
 //! Software pipelining of loops that feed `dot` (Triton's `num_stages`).
 //!
-//! A load whose only use is a conversion to a tensor-core `#dot_op` layout becomes an
-//! `async_copy` (`cp.async`) into a ring of `S` shared-memory slots, issued `S - 1` iterations
-//! ahead of its use; the `dot` reads the slot through a `local_view`. For `S = 3`:
+//! A load whose every use is a conversion to a tensor-core `#dot_op` layout (or a transpose
+//! to one) becomes an `async_copy` (`cp.async`) into a ring of `S` shared-memory slots, issued
+//! `S - 1` iterations ahead of its use; each `dot` reads the slot through a `local_view`
+//! (attention's backward reads `q` and `do` both ways round). For `S = 3`:
 //!
 //! ```text
 //! prologue:  copy(it 0) -> slot 0; commit; copy(it 1) -> slot 1; commit
@@ -68,8 +69,8 @@ pub fn pipeline_loops(func: &mut Function) -> usize {
 
 /// What pipelining a loop does.
 struct Plan {
-    /// (load, its conversion to a dot operand, elements per copy).
-    loads: Vec<(Op, Op, u8)>,
+    /// (load, its conversions to dot operands, elements per copy).
+    loads: Vec<(Op, Vec<Op>, u8)>,
     /// Stage-0 ops, in body order.
     stage0: Vec<Op>,
     /// Carried values (argument index, counting the induction variable as 0) stage 0 reads,
@@ -175,28 +176,27 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
             continue;
         }
         let r = d.results[0];
-        let us = users_of(r);
-        // The load's one user gives it a dot operand layout: a conversion, or a transpose
-        // (`k.T`: the slot is then read transposed).
-        let to_operand = us.len() == 1
-            && match func.ops[us[0]].kind {
+        let mut us = users_of(r);
+        us.dedup();
+        // Each user gives the load a dot operand layout: a conversion, or a transpose (`k.T`:
+        // the slot is then read transposed) whose results only `dot`s read, as operands.
+        let to_operand = |cvt: Op| {
+            let layout_change = match func.ops[cvt].kind {
                 OpKind::ConvertLayout => true,
                 OpKind::Permute { perm } => perm[0] == 1 && perm[1] == 0,
                 _ => false,
             };
-        if !to_operand {
-            continue;
-        }
-        let cvt = us[0];
-        let cr = func.ops[cvt].results[0];
-        let to_mma_operand = matches!(func.layout_of(cr),
-            Some(Layout::DotOperand { parent, .. }) if matches!(parent.as_ref(), Layout::Mma(_)));
-        let dot_users = users_of(cr).iter().all(|&u| {
-            matches!(func.ops[u].kind, OpKind::Dot { .. })
-                && func.ops[u].operands[..2].contains(&cr)
-                && !func.ops[u].operands[2..].contains(&cr)
-        });
-        if !to_mma_operand || !dot_users || users_of(cr).is_empty() {
+            let cr = func.ops[cvt].results[0];
+            let to_mma_operand = matches!(func.layout_of(cr),
+                Some(Layout::DotOperand { parent, .. }) if matches!(parent.as_ref(), Layout::Mma(_)));
+            let dot_users = users_of(cr).iter().all(|&u| {
+                matches!(func.ops[u].kind, OpKind::Dot { .. })
+                    && func.ops[u].operands[..2].contains(&cr)
+                    && !func.ops[u].operands[2..].contains(&cr)
+            });
+            layout_change && to_mma_operand && dot_users && !users_of(cr).is_empty()
+        };
+        if us.is_empty() || !us.iter().all(|&u| to_operand(u)) {
             continue;
         }
         if m.has_other && !is_zero_constant(func, d.operands[2]) {
@@ -205,7 +205,7 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
         let Some(vec) = copy_width(func, op) else {
             continue;
         };
-        loads.push((op, cvt, vec));
+        loads.push((op, us, vec));
     }
     if loads.is_empty() {
         return None;
@@ -356,7 +356,7 @@ impl Cursor {
     fn copies(
         &mut self,
         func: &mut Function,
-        loads: &[(Op, Op, u8)],
+        loads: &[(Op, Vec<Op>, u8)],
         bufs: &[u8],
         stages: u32,
         env: &HashMap<Value, Value>,
@@ -508,26 +508,30 @@ fn apply(
         None,
     );
     top.push(func, OpKind::Barrier, vec![], None);
-    // Each load and its conversion become a view of the slot.
-    for (k, &(l, cvt, _)) in plan.loads.iter().enumerate() {
-        let cr = func.ops[cvt].results[0];
-        let ty = *func.ty(cr);
-        let view = func.create_op(
-            OpKind::LocalView {
-                buf: bufs[k],
-                stages: stages as u8,
-                trans: matches!(func.ops[cvt].kind, OpKind::Permute { .. }),
-            },
-            vec![slot_read],
-            &[ty],
-            func.ops[l].loc,
-        );
-        let vr = func.ops[view].results[0];
+    // Each load's conversions become views of its slot, where the load was.
+    for (k, (l, cvts, _)) in plan.loads.iter().enumerate() {
+        let mut views = Vec::with_capacity(cvts.len());
+        for &cvt in cvts {
+            let cr = func.ops[cvt].results[0];
+            let ty = *func.ty(cr);
+            let view = func.create_op(
+                OpKind::LocalView {
+                    buf: bufs[k],
+                    stages: stages as u8,
+                    trans: matches!(func.ops[cvt].kind, OpKind::Permute { .. }),
+                },
+                vec![slot_read],
+                &[ty],
+                func.ops[*l].loc,
+            );
+            let vr = func.ops[view].results[0];
+            func.replace_uses(cr, vr);
+            views.push(view);
+        }
         let b = &mut func.blocks[body].ops;
-        let lp = b.iter().position(|&o| o == l).expect("load in body");
-        b[lp] = view;
-        b.retain(|&o| o != cvt);
-        func.replace_uses(cr, vr);
+        let lp = b.iter().position(|o| o == l).expect("load in body");
+        b.splice(lp..=lp, views);
+        b.retain(|o| !cvts.contains(o));
     }
     // End of the body: the copies of iteration i + S - 1.
     let ypos = func.blocks[body]
