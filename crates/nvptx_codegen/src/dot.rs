@@ -124,11 +124,11 @@ impl<'ctx> Lowering<'ctx, '_> {
                 // The group stays in flight past an async or deferred dot (the group before
                 // it, whose ring slots the copies after this dot refill, is done in every
                 // warpgroup after the barrier); other dots wait for their own group.
-                let deferred = self.deferred.contains(&op);
+                let deferred = self.deferred.dots.contains(&op);
                 let async_dot = self.async_dots.contains(&op) || deferred;
                 let out = self.dot_wgmma(a, c, &src_a, &tb, u32::from(async_dot), deferred)?;
                 self.vals.insert(data.results[0], out);
-                if async_dot {
+                if self.async_dots.contains(&op) || self.deferred.barrier_after.contains(&op) {
                     self.barrier_sync()?;
                 }
                 self.get(data.results[0])?.clone()
@@ -145,8 +145,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.vals.insert(data.results[0], out);
         // This dot waited for every group, the deferred dots of the previous iteration too:
         // their accumulators pass through a wait (which finds nothing pending) before use.
-        if let Some(waits) = self.deferred_waits.get(&op) {
-            let carried: Vec<Value> = waits.iter().map(|&(_, c)| c).collect();
+        if let Some(carried) = self.deferred.waits.get(&op).cloned() {
             self.wait_warpgroups(0, &carried)?;
         }
         Ok(())

@@ -108,11 +108,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub warpgroup: bool,
     /// Warpgroup dots left in flight across loop iterations (see [`async_dots`]).
     pub async_dots: std::collections::HashSet<Op>,
-    /// Warpgroup dots left in flight while their loop carries the accumulator through other
-    /// ops, by the dot after which the accumulator is waited for (see [`deferred_dots`]).
-    pub deferred_waits: HashMap<Op, Vec<(Op, Value)>>,
-    /// Those dots.
-    pub deferred: std::collections::HashSet<Op>,
+    /// Warpgroup dots with register `a` left in flight (see [`deferred_dots`]).
+    pub deferred: Deferred,
     /// Operands staged once into reserved shared memory (see [`persistent_operands`]): byte
     /// offsets from the start of shared memory, which they occupy before the rings.
     pub persistent: HashMap<Value, u32>,
@@ -278,24 +275,35 @@ fn async_dots(func: &Function) -> std::collections::HashSet<Op> {
     out
 }
 
-/// Warpgroup dots left in flight into the next iteration although their `for` loop carries
-/// the accumulator through other ops first (attention's `acc = dot(p, v, acc * alpha)`), each
-/// keyed by the earlier warpgroup dot of the body whose `wgmma.wait_group 0` completes it one
-/// iteration later; the carried accumulator is passed through a wait right after that dot.
-/// So the dot runs while the loop refills its rings and issues the next iteration's first dot.
-///
-/// Safe when, in the body's top-level order (nested uses count at their top-level op):
+/// Warpgroup dots with register `a` left in flight (`wait_group 1`) past the end of their
+/// statement, until a later synchronous warpgroup dot's `wait_group 0` completes them:
+/// attention's `acc = dot(p, v, acc * alpha)` and the backward's `dv += dot(pT, do)`.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    /// The dots.
+    pub dots: std::collections::HashSet<Op>,
+    /// Carried accumulators used by other ops than their dot, by the earlier dot of the body
+    /// after which they pass through a wait statement (which finds nothing pending).
+    pub waits: HashMap<Op, Vec<Value>>,
+    /// The last such dot of each loop body: a barrier follows it, before the ring refills.
+    pub barrier_after: std::collections::HashSet<Op>,
+}
+
+/// Finds the [`Deferred`] dots. Safe when, in the body's top-level order (nested uses count at
+/// their top-level op):
 /// - the dot's result only feeds the `yield`, and `b` is a ring slot (`local_view`);
-/// - its `a` is registers computed in the body from the earlier dot's result, so they are
-///   rewritten only after that dot's wait (fp8 `a`, always staged in shared memory, is left
-///   out);
-/// - the carried accumulator is used only after the earlier dot;
-/// - every `async_copy` of the body comes after the dot, whose barrier then finds every
-///   warpgroup's previous group complete before a ring slot is refilled.
+/// - its `a` is registers computed in the body from an earlier synchronous warpgroup dot's
+///   result, so they are rewritten only after that dot's wait in the next iteration (fp8 `a`,
+///   always staged in shared memory, is left out);
+/// - the carried accumulator is either the dot's own accumulator and read by nothing else (a
+///   chain of groups on the same registers, as a matmul's), or used only after that earlier
+///   dot, which completes the group one iteration later;
+/// - every `async_copy` of the body comes after the dot: the barrier after the body's last
+///   such dot finds every warpgroup's previous groups complete before a ring slot is refilled.
 pub(crate) fn deferred_dots(
     func: &Function,
     async_dots: &std::collections::HashSet<Op>,
-) -> HashMap<Op, Vec<(Op, Value)>> {
+) -> Deferred {
     let mut block_of: HashMap<Op, tile_ir::Block> = HashMap::new();
     let mut owner: HashMap<tile_ir::Block, Op> = HashMap::new();
     for (b, data) in func.blocks.iter() {
@@ -346,7 +354,7 @@ pub(crate) fn deferred_dots(
             users.entry(v).or_default().push(op);
         }
     }
-    let mut out: HashMap<Op, Vec<(Op, Value)>> = HashMap::new();
+    let mut out = Deferred::default();
     for (_, d) in func.ops.iter() {
         if !matches!(d.kind, OpKind::For { .. }) {
             continue;
@@ -361,6 +369,7 @@ pub(crate) fn deferred_dots(
         };
         let pos: HashMap<Op, usize> = ops.iter().enumerate().map(|(i, &o)| (o, i)).collect();
         let args = &func.blocks[body].args;
+        let mut last: Option<Op> = None;
         for (k, &y) in func.ops[yield_op].operands.iter().enumerate() {
             let tile_ir::ValueDef::Result(dot, _) = func.values[y].def else {
                 continue;
@@ -375,7 +384,6 @@ pub(crate) fn deferred_dots(
             if !warpgroup_dot(dot)
                 || async_dots.contains(&dot)
                 || users.get(&y).map(Vec::len) != Some(1)
-                || dd.operands[2] == carried
                 || !is_view(dd.operands[1])
             {
                 continue;
@@ -402,22 +410,28 @@ pub(crate) fn deferred_dots(
             let Some(first) = first else {
                 continue;
             };
-            let uses_after = users.get(&carried).is_some_and(|us| {
-                us.iter()
-                    .all(|&u| top_in(body, u).is_some_and(|t| pos[&t] > pos[&first]))
-            });
+            let carried_users = users.get(&carried).cloned().unwrap_or_default();
+            let chained = dd.operands[2] == carried && carried_users == [dot];
+            let uses_after = carried_users
+                .iter()
+                .all(|&u| top_in(body, u).is_some_and(|t| pos[&t] > pos[&first]));
             let copies_after = func.ops.iter().all(|(o, od)| {
                 !matches!(od.kind, OpKind::AsyncCopy(_))
                     || top_in(body, o).is_none_or(|t| pos[&t] > at)
             });
-            if uses_after && copies_after {
-                out.entry(first).or_default().push((dot, carried));
+            if !(chained || uses_after) || !copies_after {
+                continue;
+            }
+            out.dots.insert(dot);
+            if !chained {
+                out.waits.entry(first).or_default().push(carried);
+            }
+            if last.is_none_or(|l| pos[&l] < at) {
+                last = Some(dot);
             }
         }
+        out.barrier_after.extend(last);
     }
-    // A dot that completes another must itself wait for its group.
-    let deferred: std::collections::HashSet<Op> = out.values().flatten().map(|&(d, _)| d).collect();
-    out.retain(|first, _| !deferred.contains(first));
     out
 }
 
@@ -501,19 +515,12 @@ pub(crate) fn lower_kernel<'ctx>(
         persistent_bytes: 0,
         scratch_after_wait: HashMap::new(),
         async_dots: Default::default(),
-        deferred_waits: HashMap::new(),
         deferred: Default::default(),
     };
     // TILES_WGMMA_SYNC (developers): every warpgroup dot waits for its own group.
     if std::env::var_os("TILES_WGMMA_SYNC").is_none() {
         lw.async_dots = async_dots(func);
-        lw.deferred_waits = deferred_dots(func, &lw.async_dots);
-        lw.deferred = lw
-            .deferred_waits
-            .values()
-            .flatten()
-            .map(|&(d, _)| d)
-            .collect();
+        lw.deferred = deferred_dots(func, &lw.async_dots);
     }
     lw.plan_rings()?;
     for (i, &a) in entry_args.iter().enumerate() {
@@ -1226,7 +1233,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 .insert(res, phis[k].iter().map(|p| p.as_basic_value()).collect());
             let y = self.func.ops[yield_op].operands[k];
             if let tile_ir::ValueDef::Result(d, _) = self.func.values[y].def {
-                if self.async_dots.contains(&d) || self.deferred.contains(&d) {
+                if self.async_dots.contains(&d) || self.deferred.dots.contains(&d) {
                     in_flight.push(res);
                 }
             }
