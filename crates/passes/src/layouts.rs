@@ -30,6 +30,8 @@ struct Assigner<'a> {
     op_block: HashMap<Op, Block>,
     shape_default: HashMap<Shape, LayoutId>,
     anchors: HashMap<Op, (LayoutId, u8)>,
+    /// Per access and dimension, the widest vector its axis info proves ([`proven_vector`]).
+    proven: HashMap<Op, Vec<u8>>,
     /// Values computed from a `dot` result (through elementwise ops, loops and branches),
     /// with the dot's layout: they stay in it, so conversions happen as late as possible.
     dot_anchor: SecondaryMap<Value, Option<LayoutId>>,
@@ -90,10 +92,36 @@ fn coalesced(
     let numel = ty.shape.numel();
     vec = vec.min((numel / (32 * num_warps as u64)).max(1));
     let vec = floor_pow2(vec) as u32;
+    debug_assert!(vec as u64 <= proven_vector(func, axis, ptr, mask, fast));
     (
         BlockedLayout::default_for(shape, num_warps, &order, vec),
         vec as u8,
     )
+}
+
+/// The widest access along dimension `d` of a pointer tile that its axis info proves
+/// contiguous, aligned and uniformly masked (at most 16 bytes), whatever the layout.
+fn proven_vector(
+    func: &Function,
+    axis: &AxisInfoMap,
+    ptr: Value,
+    mask: Option<Value>,
+    d: usize,
+) -> u64 {
+    let ty = func.ty(ptr);
+    let info = axis.get(ptr);
+    let eb = match ty.elem {
+        Elem::Ptr(t) => t.bytes() as u64,
+        Elem::Num(_) => 8,
+    };
+    let mut vec = info.contiguity[d]
+        .min(ty.shape.dims()[d] as u64)
+        .min((info.divisibility[d] / eb).max(1))
+        .min((16 / eb).max(1));
+    if let Some(m) = mask {
+        vec = vec.min(axis.get(m).constancy[d].max(1));
+    }
+    floor_pow2(vec)
 }
 
 /// Whether recomputing the op in another layout costs less than converting its result.
@@ -132,6 +160,7 @@ pub fn assign_layouts_for(func: &mut Function, axis: &AxisInfoMap, warpgroup_mma
         op_block,
         shape_default: HashMap::new(),
         anchors: HashMap::new(),
+        proven: HashMap::new(),
         dot_anchor: SecondaryMap::with_default(None),
     };
     a.find_anchors(axis);
@@ -191,6 +220,12 @@ impl Assigner<'_> {
             }
             let id = self.func.intern_layout(Layout::Blocked(layout));
             self.anchors.insert(op, (id, vec));
+            if !atomic {
+                let widths = (0..shape.rank())
+                    .map(|d| proven_vector(self.func, axis, ptr, mask, d).min(255) as u8)
+                    .collect();
+                self.proven.insert(op, widths);
+            }
             self.shape_default.entry(shape).or_insert(id);
         }
     }
@@ -389,7 +424,9 @@ impl Assigner<'_> {
                 let (mut l, mut vec) = self.anchors[&op];
                 if let Some(&r) = self.func.ops[op].results.first() {
                     // A load whose users all want one other layout loads in that layout directly
-                    // (no conversion), keeping its vector width only along the proven dimension.
+                    // (no conversion), as wide along its contiguous dimension as the axis info
+                    // proves there (the coalesced layout's width can be narrower: a 32-element
+                    // row vector over 128 threads takes one element each).
                     if matches!(kind, OpKind::Load(_)) {
                         let operand = |f: &Function, w: LayoutId| {
                             matches!(f.layouts[w], Layout::DotOperand { .. })
@@ -398,11 +435,11 @@ impl Assigner<'_> {
                             .single_demand(r)
                             .filter(|&w| w != l && !operand(self.func, w))
                         {
-                            let proven = self.func.layouts[l].contiguous_dim().map(|d| d.0);
+                            let proven = self.proven.get(&op);
                             vec = match self.func.layouts[want].contiguous_dim() {
-                                Some((d, spt)) if Some(d) == proven => {
-                                    vec.min(spt.min(255) as u8).max(1)
-                                }
+                                Some((d, spt)) => proven
+                                    .and_then(|p| p.get(d))
+                                    .map_or(1, |&p| p.min(spt.min(255) as u8).max(1)),
                                 _ => 1,
                             };
                             l = want;
