@@ -78,21 +78,11 @@ fn coalesced(
         std::cmp::Reverse(info.contiguity[d as usize].min(shape[d as usize] as u64))
     });
     let fast = order[0] as usize;
-    let eb = match ty.elem {
-        Elem::Ptr(d) => d.bytes() as u64,
-        Elem::Num(_) => 8,
-    };
-    let mut vec = info.contiguity[fast].min(shape[fast] as u64);
-    vec = vec
-        .min((info.divisibility[fast] / eb).max(1))
-        .min((16 / eb).max(1));
-    if let Some(m) = mask {
-        vec = vec.min(axis.get(m).constancy[fast].max(1));
-    }
+    // No wider than what leaves every thread an element (no replication).
     let numel = ty.shape.numel();
-    vec = vec.min((numel / (32 * num_warps as u64)).max(1));
+    let vec =
+        proven_vector(func, axis, ptr, mask, fast).min((numel / (32 * num_warps as u64)).max(1));
     let vec = floor_pow2(vec) as u32;
-    debug_assert!(vec as u64 <= proven_vector(func, axis, ptr, mask, fast));
     (
         BlockedLayout::default_for(shape, num_warps, &order, vec),
         vec as u8,
