@@ -25,6 +25,10 @@ _FROM_IR = {v: k for k, v in _IR_NAMES.items()}
 _KIND = {"bool": 0, "int": 1, "float": 2}
 
 
+# Bits per element by dtype name (64 for the rest); the foreign fp8 formats are bytes too.
+_BITWIDTHS = {"int1": 1, "int8": 8, "uint8": 8, "fp8e5": 8, "fp8e4nv": 8, "int16": 16, "uint16": 16, "fp16": 16,
+              "bf16": 16, "int32": 32, "uint32": 32, "fp32": 32, "fp8e4b15": 8, "fp8e4b8": 8, "fp8e5b16": 8}
+
 # fp8 formats Triton names for other GPUs (AMD's FNUZ variants) and for pre-Ada emulation: the
 # names exist, so modules that map torch dtypes to them import; a kernel using one gets a clear
 # error.
@@ -183,10 +187,7 @@ class dtype:
 
     @property
     def primitive_bitwidth(self) -> int:
-        if self.name in _FOREIGN_FP8:
-            return 8
-        return {"int1": 1, "int8": 8, "uint8": 8, "fp8e5": 8, "fp8e4nv": 8, "int16": 16, "uint16": 16, "fp16": 16,
-                "bf16": 16, "int32": 32, "uint32": 32, "fp32": 32}.get(self.name, 64)
+        return _BITWIDTHS.get(self.name, 64)
 
     @property
     def int_bitwidth(self) -> int:

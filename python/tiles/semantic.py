@@ -98,7 +98,19 @@ def integer_promote(a: dtype, b: dtype) -> dtype:
     return b if rb >= ra else a
 
 
+# computation_type's answers: a kernel asks the same few questions many times.
+_COMPUTATION_TYPES: dict = {}
+
+
 def computation_type(a: dtype, a_lit: bool, b: dtype, b_lit: bool, div_or_mod: bool) -> dtype:
+    key = (a.name, a_lit, b.name, b_lit, div_or_mod)
+    t = _COMPUTATION_TYPES.get(key)
+    if t is None:
+        t = _COMPUTATION_TYPES[key] = _computation_type(a, a_lit, b, b_lit, div_or_mod)
+    return t
+
+
+def _computation_type(a: dtype, a_lit: bool, b: dtype, b_lit: bool, div_or_mod: bool) -> dtype:
     # A literal of a lower or equal kind (bool < uint < int < float) does not take part.
     if a_lit != b_lit:
         lit, ten = (a, b) if a_lit else (b, a)
@@ -154,6 +166,10 @@ def _check_ptr(a: dtype, b: dtype, allow_ptr_a: bool) -> None:
 def binary_operands(lhs: Any, rhs: Any, allow_lhs_ptr=False, allow_rhs_ptr=False, arithmetic=True,
                     div_or_mod=False):
     """Promotes and broadcasts two operands (Triton's `binary_op_type_checking_impl`)."""
+    if (type(lhs) is tensor and type(rhs) is tensor and lhs.dtype is rhs.dtype and type(lhs.dtype) is dtype
+            and lhs.shape == rhs.shape and not div_or_mod):
+        # Two numeric tiles of one dtype and shape: nothing to promote or broadcast.
+        return lhs, rhs
     lhs_lit, rhs_lit = _is_literal(lhs), _is_literal(rhs)
     if not lhs_lit and not isinstance(lhs, tensor):
         raise TypeError(f"unsupported operand {_unwrap(lhs)!r}")
@@ -193,7 +209,11 @@ def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> tuple:
 def broadcast_to(x: tensor, shape: Sequence[int]) -> tensor:
     if shape is x.shape:
         return x
-    shape = tuple(int(_unwrap(s)) for s in shape)
+    return _broadcast_to(x, tuple(int(_unwrap(s)) for s in shape))
+
+
+def _broadcast_to(x: tensor, shape: tuple) -> tensor:
+    """`broadcast_to` for a shape that is already a tuple of ints."""
     if x.shape == shape:
         return x
     if not x.shape:
@@ -211,7 +231,7 @@ def broadcast_pair(a: tensor, b: tensor):
     if a.shape == b.shape:
         return a, b
     shape = broadcast_shapes(a.shape, b.shape)
-    return broadcast_to(a, shape), broadcast_to(b, shape)
+    return _broadcast_to(a, shape), _broadcast_to(b, shape)
 
 
 def expand_dims(x: Any, axis: Any) -> tensor:
@@ -341,8 +361,10 @@ def scan(inputs: Sequence[Any], axis: Any, combine, reverse: bool = False) -> li
 # -- casts ----------------------------------------------------------------------------------
 
 def cast(x: Any, dt: Any) -> tensor:
-    if isinstance(x, tensor) and x.dtype is dt:
-        return x
+    if isinstance(x, tensor):
+        xd = x.dtype
+        if xd is dt or (type(xd) is dtype and type(dt) is dtype and xd.name == dt.name):
+            return x
     x = to_tensor(x)
     dt = _unwrap(dt)
     if not isinstance(dt, dtype):
