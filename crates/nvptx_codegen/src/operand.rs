@@ -657,30 +657,28 @@ impl<'ctx> Lowering<'ctx, '_> {
                 "async_copy of {vec} elements per thread ({bytes} bytes; cp.async moves 4, 8 or 16 contiguous bytes)"
             ));
         }
-        let template = if bytes == 16 {
-            "cp.async.cg.shared.global [$0], [$1], 16, $2;".to_string()
-        } else {
-            format!("cp.async.ca.shared.global [$0], [$1], {bytes}, $2;")
+        // A masked-off copy writes zeros and reads nothing: `cp.async`'s `ignore-src` predicate
+        // (PTX 7.5), which ptxas folds into the copy. A source size chosen by `select` per copy
+        // became chains of `selp` on the conjunction's terms (4 per copy in a two-sided
+        // bounds check) and a compare back to a predicate.
+        let kind = if bytes == 16 { "cg" } else { "ca" };
+        let template = match mask {
+            Some(_) => format!("cp.async.{kind}.shared.global [$0], [$1], {bytes}, $2;"),
+            None => format!("cp.async.{kind}.shared.global [$0], [$1], {bytes};"),
         };
         let sptrs =
             self.smem_ptrs_of_regs(&t, &geo, geo.regs.chunks(vec).map(|ch| ch[0].as_slice()))?;
         for (ci, &sp) in sptrs.iter().enumerate() {
             let saddr = self.b.build_ptr_to_int(sp, self.cx.i32_type(), "sa")?;
             let g = ptrs[ci * vec];
-            let size = match &mask {
+            match &mask {
                 Some(m) => {
                     let on = m[ci * vec].into_int_value();
-                    self.b
-                        .build_select(on, self.i32(bytes as u64), self.i32(0), "sz")?
-                        .into_int_value()
+                    let off = self.b.build_not(on, "ignore")?;
+                    self.asm_void(&template, "r,l,b,~{memory}", &[saddr.into(), g, off.into()])?;
                 }
-                None => self.i32(bytes as u64),
-            };
-            self.asm_void(
-                &template,
-                "r,l,r,~{memory}",
-                &[saddr.into(), g, size.into()],
-            )?;
+                None => self.asm_void(&template, "r,l,~{memory}", &[saddr.into(), g])?,
+            }
         }
         Ok(())
     }
