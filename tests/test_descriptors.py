@@ -177,5 +177,9 @@ def test_device_descriptor_loads_are_pipelined_when_rows_are_whole_granules(ptxa
     # (rows of N) still is.
     copies = [k.asm["ptx"].count("cp.async.cg.shared.global") for k in (whole, ragged)]
     assert copies[0] > copies[1] > 0 and "ld.global.v4" in ragged.asm["ptx"]
+    # Bounds-checked copies take their mask as cp.async's ignore-src predicate, not as a
+    # source size picked by `selp` chains.
+    masked = [line.split() for line in whole.asm["ptx"].splitlines() if "cp.async.cg.shared.global" in line]
+    assert all(len(c) == 5 and c[-1].startswith("%p") for c in masked), masked[:2]
     for k in (whole, ragged):
         assemble(ptxas, k.asm["ptx"], "sm_90a")
