@@ -571,6 +571,40 @@ def test_backward_loop_pipelines_operands_read_both_ways(ptxas, target):
 
 
 @tiles.jit
+def gram_kernel(x_ptr, g_ptr, K, N: tl.constexpr, BK: tl.constexpr):
+    # One loaded tile is both operands of a dot, `a` as loaded and `b` transposed: one ring,
+    # two views of each slot.
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((N, N), dtype=tl.float32)
+    for k in range(0, K, BK):
+        x = tl.load(x_ptr + rn[:, None] * K + (k + rk)[None, :])
+        acc += tl.dot(x, tl.trans(x))
+    tl.store(g_ptr + rn[:, None] * N + rn[None, :], acc)
+
+
+def test_one_load_as_both_dot_operands(dev, rng):
+    n, k = 64, 256
+    x = random(rng, (n, k), "float16", -1, 1)
+    g = dev.put(np.full((n, n), np.nan, np.float32))
+    gram_kernel[(1,)](dev.put(x), g, k, N=n, BK=64, num_stages=3)
+    xf = x.astype(np.float64)
+    assert _rel_err(dev.get(g), xf @ xf.T) < 1e-2
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_one_load_as_both_dot_operands_is_pipelined(ptxas, target):
+    from test_compile import assemble
+
+    k = tiles.compile(gram_kernel, signature={"x_ptr": "*fp16:16", "g_ptr": "*fp32:16", "K": "i32:16"},
+                      constexprs={"N": 64, "BK": 64}, target=target, num_warps=4, num_stages=3)
+    loop = k.asm["tir_opt"].split(" for ")[1]
+    assert loop.count("async_copy") == 1
+    assert "local_view {buf = 0, stages = 3}" in loop and "local_view {buf = 0, stages = 3, trans}" in loop
+    assemble(ptxas, k.asm["ptx"], target)
+
+
+@tiles.jit
 def two_phase_kernel(a_ptr, b_ptr, c_ptr, d_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     # Two pipelined matmul loops one after the other (a backward-attention kernel's phases):
     # the second loop's buffers reuse the first one's shared memory.
