@@ -333,18 +333,6 @@ pub(crate) fn deferred_dots(
         matches!(func.values[v].def, tile_ir::ValueDef::Result(o, _)
             if matches!(func.ops[o].kind, OpKind::LocalView { .. }))
     };
-    // The values `op` and the ops of its regions read.
-    let reads = |op: Op| -> Vec<Value> {
-        let mut out = Vec::new();
-        let mut ops = vec![op];
-        while let Some(o) = ops.pop() {
-            out.extend(func.ops[o].operands.iter().copied());
-            for &r in &func.ops[o].regions {
-                ops.extend(func.blocks[func.regions[r].block].ops.iter().copied());
-            }
-        }
-        out
-    };
     let mut users: HashMap<Value, Vec<Op>> = HashMap::new();
     for (op, d) in func.ops.iter() {
         if !block_of.contains_key(&op) {
@@ -368,6 +356,18 @@ pub(crate) fn deferred_dots(
             continue;
         };
         let pos: HashMap<Op, usize> = ops.iter().enumerate().map(|(i, &o)| (o, i)).collect();
+        // The body's first top-level position holding an `async_copy`: deferred dots come
+        // before it.
+        let first_copy = ops
+            .iter()
+            .position(|&o| {
+                let mut found = false;
+                func.walk_op(o, |x| {
+                    found |= matches!(func.ops[x].kind, OpKind::AsyncCopy(_))
+                });
+                found
+            })
+            .unwrap_or(usize::MAX);
         let args = &func.blocks[body].args;
         let mut last: Option<Op> = None;
         for (k, &y) in func.ops[yield_op].operands.iter().enumerate() {
@@ -399,7 +399,7 @@ pub(crate) fn deferred_dots(
             while let Some(v) = stack.pop() {
                 if let tile_ir::ValueDef::Result(o, _) = func.values[v].def {
                     if pos.contains_key(&o) && slice.insert(o) {
-                        stack.extend(reads(o));
+                        func.reads(o, &mut stack);
                     }
                 }
             }
@@ -415,11 +415,7 @@ pub(crate) fn deferred_dots(
             let uses_after = carried_users
                 .iter()
                 .all(|&u| top_in(body, u).is_some_and(|t| pos[&t] > pos[&first]));
-            let copies_after = func.ops.iter().all(|(o, od)| {
-                !matches!(od.kind, OpKind::AsyncCopy(_))
-                    || top_in(body, o).is_none_or(|t| pos[&t] > at)
-            });
-            if !(chained || uses_after) || !copies_after {
+            if !(chained || uses_after) || first_copy <= at {
                 continue;
             }
             out.dots.insert(dot);

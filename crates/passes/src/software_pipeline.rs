@@ -78,17 +78,6 @@ struct Plan {
     carried: Vec<(usize, bool)>,
 }
 
-/// Every value `op` and the ops in its regions read.
-fn reads(func: &Function, op: Op, out: &mut Vec<Value>) {
-    out.extend_from_slice(&func.ops[op].operands);
-    for &r in &func.ops[op].regions {
-        let b = func.regions[r].block;
-        for &o in &func.blocks[b].ops {
-            reads(func, o, out);
-        }
-    }
-}
-
 fn is_zero_constant(func: &Function, v: Value) -> bool {
     let ValueDef::Result(op, _) = func.values[v].def else {
         return false;
@@ -161,7 +150,7 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
     let mut users: HashMap<Value, Vec<Op>> = HashMap::new();
     for &op in &ops {
         let mut vs = Vec::new();
-        reads(func, op, &mut vs);
+        func.reads(op, &mut vs);
         for v in vs {
             users.entry(v).or_default().push(op);
         }

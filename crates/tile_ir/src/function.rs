@@ -236,15 +236,22 @@ impl Function {
 
     /// Visits every op reachable from the entry block, parents before the ops they contain.
     pub fn walk(&self, mut f: impl FnMut(Op)) {
-        fn go(func: &Function, b: Block, f: &mut dyn FnMut(Op)) {
-            for &op in &func.blocks[b].ops {
-                f(op);
-                for &r in &func.ops[op].regions {
-                    go(func, func.regions[r].block, f);
+        for &op in &self.blocks[self.entry].ops {
+            self.walk_op(op, &mut f);
+        }
+    }
+
+    /// Visits `op` and every op in its regions, parents first.
+    pub fn walk_op(&self, op: Op, mut f: impl FnMut(Op)) {
+        fn go(func: &Function, op: Op, f: &mut dyn FnMut(Op)) {
+            f(op);
+            for &r in &func.ops[op].regions {
+                for &o in &func.blocks[func.regions[r].block].ops {
+                    go(func, o, f);
                 }
             }
         }
-        go(self, self.entry, &mut f);
+        go(self, op, &mut f);
     }
 
     /// Every live op in program order (parents before their regions' ops).
@@ -252,6 +259,17 @@ impl Function {
         let mut out = Vec::new();
         self.walk(|op| out.push(op));
         out
+    }
+
+    /// Appends to `out` every value `op` reads: its operands, then those of the ops in its
+    /// regions (a loop or branch reads what its body reads from outside).
+    pub fn reads(&self, op: Op, out: &mut Vec<Value>) {
+        out.extend_from_slice(&self.ops[op].operands);
+        for &r in &self.ops[op].regions {
+            for &o in &self.blocks[self.regions[r].block].ops {
+                self.reads(o, out);
+            }
+        }
     }
 
     /// How many times each value is used by live ops.
