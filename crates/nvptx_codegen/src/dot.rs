@@ -124,11 +124,12 @@ impl<'ctx> Lowering<'ctx, '_> {
                 // The group stays in flight past an async or deferred dot (the group before
                 // it, whose ring slots the copies after this dot refill, is done in every
                 // warpgroup after the barrier); other dots wait for their own group.
+                let chained = self.async_dots.contains(&op);
                 let deferred = self.deferred.dots.contains(&op);
-                let async_dot = self.async_dots.contains(&op) || deferred;
-                let out = self.dot_wgmma(a, c, &src_a, &tb, u32::from(async_dot), deferred)?;
+                let in_flight = u32::from(chained || deferred);
+                let out = self.dot_wgmma(a, c, &src_a, &tb, in_flight, deferred)?;
                 self.vals.insert(data.results[0], out);
-                if self.async_dots.contains(&op) || self.deferred.barrier_after.contains(&op) {
+                if chained || self.deferred.barrier_after.contains(&op) {
                     self.barrier_sync()?;
                 }
                 self.get(data.results[0])?.clone()

@@ -474,6 +474,37 @@ impl<'ctx> Lowering<'ctx, '_> {
         })
     }
 
+    /// Whether a cast from `s` to `t` converts to fp8 in hardware (sm_90+): one rounding from
+    /// fp32, saturating to the largest finite value, as Triton converts on Hopper.
+    fn hw_to_fp8(&self, s: DType, t: DType) -> bool {
+        self.fp8_cvt && t.is_fp8() && !s.is_fp8()
+    }
+
+    /// `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` of two fp32 values: `hi` in the upper byte of the
+    /// result, `lo` in the lower.
+    fn cvt_fp8x2(
+        &self,
+        t: DType,
+        hi: BasicValueEnum<'ctx>,
+        lo: BasicValueEnum<'ctx>,
+    ) -> R<IntValue<'ctx>> {
+        let kind = if t == DType::F8E4M3 {
+            "e4m3x2"
+        } else {
+            "e5m2x2"
+        };
+        match self.asm(
+            self.cx.i16_type().into(),
+            &format!("cvt.rn.satfinite.{kind}.f32 $0, $1, $2;"),
+            "=h,f,f",
+            &[hi, lo],
+            false,
+        )? {
+            Some(d) => Ok(d.into_int_value()),
+            None => self.internal("asm returned nothing"),
+        }
+    }
+
     /// Whether `cast` (an op) converts a tile of numbers to fp8 in hardware, two registers
     /// per instruction ([`Self::cast_pairs_to_fp8`]).
     pub fn pairs_to_fp8(&mut self, cast: &tile_ir::OpData) -> R<bool> {
@@ -484,7 +515,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let (Elem::Num(s), Elem::Num(t)) = (from.elem, to.elem) else {
             return Ok(false);
         };
-        if !self.fp8_cvt || !t.is_fp8() || s.is_fp8() || !s.is_float() {
+        if !self.hw_to_fp8(s, t) || !s.is_float() {
             return Ok(false);
         }
         let ty = *to;
@@ -506,11 +537,6 @@ impl<'ctx> Lowering<'ctx, '_> {
             return self.internal("fp8 pairs of a non-number");
         };
         let f32e = Elem::Num(DType::F32);
-        let kind = if t == DType::F8E4M3 {
-            "e4m3x2"
-        } else {
-            "e5m2x2"
-        };
         let i8t = self.cx.i8_type();
         let mut out = Vec::with_capacity(regs.len());
         for pair in regs.chunks(2) {
@@ -520,17 +546,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             let lo = self.cast(from, f32e, pair[0])?;
             let hi = self.cast(from, f32e, pair[1])?;
-            let Some(d) = self.asm(
-                self.cx.i16_type().into(),
-                &format!("cvt.rn.satfinite.{kind}.f32 $0, $1, $2;"),
-                "=h,f,f",
-                &[hi, lo],
-                false,
-            )?
-            else {
-                return self.internal("asm returned nothing");
-            };
-            let d = d.into_int_value();
+            let d = self.cvt_fp8x2(t, hi, lo)?;
             out.push(self.b.build_int_truncate(d, i8t, "f8")?.into());
             let up = self
                 .b
@@ -551,35 +567,18 @@ impl<'ctx> Lowering<'ctx, '_> {
             (Elem::Num(s), Elem::Num(t)) => (s, t),
             _ => return self.unsupported("casts between pointers and numbers"),
         };
-        if s != t && t.is_fp8() && !s.is_fp8() && self.fp8_cvt {
-            // sm_90+: one rounding from fp32 in hardware, saturating to the largest finite
-            // value (as Triton converts on Hopper); other types go to fp32 first (fp16/bf16 exactly).
+        if s != t && self.hw_to_fp8(s, t) {
+            // Other types go to fp32 first (fp16/bf16 exactly); the value converts against
+            // itself and keeps the low byte.
             let f32 = Elem::Num(DType::F32);
             let x = if s == DType::F32 {
                 v
             } else {
                 self.cast(from, f32, v)?
             };
-            let kind = if t == DType::F8E4M3 {
-                "e4m3x2"
-            } else {
-                "e5m2x2"
-            };
-            let Some(pair) = self.asm(
-                self.cx.i16_type().into(),
-                &format!("cvt.rn.satfinite.{kind}.f32 $0, $1, $1;"),
-                "=h,f",
-                &[x],
-                false,
-            )?
-            else {
-                return self.internal("asm returned nothing");
-            };
+            let pair = self.cvt_fp8x2(t, x, x)?;
             let i8t = self.cx.i8_type();
-            return Ok(self
-                .b
-                .build_int_truncate(pair.into_int_value(), i8t, "f8")?
-                .into());
+            return Ok(self.b.build_int_truncate(pair, i8t, "f8")?.into());
         }
         if s != t && (s.is_fp8() || t.is_fp8()) {
             // fp8 converts through fp16 (exact from fp8; one rounding into it).
