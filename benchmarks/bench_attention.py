@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from _measure import ratio, rel_err, time_case
 from _source import load_source
 
 SRC = '''
@@ -79,20 +80,11 @@ def main():
                 m.attn_fwd[(S // bm, B * H)](q, k, v, out, scale, S, D=D, BLOCK_M=bm, BLOCK_N=bn, K_T=kt,
                                              num_warps=warps, num_stages=stages)
 
-            try:
-                run()
-                torch.cuda.synchronize()
-            except Exception as e:  # a configuration a compiler cannot run
-                row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:200]
-                continue
-            row[f"{name}_rel_err"] = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-            ms = triton.testing.do_bench(run, return_mode="median")
-            row[f"{name}_tflops"] = flops / (ms * 1e-3) / 1e12
+            time_case(row, name, run, lambda out=out: rel_err(out, ref), flops)
         res["cases"].append(row)
         t, r = row.get("tiles_tflops"), row.get("triton_tflops")
-        ratio = f"{t / r:.3f}x" if t and r else "n/a"
         print(f"attention {bm}x{bn} w{warps} s{stages}{' k.T' if kt else ''}: tiles {t or 0:.0f} TFLOP/s "
-              f"(err {row.get('tiles_rel_err', float('nan')):.1e}), triton {r or 0:.0f} ({ratio})")
+              f"(err {row.get('tiles_rel_err', float('nan')):.1e}), triton {r or 0:.0f} ({ratio(row)})")
     ms = triton.testing.do_bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale),
                                  return_mode="median")
     res["sdpa_tflops"] = flops / (ms * 1e-3) / 1e12

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from _measure import ratio, rel_err, time_case
 from _source import load_source
 
 SRC = '''
@@ -115,7 +116,6 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     import torch
-    import triton.testing
 
     B, H, S, D = 4, 16, 4096, 64
     torch.manual_seed(0)
@@ -136,7 +136,6 @@ def main():
     qs16 = qs.half()
     res = {"gpu": torch.cuda.get_device_name(), "shape": [B, H, S, D], "cases": []}
     mods = {"tiles": load("tiles"), "triton": load("triton")}
-    err = lambda x, r: ((x.float() - r).norm() / r.norm()).item()  # noqa: E731
     for kernel, flops in (("dkdv", 8 * B * H * S * S * D), ("dq", 6 * B * H * S * S * D)):
         row = {"kernel": kernel, "config": [32, 128, 4, 5] if kernel == "dkdv" else [128, 32, 4, 5]}
         for name, mod in mods.items():
@@ -145,27 +144,21 @@ def main():
                 def run(mod=mod, outs=outs):
                     mod.bwd_dkdv[(S // 128, B * H)](qs16, k, v, do, m, di, outs[0], outs[1], sm_scale, S, HEAD_DIM=D,
                                                     BLOCK_M1=32, BLOCK_N1=128, num_warps=4, num_stages=5)
+
+                def err(outs=outs):
+                    return max(rel_err(outs[0], ref_dk), rel_err(outs[1], ref_dv))
             else:
                 def run(mod=mod, outs=outs):
                     mod.bwd_dq[(S // 128, B * H)](qs16, k, v, do, m, di, outs[0], S, HEAD_DIM=D, BLOCK_M2=128,
                                                   BLOCK_N2=32, num_warps=4, num_stages=5)
-            try:
-                run()
-                torch.cuda.synchronize()
-            except Exception as e:  # a configuration a compiler cannot run
-                row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:200]
-                continue
-            if kernel == "dkdv":
-                row[f"{name}_rel_err"] = max(err(outs[0], ref_dk), err(outs[1], ref_dv))
-            else:
-                row[f"{name}_rel_err"] = err(outs[0], ref_dq)
-            ms = triton.testing.do_bench(run, return_mode="median")
-            row[f"{name}_tflops"] = flops / (ms * 1e-3) / 1e12
+
+                def err(outs=outs):
+                    return rel_err(outs[0], ref_dq)
+            time_case(row, name, run, err, flops)
         res["cases"].append(row)
         t, r = row.get("tiles_tflops"), row.get("triton_tflops")
-        ratio = f"{t / r:.3f}x" if t and r else "n/a"
         print(f"attention bwd {kernel}: tiles {t or 0:.0f} TFLOP/s (err {row.get('tiles_rel_err', float('nan')):.1e}), "
-              f"triton {r or 0:.0f} (err {row.get('triton_rel_err', float('nan')):.1e}, {ratio})")
+              f"triton {r or 0:.0f} (err {row.get('triton_rel_err', float('nan')):.1e}, {ratio(row)})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from _measure import ratio, rel_err, time_case
 from _source import load_source
 
 SRC = '''
@@ -62,7 +63,6 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     import torch
-    import triton.testing
 
     B, H, S, D = 4, 16, 4096, 64
     flops = 4 * B * H * S * S * D
@@ -83,21 +83,12 @@ def main():
                     m.attn_fp8[(S // bm, B * H)](q, k, vt, out, D ** -0.5, S, D=D, BLOCK_M=bm, BLOCK_N=bn,
                                                  FP8=fp8, num_warps=warps, num_stages=3)
 
-                try:
-                    run()
-                    torch.cuda.synchronize()
-                except Exception as e:  # a configuration a compiler cannot run
-                    row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:200]
-                    continue
-                row[f"{name}_rel_err"] = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-                ms = triton.testing.do_bench(run, return_mode="median")
-                row[f"{name}_tflops"] = flops / (ms * 1e-3) / 1e12
+                time_case(row, name, run, lambda out=out, ref=ref: rel_err(out, ref), flops)
             res["cases"].append(row)
             t, r = row.get("tiles_tflops"), row.get("triton_tflops")
-            ratio = f"{t / r:.3f}x" if t and r else "n/a"
             print(f"attention fp8 {fp8_name} {bm}x{bn} w{warps} s3: tiles {t or 0:.0f} TFLOP/s "
                   f"(err {row.get('tiles_rel_err', float('nan')):.1e}), triton {r or 0:.0f} "
-                  f"(err {row.get('triton_rel_err', float('nan')):.1e}, {ratio})")
+                  f"(err {row.get('triton_rel_err', float('nan')):.1e}, {ratio(row)})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

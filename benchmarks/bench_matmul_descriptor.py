@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from _measure import ratio, rel_err, time_case
 from _source import load_source
 
 SRC = '''
@@ -66,19 +67,10 @@ def main():
             m.mm_desc[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)](x, y, out, M, N, K, BM=BM, BN=BN, BK=BK,
                                                                   num_warps=8, num_stages=3)
 
-        try:
-            run()
-            torch.cuda.synchronize()
-        except Exception as e:  # a configuration a compiler cannot run
-            res[f"{name}_error"] = f"{type(e).__name__}: {e}"[:200]
-            continue
-        res[f"{name}_rel_err"] = ((out.float() - ref).norm() / ref.norm()).item()
-        ms = triton.testing.do_bench(run, return_mode="median")
-        res[f"{name}_tflops"] = 2 * M * N * K / (ms * 1e-3) / 1e12
+        time_case(res, name, run, lambda out=out: rel_err(out, ref), 2 * M * N * K)
     t, r = res.get("tiles_tflops"), res.get("triton_tflops")
-    ratio = f"{t / r:.3f}x" if t and r else "n/a"
     print(f"descriptor matmul fp16 {M}^3 {BM}x{BN}x{BK} w8 s3: tiles {t or 0:.0f} TFLOP/s "
-          f"(err {res.get('tiles_rel_err', float('nan')):.1e}), triton {r or 0:.0f} ({ratio})")
+          f"(err {res.get('tiles_rel_err', float('nan')):.1e}), triton {r or 0:.0f} ({ratio(res)})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)
