@@ -30,8 +30,8 @@ struct Assigner<'a> {
     op_block: HashMap<Op, Block>,
     shape_default: HashMap<Shape, LayoutId>,
     anchors: HashMap<Op, (LayoutId, u8)>,
-    /// Per access and dimension, the widest vector its axis info proves ([`proven_vector`]).
-    proven: HashMap<Op, Vec<u8>>,
+    /// The kernel's axis info (accesses' provable vector widths, [`proven_vector`]).
+    axis: &'a AxisInfoMap,
     /// Values computed from a `dot` result (through elementwise ops, loops and branches),
     /// with the dot's layout: they stay in it, so conversions happen as late as possible.
     dot_anchor: SecondaryMap<Value, Option<LayoutId>>,
@@ -150,10 +150,10 @@ pub fn assign_layouts_for(func: &mut Function, axis: &AxisInfoMap, warpgroup_mma
         op_block,
         shape_default: HashMap::new(),
         anchors: HashMap::new(),
-        proven: HashMap::new(),
+        axis,
         dot_anchor: SecondaryMap::with_default(None),
     };
-    a.find_anchors(axis);
+    a.find_anchors();
     let entry = a.func.entry;
     a.find_dot_anchors(entry);
     a.find_dot_anchors(entry);
@@ -185,7 +185,7 @@ fn mark_uniform_compares(func: &mut Function, axis: &AxisInfoMap) {
 }
 
 impl Assigner<'_> {
-    fn find_anchors(&mut self, axis: &AxisInfoMap) {
+    fn find_anchors(&mut self) {
         for op in self.func.ops_in_order() {
             let data = &self.func.ops[op];
             let (ptr, mask, atomic) = match data.kind {
@@ -202,7 +202,7 @@ impl Assigner<'_> {
                 continue;
             }
             let shape = self.func.ty(ptr).shape;
-            let (mut layout, mut vec) = coalesced(self.func, axis, ptr, mask, self.num_warps);
+            let (mut layout, mut vec) = coalesced(self.func, self.axis, ptr, mask, self.num_warps);
             if atomic {
                 // Atomics move one element per instruction.
                 layout = BlockedLayout::default_for(shape.dims(), self.num_warps, &layout.order, 1);
@@ -210,12 +210,6 @@ impl Assigner<'_> {
             }
             let id = self.func.intern_layout(Layout::Blocked(layout));
             self.anchors.insert(op, (id, vec));
-            if !atomic {
-                let widths = (0..shape.rank())
-                    .map(|d| proven_vector(self.func, axis, ptr, mask, d).min(255) as u8)
-                    .collect();
-                self.proven.insert(op, widths);
-            }
             self.shape_default.entry(shape).or_insert(id);
         }
     }
@@ -425,11 +419,15 @@ impl Assigner<'_> {
                             .single_demand(r)
                             .filter(|&w| w != l && !operand(self.func, w))
                         {
-                            let proven = self.proven.get(&op);
+                            let d = &self.func.ops[op];
+                            let mask = matches!(d.kind, OpKind::Load(m) if m.masked)
+                                .then(|| d.operands[1]);
+                            let ptr = d.operands[0];
                             vec = match self.func.layouts[want].contiguous_dim() {
-                                Some((d, spt)) => proven
-                                    .and_then(|p| p.get(d))
-                                    .map_or(1, |&p| p.min(spt.min(255) as u8).max(1)),
+                                Some((dim, spt)) => {
+                                    let p = proven_vector(self.func, self.axis, ptr, mask, dim);
+                                    p.min(spt as u64).clamp(1, 255) as u8
+                                }
                                 _ => 1,
                             };
                             l = want;
