@@ -134,19 +134,23 @@ def _layernorm_job():
     return tiles, dict(fn=getattr(m, name), signature=sig, constexprs=cx, num_warps=warps)
 
 
-def threads_speedup(k_threads: int, reps: int = 3):
-    """K equal layernorm compiles one after another, then on K threads (best of `reps`)."""
+def threads_speedup(k_threads: int, reps: int = 5, per_thread: int = 1):
+    """K·`per_thread` equal layernorm compiles one after another, then with `compile_many` on
+    K threads: the best of `reps` rounds of each, the two alternating (after one round of each
+    that is not counted: the pool's threads start, and the host settles)."""
     tiles, job = _layernorm_job()
-    jobs = [job] * k_threads
+    jobs = [job] * (k_threads * per_thread)
     seq, par = [], []
-    for _ in range(reps):
+    for r in range(reps + 1):
         t0 = time.perf_counter()
         for j in jobs:
             tiles.compile(**j)
-        seq.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
         tiles.compile_many(jobs, max_workers=k_threads)
-        par.append(time.perf_counter() - t0)
+        t2 = time.perf_counter()
+        if r:
+            seq.append(t1 - t0)
+            par.append(t2 - t1)
     return min(seq) / min(par)
 
 

@@ -111,15 +111,15 @@ def processes(k: int):
     return processes_speedup(k)
 
 
-def threads(k: int, reps: int = 3):
-    """K equal layernorm compiles one after another, then on K threads with `compile_many`: the
-    best of `reps` rounds of each (bench_compile_cpu's measure, with the disk cache off)."""
+def threads(k: int, per_thread: int = 1):
+    """K·`per_thread` equal layernorm compiles one after another, then on K threads with
+    `compile_many` (bench_compile_cpu's measure, with the disk cache off)."""
     sys.path.insert(0, HERE)
     from bench_compile_cpu import threads_speedup
 
     os.environ["TILES_CACHE"] = "0"
     try:
-        return threads_speedup(k, reps)
+        return threads_speedup(k, per_thread=per_thread)
     finally:
         os.environ.pop("TILES_CACHE")
 
@@ -153,13 +153,15 @@ def main():
         res[f"{mod}_one_more_kernel_ms"] = one_more_kernel(mod)
     for k in (4, 8):
         res[f"tiles_threads_{k}_speedup"] = threads(k)
+        res[f"tiles_threads_{k}_x4_speedup"] = threads(k, per_thread=4)
         res[f"tiles_processes_{k}_speedup"] = processes(k)
         save()
     res["cpu_cores"] = os.cpu_count()
     for mod in ("tiles", "triton"):
         print(f"{mod}: one more kernel {res[f'{mod}_one_more_kernel_ms']:.1f} ms")
-    print(f"compile_many: 4 threads {res['tiles_threads_4_speedup']:.2f}x, 8 threads "
-          f"{res['tiles_threads_8_speedup']:.2f}x ({res['cpu_cores']} cores); the same compiles in 4 / 8 "
+    print(f"compile_many: K kernels on 4 / 8 threads {res['tiles_threads_4_speedup']:.2f}x / "
+          f"{res['tiles_threads_8_speedup']:.2f}x, 4K kernels {res['tiles_threads_4_x4_speedup']:.2f}x / "
+          f"{res['tiles_threads_8_x4_speedup']:.2f}x ({res['cpu_cores']} cores); K compiles in 4 / 8 "
           f"processes: {res['tiles_processes_4_speedup']:.2f}x / {res['tiles_processes_8_speedup']:.2f}x")
     save()
 

@@ -199,6 +199,21 @@ def test_compile_many_keeps_its_threads_and_may_be_nested(cache_dir):
     assert {f.result().function_name for f in done} == {"binary_kernel"}
 
 
+def test_compile_many_matches_compile_and_raises_in_job_order(cache_dir, monkeypatch):
+    monkeypatch.setenv("TILES_CACHE", "0")
+
+    def job(op, block=256):
+        return dict(fn=binary_kernel, signature=SIG, constexprs={"OP": op, "BLOCK": block}, target="sm_90a")
+
+    ops = ["add", "sub", "mul", "truediv", "maximum", "minimum", "add", "sub", "mul"]
+    many = tiles.compile_many([job(op) for op in ops], max_workers=3)
+    assert [k.asm["ptx"] for k in many] == [tiles.compile(**job(op)).asm["ptx"] for op in ops]
+    # BLOCK 100 is not a power of two: the frontend refuses the third job, after the first two.
+    with pytest.raises(tiles.CompilationError, match="power of 2"):
+        tiles.compile_many([job("add"), job("sub"), job("mul", 100), job("add")], max_workers=3)
+    assert len(tiles.compile_many([job("minimum"), job("maximum")], max_workers=3)) == 2
+
+
 def _fresh_binary_kernel():
     # A new JITFunction over the same function: its specialisations start uncompiled.
     return tiles.jit(binary_kernel.fn)

@@ -279,6 +279,55 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
     Triton's form works too: `compile(ASTSource(fn, signature, constexprs, attrs),
     target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})`.
     """
+    ready = _front(fn, signature, constexprs, target, num_warps, num_stages, specialization, equal_to_1, debug,
+                   enable_fp_fusion, maxnreg, options)
+    return ready if isinstance(ready, CompiledKernel) else ready.finish()
+
+
+class _Backend:
+    """A kernel whose IR the frontend has built: what is left of its compile (passes, LLVM,
+    PTX: all without the GIL), then the cache entry and the CompiledKernel."""
+
+    __slots__ = ("fn", "kernel", "key", "target", "num_warps", "num_stages", "sig", "constexprs", "fp_fusion",
+                 "maxnreg", "dump", "frontend_s")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    def finish(self) -> CompiledKernel:
+        from .runtime import cache
+
+        t1 = time.perf_counter()
+        try:
+            out = self.kernel.compile(self.target, all_stages=self.dump, fp_fusion=self.fp_fusion,
+                                      maxnreg=self.maxnreg, llir=self.dump)
+        except _tiles.BackendError as e:
+            raise _backend_error(self.fn, e) from None
+        t2 = time.perf_counter()
+        if _timing():
+            stages = ", ".join(f"{n} {t * 1e3:.2f}" for n, t in out["timings"])
+            print(f"tiles: {out['name']}: frontend {self.frontend_s * 1e3:.2f} ms, {stages} ms "
+                  f"(passes + LLVM + PTX {(t2 - t1) * 1e3:.2f} ms)", file=sys.stderr)
+        _dump(out["name"], out)
+        ck = CompiledKernel(self.fn.__name__, out, self.target, self.num_warps, self.num_stages, self.sig,
+                            self.constexprs, self.fn.source().file, self.fn.param_names, self.fp_fusion,
+                            self.maxnreg)
+        if not self.dump:
+            cache.store(self.key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
+                                   "asserts": out["asserts"], "target": self.target},
+                        {k: out[k] for k in ("tir", "tir_opt", "ptx")})
+            ck.cache_key = self.key
+        return ck
+
+
+def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[Dict[str, Any]] = None,
+           target: Any = "sm_90a", num_warps: int = 4, num_stages: int = 3,
+           specialization: Optional[Dict[str, int]] = None, equal_to_1: Sequence[str] = (), debug: bool = False,
+           enable_fp_fusion: bool = False, maxnreg: Optional[int] = None,
+           options: Optional[Dict[str, Any]] = None):
+    """`compile` up to the end of the frontend (the part that needs the GIL): a CompiledKernel
+    on a disk-cache hit, else the `_Backend` that finishes it."""
     from . import frontend
     from .runtime.jit import JITFunction
 
@@ -344,25 +393,9 @@ def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional
         return ck
     t0 = time.perf_counter()
     kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target)
-    t1 = time.perf_counter()
-    try:
-        out = kernel.compile(target, all_stages=dump, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, llir=dump)
-    except _tiles.BackendError as e:
-        raise _backend_error(fn, e) from None
-    t2 = time.perf_counter()
-    if _timing():
-        stages = ", ".join(f"{n} {t * 1e3:.2f}" for n, t in out["timings"])
-        print(f"tiles: {out['name']}: frontend {(t1 - t0) * 1e3:.2f} ms, {stages} ms "
-              f"(passes + LLVM + PTX {(t2 - t1) * 1e3:.2f} ms)", file=sys.stderr)
-    _dump(out["name"], out)
-    ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file,
-                        fn.param_names, bool(enable_fp_fusion), maxnreg)
-    if not dump:
-        cache.store(key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
-                          "asserts": out["asserts"], "target": target},
-                    {k: out[k] for k in ("tir", "tir_opt", "ptx")})
-        ck.cache_key = key
-    return ck
+    return _Backend(fn=fn, kernel=kernel, key=key, target=target, num_warps=num_warps, num_stages=num_stages,
+                    sig=sig, constexprs=constexprs, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, dump=dump,
+                    frontend_s=time.perf_counter() - t0)
 
 
 _POOLS: Dict[int, Any] = {}
@@ -384,22 +417,78 @@ def _pool(workers: int):
         return pool
 
 
-def compile_many(jobs, max_workers: Optional[int] = None):
-    """Compiles many kernels on a thread pool (the Rust stages run without the GIL).
+class _Task:
+    """A backend that a pool thread or the thread waiting for it runs, whichever comes first."""
 
-    `jobs` is an iterable of dicts of `tiles.compile` keyword arguments (with `fn`).
-    Returns the compiled kernels in order. The pool's threads are kept for later calls.
+    __slots__ = ("backend", "claim", "done", "value", "error")
+
+    def __init__(self, backend: _Backend):
+        self.backend = backend
+        self.claim = threading.Lock()
+        self.done = threading.Event()
+        self.value: Optional[CompiledKernel] = None
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        if not self.claim.acquire(blocking=False):
+            return
+        try:
+            self.value = self.backend.finish()
+        except BaseException as e:  # noqa: BLE001 -- raised by result(), in the jobs' order
+            self.error = e
+        finally:
+            self.done.set()
+
+    def result(self) -> CompiledKernel:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def compile_many(jobs, max_workers: Optional[int] = None):
+    """Compiles many kernels at once; returns the compiled kernels in the jobs' order.
+
+    `jobs` is an iterable of dicts of `tiles.compile` keyword arguments (with `fn`). On
+    `max_workers` threads (default: one per core): the calling thread runs the frontends,
+    which need the GIL, one after another, and hands each kernel's passes, LLVM and PTX stages
+    to a kept pool of `max_workers - 1` threads as soon as its IR is built; those stages run
+    without the GIL. The calling thread then runs the backends no pool thread has started.
+    Frontends one at a time, rather than the pool's threads taking turns at the GIL through
+    them, start the first backend after one frontend instead of after all of them.
+    The first failing job (in the jobs' order) raises, after the jobs before it are done.
     """
     jobs = list(jobs)
-    if threading.current_thread().name.startswith(_POOL_THREAD_PREFIX):
-        # Called from one of the pool's jobs: waiting on the pool could deadlock it.
+    workers = max_workers or os.cpu_count() or 1
+    if workers <= 1 or threading.current_thread().name.startswith(_POOL_THREAD_PREFIX):
+        # One thread, or called from one of the pool's jobs (waiting on the pool could
+        # deadlock it): one after another.
         return [compile(**kw) for kw in jobs]
-    # A thread back from the Rust stages waits for the GIL up to the switch interval while
-    # another runs its frontend; a short interval keeps those waits short.
+    # A pool thread back from the Rust stages needs the GIL, briefly, while this thread runs a
+    # frontend; a short switch interval keeps its wait short.
     interval = sys.getswitchinterval()
     sys.setswitchinterval(min(interval, 0.0002))
     try:
-        pool = _pool(max_workers or os.cpu_count() or 1)
-        return list(pool.map(lambda kw: compile(**kw), jobs))
+        pool = _pool(workers - 1)
+        pending: list = []
+        for kw in jobs:
+            try:
+                ready = _front(**kw)
+            except BaseException as e:  # noqa: BLE001 -- raised after the jobs before it
+                pending.append(e)
+                break
+            if not isinstance(ready, CompiledKernel):
+                ready = _Task(ready)
+                pool.submit(ready.run)
+            pending.append(ready)
+        for p in reversed(pending):  # the pool takes them from the front
+            if isinstance(p, _Task):
+                p.run()
+        out = []
+        for p in pending:
+            if isinstance(p, BaseException):
+                raise p
+            out.append(p.result() if isinstance(p, _Task) else p)
+        return out
     finally:
         sys.setswitchinterval(interval)
