@@ -22,6 +22,10 @@
 //!
 //! Loops are left alone when a copy could not be expressed: stage-0 ops with side effects or
 //! regions, loads with a non-zero `other`, accesses narrower than 4 bytes per thread.
+//!
+//! In a loop it pipelines, the other small loads (no dot reads them; at most 16 registers per
+//! thread) are issued one iteration ahead, into registers the loop carries, unless the loop
+//! stores or has other side effects (`prefetch_loads`).
 
 use std::collections::{HashMap, HashSet};
 use tile_ir::{
@@ -56,13 +60,24 @@ pub fn pipeline_loops(func: &mut Function) -> usize {
         if s < 2 {
             continue;
         }
-        if let Some(plan) = plan(func, op, s) {
-            if next_buf + plan.loads.len() as u32 > u8::MAX as u32 {
-                break;
-            }
-            apply(func, op, parent[&op], s, plan, &mut next_buf);
-            done += 1;
+        let Some(first) = plan(func, op, s) else {
+            continue;
+        };
+        if next_buf + first.loads.len() as u32 > u8::MAX as u32 {
+            break;
         }
+        // The loop's other small loads go one iteration ahead in registers; then the plan
+        // is made again for the body that has them.
+        let plan = if prefetch_loads(func, op, parent[&op]) > 0 {
+            match plan(func, op, s) {
+                Some(p) => p,
+                None => continue,
+            }
+        } else {
+            first
+        };
+        apply(func, op, parent[&op], s, plan, &mut next_buf);
+        done += 1;
     }
     done
 }
@@ -607,4 +622,245 @@ fn apply(
         loc,
     };
     after.push(func, OpKind::AsyncWait { pending: 0 }, vec![], None);
+}
+
+/// Registers per thread a prefetched load may hold, and all of a loop's together.
+const PREFETCH_REGS: usize = 16;
+const PREFETCH_REGS_PER_LOOP: usize = 32;
+
+/// The body's top-level ops that compute `roots` from the loop's arguments and values defined
+/// outside it (in body order), and the carried arguments (index >= 1) they read; None if one of
+/// them may not be recomputed (side effects, regions, loads, dots).
+fn recomputable(
+    func: &Function,
+    body: Block,
+    roots: &[Value],
+) -> Option<(Vec<Op>, HashSet<usize>)> {
+    let in_body: HashSet<Op> = func.blocks[body].ops.iter().copied().collect();
+    let mut found: HashSet<Op> = HashSet::new();
+    let mut carried: HashSet<usize> = HashSet::new();
+    let mut work: Vec<Value> = roots.to_vec();
+    while let Some(v) = work.pop() {
+        match func.values[v].def {
+            ValueDef::Result(o, _) if in_body.contains(&o) => {
+                if found.contains(&o) {
+                    continue;
+                }
+                let d = &func.ops[o];
+                if !is_stage0_kind(&d.kind) || !d.regions.is_empty() {
+                    return None;
+                }
+                found.insert(o);
+                work.extend_from_slice(&d.operands);
+            }
+            ValueDef::Arg(b, i) if b == body && i > 0 => {
+                carried.insert(i as usize);
+            }
+            _ => {}
+        }
+    }
+    let ops = func.blocks[body]
+        .ops
+        .iter()
+        .copied()
+        .filter(|o| found.contains(o))
+        .collect();
+    Some((ops, carried))
+}
+
+/// Loads a pipelined loop's body makes that no dot reads (attention backward's row statistics
+/// `m` and `D_i`) are issued one iteration ahead, at the top of the previous iteration, and
+/// carried in registers: their global-memory latency then overlaps a whole iteration instead
+/// of stalling the math that follows the first dot. The next iteration's pointers come from
+/// recomputing the carried values' updates; past the last iteration the load is masked off.
+///
+/// Only loops without stores, atomics or other side effects (a prefetched load must not pass
+/// a store to what it reads), and loads that hold at most `PREFETCH_REGS` registers per thread
+/// (`PREFETCH_REGS_PER_LOOP` for the loop). Returns how many loads were moved.
+fn prefetch_loads(func: &mut Function, for_op: Op, parent: Block) -> usize {
+    let body = func.region_block(for_op, 0);
+    let mut writes = false;
+    for &op in &func.blocks[body].ops {
+        func.walk_op(op, |o| {
+            let k = &func.ops[o].kind;
+            if k.has_side_effects()
+                && !matches!(
+                    k,
+                    OpKind::Yield | OpKind::For { .. } | OpKind::If | OpKind::While
+                )
+            {
+                writes = true;
+            }
+        });
+    }
+    if writes {
+        return 0;
+    }
+    let yield_op = *func.blocks[body].ops.last().expect("yield");
+    let mut budget = PREFETCH_REGS_PER_LOOP;
+    let mut moved = 0;
+    let candidates: Vec<Op> = func.blocks[body]
+        .ops
+        .iter()
+        .copied()
+        .filter(|&o| matches!(func.ops[o].kind, OpKind::Load(m) if !m.volatile))
+        .collect();
+    for load in candidates {
+        let r = func.ops[load].results[0];
+        let ty = *func.ty(r);
+        let regs = match func.layout_of(r) {
+            Some(l) => {
+                let n = l.register_offsets(ty.shape.dims()).len();
+                let bytes = n * ty.elem.bytes() as usize;
+                bytes.div_ceil(4)
+            }
+            None if ty.shape.rank() == 0 => 1,
+            None => continue,
+        };
+        if regs > PREFETCH_REGS || regs > budget {
+            continue;
+        }
+        // A load that a dot reads is the ring's (pipeline_loops), not ours.
+        let dot_reads = func.blocks[body].ops.iter().any(|&o| {
+            matches!(
+                func.ops[o].kind,
+                OpKind::ConvertLayout | OpKind::Permute { .. }
+            ) && func.ops[o].operands[0] == r
+                && matches!(
+                    func.layout_of(func.ops[o].results[0]),
+                    Some(Layout::DotOperand { .. })
+                )
+        });
+        if dot_reads {
+            continue;
+        }
+        let operands = func.ops[load].operands.clone();
+        let Some((addr_ops, carried)) = recomputable(func, body, &operands) else {
+            continue;
+        };
+        // The next iteration's value of each carried argument the address reads.
+        let mut updates: Vec<Value> = Vec::new();
+        let mut sorted: Vec<usize> = carried.iter().copied().collect();
+        sorted.sort();
+        for &k in &sorted {
+            updates.push(func.ops[yield_op].operands[k - 1]);
+        }
+        let Some((update_ops, _)) = recomputable(func, body, &updates) else {
+            continue;
+        };
+        apply_prefetch(func, for_op, parent, load, &addr_ops, &sorted, &update_ops);
+        budget -= regs;
+        moved += 1;
+    }
+    moved
+}
+
+fn apply_prefetch(
+    func: &mut Function,
+    for_op: Op,
+    parent: Block,
+    load: Op,
+    addr_ops: &[Op],
+    carried: &[usize],
+    update_ops: &[Op],
+) {
+    let body = func.region_block(for_op, 0);
+    let args = func.blocks[body].args.clone();
+    let yield_op = *func.blocks[body].ops.last().expect("yield");
+    let (lb, ub, step) = {
+        let o = &func.ops[for_op].operands;
+        (o[0], o[1], o[2])
+    };
+    let ivt = *func.ty(lb);
+    let loc = func.ops[load].loc;
+    let d = func.ops[load].clone();
+    let OpKind::Load(m) = d.kind else {
+        unreachable!("a load")
+    };
+    let rty = *func.ty(d.results[0]);
+    let pty = *func.ty(d.operands[0]);
+    let mty = Type {
+        elem: Elem::Num(DType::I1),
+        ..pty
+    };
+    // The load of the iteration `env` describes, masked off unless `valid`.
+    let issue =
+        |cur: &mut Cursor, func: &mut Function, env: &mut HashMap<Value, Value>, valid: Value| {
+            cur.clone_ops(func, addr_ops, env);
+            let get = |v: Value| *env.get(&v).unwrap_or(&v);
+            let v = cur.push(func, OpKind::Splat, vec![valid], Some(mty));
+            let mask = if m.masked {
+                cur.push(
+                    func,
+                    OpKind::Binary(BinaryOp::And),
+                    vec![get(d.operands[1]), v],
+                    Some(mty),
+                )
+            } else {
+                v
+            };
+            let mut ops = vec![get(d.operands[0]), mask];
+            if m.has_other {
+                ops.push(get(d.operands[2]));
+            }
+            let attrs = tile_ir::MemAttrs { masked: true, ..m };
+            cur.push(func, OpKind::Load(attrs), ops, Some(rty))
+        };
+    // Before the loop: the first iteration's load.
+    let pos = func.blocks[parent]
+        .ops
+        .iter()
+        .position(|&o| o == for_op)
+        .expect("loop in its block");
+    let mut pre = Cursor {
+        block: parent,
+        pos,
+        loc,
+    };
+    let valid0 = pre.push(
+        func,
+        OpKind::Compare(CmpPred::Lt, 0),
+        vec![lb, ub],
+        Some(Type::num(DType::I1)),
+    );
+    let mut env: HashMap<Value, Value> = HashMap::new();
+    env.insert(args[0], lb);
+    for k in 1..args.len() {
+        env.insert(args[k], func.ops[for_op].operands[3 + k - 1]);
+    }
+    let first = issue(&mut pre, func, &mut env, valid0);
+    // The loop carries it.
+    func.ops[for_op].operands.push(first);
+    let carried_value = func.add_block_arg(body, rty);
+    func.add_result(for_op, rty);
+    func.replace_uses(d.results[0], carried_value);
+    // Top of the body: the next iteration's carried values, then its load.
+    let mut top = Cursor {
+        block: body,
+        pos: 0,
+        loc,
+    };
+    let mut next: HashMap<Value, Value> = HashMap::new();
+    top.clone_ops(func, update_ops, &mut next);
+    let mut env: HashMap<Value, Value> = HashMap::new();
+    for &k in carried {
+        let y = func.ops[yield_op].operands[k - 1];
+        env.insert(args[k], *next.get(&y).unwrap_or(&y));
+    }
+    let iv_next = top.push(
+        func,
+        OpKind::Binary(BinaryOp::Add),
+        vec![args[0], step],
+        Some(ivt),
+    );
+    let valid = top.push(
+        func,
+        OpKind::Compare(CmpPred::Lt, 0),
+        vec![iv_next, ub],
+        Some(Type::num(DType::I1)),
+    );
+    env.insert(args[0], iv_next);
+    let ahead = issue(&mut top, func, &mut env, valid);
+    func.ops[yield_op].operands.push(ahead);
+    func.blocks[body].ops.retain(|&o| o != load);
 }
