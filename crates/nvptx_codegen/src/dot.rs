@@ -22,6 +22,40 @@ enum Src<'ctx> {
     Smem(SmemTile<'ctx>),
 }
 
+/// Whether `src`, the value a warpgroup dot (accumulator layout `acc`) converts its fp8 `a`
+/// from, sits in a warpgroup accumulator layout whose rows are spread over the warps as the
+/// dot's and whose columns all stay in each warp: every quad of lanes then holds whole rows of
+/// each 32-column K step, which [`Lowering::frag_a_fp8`] rearranges into wgmma's `a` fragments
+/// (`TILES_WGMMA_FP8_SMEM_A`, for developers: stage it in shared memory instead).
+fn fp8_register_a(func: &tile_ir::Function, src: Value, acc: &Layout) -> bool {
+    if std::env::var_os("TILES_WGMMA_FP8_SMEM_A").is_some() {
+        return false;
+    }
+    let (Some(Layout::Mma(s)), Layout::Mma(d)) = (func.layout_of(src), acc) else {
+        return false;
+    };
+    let ty = func.ty(src);
+    s.version == 3
+        && d.version == 3
+        && s.warps_per_cta == d.warps_per_cta
+        && s.warps_per_cta.get(1) == Some(&1)
+        && ty.elem.dtype().is_some_and(|t| t.is_fp8())
+        && ty.shape.rank() == 2
+        && ty.shape.dims()[1].is_multiple_of(32)
+}
+
+/// A lane's part in [`Lowering::frag_a_fp8`]'s byte exchange within its quad.
+struct Fp8Quad<'ctx> {
+    /// The lanes read by the first and the second shuffle.
+    from_a: IntValue<'ctx>,
+    from_b: IntValue<'ctx>,
+    /// Whether this lane offers its low words first.
+    even: IntValue<'ctx>,
+    /// `prmt` selectors of the row-g and row-(g + 8) registers.
+    sel_row: IntValue<'ctx>,
+    sel_row8: IntValue<'ctx>,
+}
+
 /// One `mma.sync` shape and type combination.
 struct MmaKind {
     /// The instruction, without operands.
@@ -89,9 +123,21 @@ impl<'ctx> Lowering<'ctx, '_> {
             Some("none") => false,
             Some(_) => warpgroup,
         };
-        // fp8 warpgroup dots have no register form for `a`.
-        let stage_a = stage_a || (warpgroup && self.is_fp8(a));
-        let (sa, sb) = (stage_of(a, stage_a), stage_of(b, true));
+        // An fp8 `a` converted from a warpgroup accumulator's layout (attention's
+        // probabilities) goes to wgmma's register form, its fragments exchanged within each
+        // quad of lanes (`frag_a_fp8`); any other fp8 `a` is staged K-major.
+        let fp8_acc_a = warpgroup
+            && self.is_fp8(a)
+            && self
+                .staged
+                .get(&a)
+                .is_some_and(|&src| self.fp8_from_accumulator(src, lc));
+        let stage_a = stage_a || (warpgroup && self.is_fp8(a) && !fp8_acc_a);
+        let (sa, sb) = if fp8_acc_a {
+            (None, stage_of(b, true))
+        } else {
+            (stage_of(a, stage_a), stage_of(b, true))
+        };
         let mut srcs = Vec::with_capacity(2);
         if sa.is_some() || sb.is_some() {
             self.fence_before_shared_write()?;
@@ -106,6 +152,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     offset += SmemTile::bytes(t.dims, t.elem).next_multiple_of(align);
                     Src::Smem(t)
                 }
+                None if fp8_acc_a && k_dim == 1 => self.reg_src(self.staged[&a])?,
                 None => self.reg_src(v)?,
             });
         }
@@ -152,9 +199,122 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
-    /// Whether `v` is a tile of fp8 (whose warpgroup dots read it K-major from shared memory).
+    /// Whether `v` is a tile of fp8 (whose warpgroup dots read it K-major from shared memory,
+    /// or, as `a`, from an accumulator's registers: [`Self::fp8_from_accumulator`]).
     pub(crate) fn is_fp8(&self, v: Value) -> bool {
         self.func.ty(v).elem.dtype().is_some_and(|d| d.is_fp8())
+    }
+
+    /// [`fp8_register_a`] for a dot whose accumulator layout is `acc`.
+    fn fp8_from_accumulator(&self, src: Value, acc: tile_ir::LayoutId) -> bool {
+        fp8_register_a(self.func, src, &self.func.layouts[acc])
+    }
+
+    /// The four `a` registers of an fp8 register-form wgmma (m64nNk32) for 64-row block `m0`
+    /// and K step `kk`, from an fp8 tile in a warpgroup accumulator's layout.
+    ///
+    /// Lane q of a quad holds rows g and g + 8 at columns 8j + 2q and 8j + 2q + 1; its fragment
+    /// wants columns 4q..4q+3 of each half step (`a0`: row g, `a1`: row g + 8; `a2`, `a3`: the
+    /// second half). Per half step each lane packs its two rows' pairs of the first 8 columns
+    /// (`low`) and of the next 8 (`high`). Lanes q < 2 take low words from lanes 2q and 2q + 1,
+    /// lanes q >= 2 high words from lanes 2q - 3 and 2q - 4: in the first shuffle even lanes
+    /// offer `low` and odd lanes `high`, in the second the other way round, so each lane reads
+    /// exactly its four bytes from each (one `shfl.sync.idx`, a `selp` and a `prmt` per register).
+    fn frag_a_fp8(
+        &mut self,
+        src: &Src<'ctx>,
+        quad: &Fp8Quad<'ctx>,
+        m0: u32,
+        kk: u32,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let Src::Regs { regs, index, shape } = src else {
+            return self.internal("fp8 register fragments from shared memory");
+        };
+        let i32t: BasicTypeEnum = self.cx.i32_type().into();
+        let shfl = "shfl.sync.idx.b32 $0, $1, $2, 0x1f, -1;";
+        let mut out = Vec::with_capacity(4);
+        for half in [0, 16] {
+            let c0 = 32 * kk + half;
+            // Bytes packed by integer shifts and ors, which fold back into the 16-bit pairs the
+            // conversion to fp8 made (`cast_pairs_to_fp8`): one `mov.b32 {lo, hi}` per word.
+            let word = |lw: &Self, c: u32| -> R<BasicValueEnum<'ctx>> {
+                let i32t = lw.cx.i32_type();
+                let mut w = i32t.const_zero();
+                for (k, at) in [[m0, c], [m0, c + 1], [m0 + 8, c], [m0 + 8, c + 1]]
+                    .iter()
+                    .enumerate()
+                {
+                    let e = lw.reg_at(regs, index, *at, shape)?;
+                    let e =
+                        lw.b.build_bit_cast(e, lw.cx.i8_type(), "f8")?
+                            .into_int_value();
+                    let e = lw.b.build_int_z_extend(e, i32t, "f8")?;
+                    let e = lw.b.build_left_shift(e, lw.i32(8 * k as u64), "f8")?;
+                    w = lw.b.build_or(w, e, "f8")?;
+                }
+                Ok(w.into())
+            };
+            let (low, high) = (word(self, c0)?, word(self, c0 + 8)?);
+            let b = &self.b;
+            let offer_a = b.build_select(quad.even, low, high, "offer")?;
+            let offer_b = b.build_select(quad.even, high, low, "offer")?;
+            let (Some(x), Some(y)) = (
+                self.asm(i32t, shfl, "=r,r,r", &[offer_a, quad.from_a.into()], true)?,
+                self.asm(i32t, shfl, "=r,r,r", &[offer_b, quad.from_b.into()], true)?,
+            ) else {
+                return self.internal("shfl returned nothing");
+            };
+            for sel in [quad.sel_row, quad.sel_row8] {
+                let Some(w) = self.asm(
+                    i32t,
+                    "prmt.b32 $0, $1, $2, $3;",
+                    "=r,r,r,r",
+                    &[x, y, sel.into()],
+                    false,
+                )?
+                else {
+                    return self.internal("prmt returned nothing");
+                };
+                out.push(w);
+            }
+        }
+        // [row g, row g + 8] of each half: wgmma's a0, a1, a2, a3.
+        Ok(out)
+    }
+
+    /// For [`Self::frag_a_fp8`]: this lane's shuffle sources and byte selectors.
+    fn fp8_quad_lanes(&self) -> R<Fp8Quad<'ctx>> {
+        let b = &self.b;
+        let lane = self.lane();
+        let q = b.build_and(lane, self.i32(3), "q")?;
+        let base = b.build_and(lane, self.i32(0xffff_fffc), "quad")?;
+        let low = b.build_int_compare(inkwell::IntPredicate::ULT, q, self.i32(2), "low")?;
+        let q2 = b.build_left_shift(q, self.i32(1), "q2")?;
+        let q2_1 = b.build_int_add(q2, self.i32(1), "q2")?;
+        let (lo, hi) = (
+            b.build_and(q2, self.i32(3), "q2")?,
+            b.build_and(q2_1, self.i32(3), "q2")?,
+        );
+        // Lanes q < 2 read lanes 2q, 2q + 1; lanes q >= 2 read (2q + 1) mod 4, 2q mod 4.
+        let a = b.build_select(low, lo, hi, "from")?.into_int_value();
+        let c = b.build_select(low, hi, lo, "from")?.into_int_value();
+        let from_a = b.build_or(base, a, "from")?;
+        let from_b = b.build_or(base, c, "from")?;
+        let bit = b.build_and(q, self.i32(1), "odd")?;
+        let even = b.build_int_compare(inkwell::IntPredicate::EQ, bit, self.i32(0), "even")?;
+        let pick = |lo_sel: u64, hi_sel: u64| -> R<IntValue<'ctx>> {
+            Ok(
+                b.build_select(low, self.i32(lo_sel), self.i32(hi_sel), "sel")?
+                    .into_int_value(),
+            )
+        };
+        Ok(Fp8Quad {
+            from_a,
+            from_b,
+            even,
+            sel_row: pick(0x5410, 0x1054)?,
+            sel_row8: pick(0x7632, 0x3276)?,
+        })
     }
 
     fn block_of_op(&self, op: Op) -> Option<tile_ir::Block> {
@@ -738,10 +898,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         let Some(ob) = WgmmaOperand::new(tb_s, 0) else {
             return self.internal("dot operand tile unfit for wgmma");
         };
-        // fp8: 32 K per instruction, both operands K-major in shared memory (no transposes).
+        // fp8: 32 K per instruction, both operands K-major in shared memory (no transposes),
+        // or `a` in registers (see `frag_a_fp8`).
         let fp8 = din.is_fp8();
         let k_step = if fp8 { 32 } else { 16 };
-        if fp8 && (!ob.k_major || !matches!(src_a, Src::Smem(t) if t.contig == 1)) {
+        if fp8 && (!ob.k_major || matches!(src_a, Src::Smem(t) if t.contig != 1)) {
             return self.internal("fp8 warpgroup dot operands must be K-major in shared memory");
         }
         let wm = m.warps_per_cta[0];
@@ -783,9 +944,10 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             Src::Regs { .. } => None,
         };
+        let reg_a = a_desc.is_none();
         let frag = match a_desc {
-            None => Some(Frag::new(self, wm, 1, 2, 16 * wm, 8)?),
-            Some(_) => None,
+            None if !fp8 => Some(Frag::new(self, wm, 1, 2, 16 * wm, 8)?),
+            _ => None,
         };
         let db = desc_base(self, tb_s, &ob)?;
         let one = self.i32(1);
@@ -847,15 +1009,24 @@ impl<'ctx> Lowering<'ctx, '_> {
         let mut in_cons: Vec<&str> = Vec::new();
         // A deferred dot's register `a` is computed from a dot whose wait completes this one
         // in the next iteration, so nothing rewrites those registers while it runs.
-        if frag.is_some() && pending > 0 && !deferred {
+        if reg_a && pending > 0 && !deferred {
             return self.internal("a warpgroup dot with register `a` left in flight");
         }
         // Register `a`: the fragments of each (64-row block, K step), in this order.
         let mut a_at: BTreeMap<(u32, u32), std::ops::Range<usize>> = BTreeMap::new();
-        if let Some(f) = &frag {
+        let quad = if reg_a && fp8 {
+            Some(self.fp8_quad_lanes()?)
+        } else {
+            None
+        };
+        if reg_a {
             for rm in 0..reps_m {
-                for kk in 0..k / 16 {
-                    let regs = self.frag_a(f, src_a, din, rm, kk)?;
+                for kk in 0..k / k_step {
+                    let regs = match (&frag, &quad) {
+                        (Some(f), _) => self.frag_a(f, src_a, din, rm, kk)?,
+                        (None, Some(qd)) => self.frag_a_fp8(src_a, qd, rm * 16 * wm, kk)?,
+                        _ => return self.internal("register `a` without fragments"),
+                    };
                     let start = n_acc + ins.len();
                     in_cons.extend(std::iter::repeat_n("r", regs.len()));
                     ins.extend(regs);

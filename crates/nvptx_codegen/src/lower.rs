@@ -203,8 +203,9 @@ fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
             });
             // A warpgroup dot reads `a` from registers when they already hold it: the result
             // of another warpgroup dot (attention's probabilities) is not staged. Except fp8,
-            // which a warpgroup dot reads from shared memory only: staged by the dot straight
-            // from the accumulator's registers, not converted to the operand layout first.
+            // whose conversion the dot does itself, from the accumulator's registers: into
+            // wgmma's register fragments by a byte exchange within each quad of lanes
+            // (`frag_a_fp8`), or, where that does not apply, into a K-major shared tile.
             let fp8 = func.ty(r).elem.dtype().is_some_and(|t| t.is_fp8());
             let from_warpgroup_result = !fp8
                 && matches!(func.layout_of(r),
