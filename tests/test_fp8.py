@@ -291,3 +291,53 @@ def test_fp8_attention_probabilities_stay_in_registers(ptxas, block_n, warps):
     assert len(second) == blocks * (block_n // 32), second
     report = assemble(ptxas, ptx, "sm_90a")
     assert "0 bytes spill stores" in report, report
+
+
+@tiles.jit
+def fp8_chained_dots_kernel(a_ptr, b_ptr, wt_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                            D: tl.constexpr, FP8: tl.constexpr):
+    # `h = a @ b` in fp32, rounded to fp8 and multiplied by `w` (stored K-major): on sm_90a the
+    # second dot takes `h` from the first's accumulator registers (register-form fp8 wgmma).
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    rd = tl.arange(0, D)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    h = tl.dot(a, b) * 0.25
+    wt = tl.load(wt_ptr + rd[:, None] * N + rn[None, :])
+    tl.store(c_ptr + rm[:, None] * D + rd[None, :], tl.dot(h.to(FP8), wt.T))
+
+
+@pytest.mark.parametrize("name, M, N, warps", [("fp8e4nv", 64, 32, 4), ("fp8e5", 128, 64, 8),
+                                               ("fp8e4nv", 128, 128, 4)])
+def test_fp8_dot_of_a_dot_result(dev, rng, name, M, N, warps):
+    np_fp8, tl_fp8 = FP8[name]
+    K, D = 32, 64
+    a = rng.standard_normal((M, K)).astype(np.float32).astype(np_fp8)
+    b = rng.standard_normal((K, N)).astype(np.float32).astype(np_fp8)
+    wt = rng.standard_normal((D, N)).astype(np.float32).astype(np_fp8)
+    c = dev.put(np.full((M, D), np.nan, np.float32))
+    fp8_chained_dots_kernel[(1,)](dev.put(a), dev.put(b), dev.put(wt), c, M=M, N=N, K=K, D=D, FP8=tl_fp8,
+                                  num_warps=warps)
+    h = (a.astype(np.float64) @ b.astype(np.float64) * 0.25).astype(np.float32)
+    # h is rounded to fp8 once (fp32 -> fp8 in hardware, through fp16 in the interpreter:
+    # the same value for all but ties, which random data almost never hits).
+    h8 = h.astype(np_fp8).astype(np.float64)
+    ref = h8 @ wt.astype(np.float64).T
+    got = dev.get(c)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-2
+
+
+@pytest.mark.parametrize("M, N, warps", [(64, 32, 4), (128, 64, 8), (128, 128, 4)])
+def test_fp8_dot_of_a_dot_result_uses_register_fragments(ptxas, M, N, warps):
+    from test_compile import assemble
+
+    sig = {"a_ptr": "*fp8e4nv:16", "b_ptr": "*fp8e4nv:16", "wt_ptr": "*fp8e4nv:16", "c_ptr": "*fp32:16"}
+    ptx = tiles.compile(fp8_chained_dots_kernel, signature=sig, target="sm_90a", num_warps=warps,
+                        constexprs={"M": M, "N": N, "K": 32, "D": 64, "FP8": tl.float8e4nv}).asm["ptx"]
+    blocks = M // (16 * warps)
+    assert ptx.count("shfl.sync.idx.b32") == blocks * (N // 32) * 4
+    second = [line for line in ptx.splitlines() if "wgmma.mma_async" in line and ".e4m3.e4m3" in line]
+    assert len(second) == blocks * (N // 32) and all("}, {%r" in line for line in second)
+    assemble(ptxas, ptx, "sm_90a")
