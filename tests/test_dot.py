@@ -720,3 +720,55 @@ def test_small_load_in_a_pipelined_loop_goes_ahead(ptxas, target, masked, log):
         assert body.index(" load ") > body.index(" dot ")
     report = assemble(ptxas, k.asm["ptx"], target)
     assert "0 bytes spill stores" in report, report
+
+
+@tiles.jit
+def indexed_scales_kernel(a_ptr, b_ptr, idx_ptr, s_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr,
+                          BK: tl.constexpr):
+    # Each step's scale row is chosen by an index loaded in the step: the index (a scalar) and
+    # the row it selects both go an iteration ahead, the row's address from the carried index.
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        row = tl.load(idx_ptr + k // BK)
+        s = tl.load(s_ptr + row * BN + rn)
+        acc += tl.dot(a, b) * s[None, :]
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 5])
+def test_small_loads_chained_through_an_index(dev, rng, steps):
+    BM, BN, BK, rows = 64, 64, 32, 7
+    K = steps * BK
+    a = random(rng, (BM, K), "float16", -1, 1)
+    b = random(rng, (K, BN), "float16", -1, 1)
+    idx = rng.integers(0, rows, steps).astype(np.int32)
+    s = random(rng, (rows, BN), "float32", 0.5, 1.5)
+    c = dev.put(np.full((BM, BN), np.nan, np.float32))
+    indexed_scales_kernel[(1,)](dev.put(a), dev.put(b), dev.put(idx), dev.put(s), c, K, BM=BM, BN=BN, BK=BK,
+                                num_stages=3)
+    f = lambda x: x.astype(np.float64)  # noqa: E731
+    ref = sum((f(a[:, i * BK:(i + 1) * BK]) @ f(b[i * BK:(i + 1) * BK])) * f(s[idx[i]])[None, :]
+              for i in range(steps))
+    assert _rel_err(dev.get(c), ref) < 1e-2
+
+
+def test_small_loads_chained_through_an_index_go_ahead(ptxas):
+    from test_compile import assemble
+
+    sig = {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "idx_ptr": "*i32:16", "s_ptr": "*fp32:16", "c_ptr": "*fp32:16",
+           "K": "i32:16"}
+    k = tiles.compile(indexed_scales_kernel, signature=sig, target="sm_90a", num_warps=4, num_stages=3,
+                      constexprs={"BM": 64, "BN": 64, "BK": 32})
+    before, loop = k.asm["tir_opt"].split(" for ", 1)
+    # Both loads of the first step before the loop; in the body, both after the dot.
+    assert before.count(" load {masked") == 2
+    body = loop.split("yield")[0]
+    loads = [i for i, line in enumerate(body.splitlines()) if " load " in line]
+    dot = next(i for i, line in enumerate(body.splitlines()) if " dot " in line)
+    assert len(loads) == 2 and min(loads) > dot
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

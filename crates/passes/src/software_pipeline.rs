@@ -779,7 +779,11 @@ fn apply_prefetch(
         |cur: &mut Cursor, func: &mut Function, env: &mut HashMap<Value, Value>, valid: Value| {
             cur.clone_ops(func, addr_ops, env);
             let get = |v: Value| *env.get(&v).unwrap_or(&v);
-            let v = cur.push(func, OpKind::Splat, vec![valid], Some(mty));
+            let v = if pty.shape.rank() == 0 {
+                valid
+            } else {
+                cur.push(func, OpKind::Splat, vec![valid], Some(mty))
+            };
             let mask = if m.masked {
                 cur.push(
                     func,
