@@ -691,3 +691,19 @@ def test_mxfp_helpers():
     assert s.to(torch.float32).tolist() == [1.0, 0.25, 4.0, 2.0 ** -10]
     s = MXScaleTensor(size=(100,), device="cpu").random(low=1 / 8, high=4)
     assert s.to(torch.float32).min() >= 1 / 8 and s.to(torch.float32).max() <= 4
+
+
+def test_every_variable_the_compiler_reads_is_in_the_cache_key():
+    # A switch the Rust stages read changes the code they make: a cache entry compiled without
+    # it must not be loaded with it (and the other way round).
+    import pathlib
+    import re
+
+    from tiles.runtime import cache
+
+    root = pathlib.Path(__file__).resolve().parent.parent / "crates"
+    read = set()
+    for path in root.rglob("*.rs"):
+        read.update(re.findall(r'env::var(?:_os)?\("(TILES_[A-Z0-9_]+)"', path.read_text()))
+    assert read, "no TILES_ variable found in the crates"
+    assert read <= set(cache._COMPILER_ENV), sorted(read - set(cache._COMPILER_ENV))
