@@ -881,8 +881,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             OpKind::AsyncCommit => self.asm_void("cp.async.commit_group;", "~{memory}", &[])?,
             OpKind::AsyncWait { pending } => {
                 self.asm_void(&format!("cp.async.wait_group {pending};"), "~{memory}", &[])?;
-                if self.warpgroup {
-                    // The landed tiles are read by wgmma (the async proxy) after the barrier.
+                // Tiles landed by cp.async are read by wgmma after the barrier with no proxy
+                // fence in between (TILES_CP_ASYNC_PROXY_FENCE=1 puts one back), as in CUTLASS's
+                // SM90 cp.async + GMMA mainloops and in Triton 3.6, whose proxy-fence pass
+                // fences register-to-shared stores (which tiles fences too, where it stages an
+                // operand) but not cp.async. The fence cost forward attention 2-4 %.
+                if self.warpgroup && std::env::var_os("TILES_CP_ASYNC_PROXY_FENCE").is_some() {
                     self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;
                 }
                 if pending == 0 && self.loop_depth == 0 {
