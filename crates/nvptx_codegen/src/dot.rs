@@ -23,10 +23,14 @@ enum Src<'ctx> {
 }
 
 /// Whether `src`, the value a warpgroup dot (accumulator layout `acc`) converts its fp8 `a`
-/// from, sits in a warpgroup accumulator layout whose rows are spread over the warps as the
-/// dot's and whose columns all stay in each warp: every quad of lanes then holds whole rows of
-/// each 32-column K step, which [`Lowering::frag_a_fp8`] rearranges into wgmma's `a` fragments
-/// (`TILES_WGMMA_FP8_SMEM_A`, for developers: stage it in shared memory instead).
+/// from, goes to wgmma's register form: it sits in a warpgroup accumulator layout whose rows
+/// are spread over the warps as the dot's and whose columns all stay in each warp (every quad
+/// of lanes then holds whole rows of each 32-column K step, which [`Lowering::frag_a_fp8`]
+/// rearranges into wgmma's `a` fragments), and each warp holds two or more 64-row blocks of it.
+/// With one block per warp, staging it K-major in shared memory measured faster: fp8 attention
+/// 128 x 64 with 8 warps 473–481 TFLOP/s staged against 462–472 in registers, 128 x 128 412–413
+/// against 401–414; with 4 warps (two blocks) 457–466 staged against 470–482 (H100).
+/// `TILES_WGMMA_FP8_SMEM_A`, for developers, stages it always.
 fn fp8_register_a(func: &tile_ir::Function, src: Value, acc: &Layout) -> bool {
     if std::env::var_os("TILES_WGMMA_FP8_SMEM_A").is_some() {
         return false;
@@ -42,6 +46,7 @@ fn fp8_register_a(func: &tile_ir::Function, src: Value, acc: &Layout) -> bool {
         && ty.elem.dtype().is_some_and(|t| t.is_fp8())
         && ty.shape.rank() == 2
         && ty.shape.dims()[1].is_multiple_of(32)
+        && ty.shape.dims()[0] >= 2 * 16 * s.warps_per_cta[0]
 }
 
 /// A lane's part in [`Lowering::frag_a_fp8`]'s byte exchange within its quad.
