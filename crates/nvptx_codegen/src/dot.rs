@@ -129,8 +129,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             Some(_) => warpgroup,
         };
         // An fp8 `a` converted from a warpgroup accumulator's layout (attention's
-        // probabilities) goes to wgmma's register form, its fragments exchanged within each
-        // quad of lanes (`frag_a_fp8`); any other fp8 `a` is staged K-major.
+        // probabilities) may go to wgmma's register form, its fragments exchanged within each
+        // quad of lanes (`fp8_register_a` says when, `frag_a_fp8` how); any other fp8 `a` is
+        // staged K-major.
         let fp8_acc_a = warpgroup
             && self.is_fp8(a)
             && self
