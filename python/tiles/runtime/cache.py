@@ -151,7 +151,12 @@ def kernel_key(jitfn, **parts: Any) -> str:
     return h.hexdigest()
 
 
+_PLAIN = (str, int, bool, float, type(None))
+
+
 def _stable(v: Any) -> str:
+    if type(v) in _PLAIN:  # most of a key: names, types, numbers (what _value_fingerprint says)
+        return repr(v)
     from .jit import JITFunction
 
     if isinstance(v, JITFunction):
