@@ -160,7 +160,6 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
     let ops = func.blocks[body].ops.clone();
     let yield_op = *ops.last()?;
     let args = func.blocks[body].args.clone();
-    let in_body: HashSet<Op> = ops.iter().copied().collect();
     // Users of each value among the body's top-level ops (nested uses count for their parent).
     let mut users: HashMap<Value, Vec<Op>> = HashMap::new();
     for &op in &ops {
@@ -217,40 +216,18 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
     let load_ops: HashSet<Op> = loads.iter().map(|l| l.0).collect();
     // Stage 0: everything the loads' pointers and masks need, and the updates of the carried
     // values among it.
-    let mut stage0: HashSet<Op> = HashSet::new();
-    let mut carried: HashSet<usize> = HashSet::new();
-    let mut work: Vec<Value> = Vec::new();
+    let mut roots: Vec<Value> = Vec::new();
     for &(l, _, _) in &loads {
         let d = &func.ops[l];
-        work.push(d.operands[0]);
+        roots.push(d.operands[0]);
         if let OpKind::Load(m) = d.kind {
             if m.masked {
-                work.push(d.operands[1]);
+                roots.push(d.operands[1]);
             }
         }
     }
-    while let Some(v) = work.pop() {
-        match func.values[v].def {
-            ValueDef::Result(o, _) if in_body.contains(&o) => {
-                if stage0.contains(&o) {
-                    continue;
-                }
-                let d = &func.ops[o];
-                if !is_stage0_kind(&d.kind) || !d.regions.is_empty() {
-                    return None;
-                }
-                stage0.insert(o);
-                work.extend_from_slice(&d.operands);
-            }
-            ValueDef::Arg(b, i) if b == body => {
-                let i = i as usize;
-                if i > 0 && carried.insert(i) {
-                    work.push(func.ops[yield_op].operands[i - 1]);
-                }
-            }
-            _ => {}
-        }
-    }
+    let (stage0_ops, carried) = recomputable(func, body, &roots, Some(yield_op))?;
+    let stage0: HashSet<Op> = stage0_ops.iter().copied().collect();
     // A carried value is advanced in place when only stage 0 (and its own update) reads it
     // and the loop's result for it is unused; otherwise a copy is carried ahead.
     let results = func.ops[for_op].results.clone();
@@ -291,10 +268,9 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
         }
         carried_plan.push((k, shared));
     }
-    let stage0: Vec<Op> = ops.iter().copied().filter(|o| stage0.contains(o)).collect();
     Some(Plan {
         loads,
-        stage0,
+        stage0: stage0_ops,
         carried: carried_plan,
     })
 }
@@ -631,10 +607,12 @@ const PREFETCH_REGS_PER_LOOP: usize = 32;
 /// The body's top-level ops that compute `roots` from the loop's arguments and values defined
 /// outside it (in body order), and the carried arguments (index >= 1) they read; None if one of
 /// them may not be recomputed for another iteration (side effects, regions, loads, dots).
+/// With `through` (the body's yield), a carried argument's update joins them too.
 fn recomputable(
     func: &Function,
     body: Block,
     roots: &[Value],
+    through: Option<Op>,
 ) -> Option<(Vec<Op>, HashSet<usize>)> {
     let in_body: HashSet<Op> = func.blocks[body].ops.iter().copied().collect();
     let mut found: HashSet<Op> = HashSet::new();
@@ -653,8 +631,10 @@ fn recomputable(
                 found.insert(o);
                 work.extend_from_slice(&d.operands);
             }
-            ValueDef::Arg(b, i) if b == body && i > 0 => {
-                carried.insert(i as usize);
+            ValueDef::Arg(b, i) if b == body && i > 0 && carried.insert(i as usize) => {
+                if let Some(y) = through {
+                    work.push(func.ops[y].operands[i as usize - 1]);
+                }
             }
             _ => {}
         }
@@ -735,7 +715,7 @@ fn prefetch_loads(func: &mut Function, for_op: Op, parent: Block) -> usize {
             continue;
         }
         let operands = func.ops[load].operands.clone();
-        let Some((addr_ops, carried)) = recomputable(func, body, &operands) else {
+        let Some((addr_ops, carried)) = recomputable(func, body, &operands, None) else {
             continue;
         };
         let mut carried: Vec<usize> = carried.into_iter().collect();
