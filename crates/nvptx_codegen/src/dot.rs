@@ -137,7 +137,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             && self
                 .staged
                 .get(&a)
-                .is_some_and(|&src| self.fp8_from_accumulator(src, lc));
+                .is_some_and(|&src| fp8_register_a(self.func, src, &self.func.layouts[lc]));
         let stage_a = stage_a || (warpgroup && self.is_fp8(a) && !fp8_acc_a);
         let (sa, sb) = if fp8_acc_a {
             (None, stage_of(b, true))
@@ -206,14 +206,9 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Whether `v` is a tile of fp8 (whose warpgroup dots read it K-major from shared memory,
-    /// or, as `a`, from an accumulator's registers: [`Self::fp8_from_accumulator`]).
+    /// or, as `a`, from an accumulator's registers: [`fp8_register_a`]).
     pub(crate) fn is_fp8(&self, v: Value) -> bool {
         self.func.ty(v).elem.dtype().is_some_and(|d| d.is_fp8())
-    }
-
-    /// [`fp8_register_a`] for a dot whose accumulator layout is `acc`.
-    fn fp8_from_accumulator(&self, src: Value, acc: tile_ir::LayoutId) -> bool {
-        fp8_register_a(self.func, src, &self.func.layouts[acc])
     }
 
     /// The four `a` registers of an fp8 register-form wgmma (m64nNk32) for 64-row block `m0`
