@@ -66,7 +66,7 @@ def test_vector_add_is_vectorised(ptxas, target):
     ptx = k.asm["ptx"]
     assert "ld.global.v4.b32" in ptx and "st.global.v4.b32" in ptx
     assert "vector = 4" in k.asm["tir_opt"]
-    assert ".maxntid 128" in ptx
+    assert ".reqntid 128" in ptx
 
 
 def test_unaligned_sizes_fall_back_to_scalar_accesses(ptxas):

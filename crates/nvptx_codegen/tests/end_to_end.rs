@@ -75,7 +75,7 @@ fn vector_add_uses_128_bit_masked_accesses() {
         assert!(out.ptx.contains(".entry add_kernel"), "{}", out.ptx);
         assert!(out.ptx.contains("ld.global.v4.b32"), "{}", out.ptx);
         assert!(out.ptx.contains("st.global.v4.b32"), "{}", out.ptx);
-        assert!(out.ptx.contains(".maxntid 128"), "{}", out.ptx);
+        assert!(out.ptx.contains(".reqntid 128"), "{}", out.ptx);
         ptxas_accepts(&out.ptx, target);
     }
 }
