@@ -777,3 +777,63 @@ def test_small_loads_chained_through_an_index_go_ahead(ptxas):
     dot = next(i for i, line in enumerate(body.splitlines()) if " dot " in line)
     assert len(loads) == 2 and min(loads) > dot
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def grouped_scales_kernel(a_ptr, b_ptr, s_ptr, t_ptr, c_ptr, K, NV, BM: tl.constexpr, BN: tl.constexpr,
+                          BK: tl.constexpr, G: tl.constexpr, GM: tl.constexpr, MASKED: tl.constexpr):
+    # One scale per G columns (and, added at the end, one value per GM x G block), read as a
+    # column tile through `rn // G`: each thread loads a run of G columns it holds once.
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        if MASKED:
+            s = tl.load(s_ptr + k // BK * (BN // G) + rn // G, mask=rn < NV, other=2.0)
+        else:
+            s = tl.load(s_ptr + k // BK * (BN // G) + rn // G)
+        acc += tl.dot(a, b) * s[None, :]
+    t = tl.load(t_ptr + (rm // GM)[:, None] * (BN // G) + (rn // G)[None, :])
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc + t)
+
+
+@pytest.mark.parametrize("G, GM", [(2, 1), (16, 8), (64, 16)])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("warps", [4, 8])
+def test_loads_by_groups_of_columns(dev, rng, G, GM, masked, warps):
+    BM, BN, BK, steps, nv = 64, 128, 32, 3, 40
+    K = steps * BK
+    a = random(rng, (BM, K), "float16", -1, 1)
+    b = random(rng, (K, BN), "float16", -1, 1)
+    s = random(rng, (steps, BN // G), "float32", 0.5, 1.5)
+    t = random(rng, (BM // GM, BN // G), "float32", -1, 1)
+    c = dev.put(np.full((BM, BN), np.nan, np.float32))
+    grouped_scales_kernel[(1,)](dev.put(a), dev.put(b), dev.put(s), dev.put(t), c, K, nv, BM=BM, BN=BN, BK=BK,
+                                G=G, GM=GM, MASKED=masked, num_warps=warps, num_stages=3)
+    f = lambda x: x.astype(np.float64)  # noqa: E731
+    cols = np.arange(BN) // G
+    sv = f(s)[:, cols]
+    if masked:
+        sv[:, nv:] = 2.0
+    ref = sum((f(a[:, i * BK:(i + 1) * BK]) @ f(b[i * BK:(i + 1) * BK])) * sv[i][None, :] for i in range(steps))
+    ref = ref + f(t)[np.arange(BM)[:, None] // GM, cols[None, :]]
+    assert _rel_err(dev.get(c), ref) < 1e-2
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_loads_by_groups_of_columns_load_each_group_once(ptxas, target, masked):
+    from test_compile import assemble
+
+    sig = {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "s_ptr": "*fp32:16", "t_ptr": "*fp32:16", "c_ptr": "*fp32:16",
+           "K": "i32:16", "NV": "i32:16"}
+    k = tiles.compile(grouped_scales_kernel, signature=sig, target=target, num_warps=4, num_stages=3,
+                      constexprs={"BM": 64, "BN": 128, "BK": 32, "G": 16, "GM": 8, "MASKED": masked})
+    tir = k.asm["tir_opt"]
+    # The column scales (and the block tile, in the accumulator's layout) load runs once.
+    assert " runs = [16]}" in tir and ", runs = [8, 16]}" in tir, tir
+    report = assemble(ptxas, k.asm["ptx"], target)
+    assert "0 bytes spill stores" in report, report

@@ -173,9 +173,22 @@ impl<'ctx> Lowering<'ctx, '_> {
             None
         };
         let vec = self.usable_vector(rty, m)?;
+        // Elements of one run (`runs`) read one address under one mask: each thread loads a
+        // run once and reuses the value for its other elements there.
+        let reps: Vec<usize> = match self.func.layout_of(data.results[0]) {
+            Some(l) if m.has_runs() && vec == 1 => {
+                let reps = l.run_representatives(rty.shape.dims(), &m.runs);
+                if reps.len() == ptrs.len() {
+                    reps
+                } else {
+                    (0..ptrs.len()).collect()
+                }
+            }
+            _ => (0..ptrs.len().div_ceil(vec)).collect(),
+        };
         let mut out = Vec::with_capacity(ptrs.len());
         let mut issued = Vec::with_capacity(ptrs.len().div_ceil(vec));
-        for k in 0..ptrs.len().div_ceil(vec) {
+        for (k, _) in reps.iter().enumerate().filter(|&(k, &r)| r == k) {
             let at = k * vec;
             let addr = ptrs[at].into_pointer_value();
             let pred = mask
@@ -190,8 +203,26 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         // Every load of the tile is issued before any result is unpacked, so they are all in
         // flight together (ptxas keeps independent loads in this order).
+        let mut loaded = Vec::with_capacity(issued.len());
         for i in issued {
-            out.extend(self.unpack_loaded(d, vec, i)?);
+            loaded.push(self.unpack_loaded(d, vec, i)?);
+        }
+        if loaded.len() == reps.len() {
+            for l in loaded {
+                out.extend(l);
+            }
+        } else {
+            // One element per load (`vec` is 1): the k-th element is its run's first one's.
+            let mut first = vec![usize::MAX; reps.len()];
+            let mut next = loaded.into_iter();
+            for k in 0..reps.len() {
+                if reps[k] == k {
+                    first[k] = out.len();
+                    out.extend(next.next().expect("one load per run"));
+                } else {
+                    out.push(out[first[reps[k]]]);
+                }
+            }
         }
         Ok(out)
     }

@@ -14,6 +14,10 @@
 //!   pointers);
 //! - `constancy[d]`: the values come in runs of this many equal values.
 //!
+//! As in Triton's analysis, the rules for `%`, `//`, `>>` and comparisons take integer index
+//! values to be non-negative (offsets built from program ids, `arange` and sizes): C division
+//! truncates toward zero, so a run of negative values can split differently.
+//!
 //! Coalescing reads these to prove that a vector access is contiguous, aligned and uniformly
 //! masked.
 
@@ -425,6 +429,25 @@ fn binary(op: BinaryOp, a: &AxisInfo, b: &AxisInfo, rank: usize) -> AxisInfo {
                     out.divisibility[d] = (a.divisibility[d] << k).min(MAX_DIV);
                 }
             }
+            BinaryOp::Div | BinaryOp::Shr => {
+                // `x // n` with x in aligned runs of consecutive values and n uniform over them:
+                // pieces of g = gcd(run, the runs' first-value divisibility, n's divisibility)
+                // hold no multiple of n past their first value, so the quotient is equal across
+                // each (`b_s[offs_n // 128]`). `x >> k` is `x // 2^k`.
+                let n_div = if op == BinaryOp::Div {
+                    Some(b.divisibility[d])
+                } else {
+                    b.constant
+                        .filter(|k| (0..30).contains(k))
+                        .map(|k| 1u64 << k)
+                };
+                if let Some(n_div) = n_div {
+                    if b.constancy[d] >= a.contiguity[d] {
+                        let g = gcd(gcd(a.contiguity[d], a.divisibility[d]), n_div);
+                        out.constancy[d] = out.constancy[d].max(g);
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -504,5 +527,42 @@ mod tests {
         assert_eq!(info.get(offs).contiguity[0], 1024);
         assert_eq!(info.get(offs).divisibility[0], 1024);
         assert_eq!(info.get(mask).constancy[0], 16);
+    }
+
+    #[test]
+    fn quotients_of_aligned_runs_are_uniform_over_pieces() {
+        // offs_n = (pid * 128 + arange(128)) % n with n a multiple of 16: runs of 16 that
+        // never wrap; offs_n // 128 and offs_n >> 3 are equal over runs of 16 and 8.
+        let mut b = Builder::new("k", 4);
+        let n = b.param("n", Elem::Num(DType::I32), 16);
+        let i32t = tile_ir::Type::num(DType::I32);
+        let pid = b.program_id(0).unwrap();
+        let c128 = b.constant(Const::Int(128), i32t).unwrap();
+        let c3 = b.constant(Const::Int(3), i32t).unwrap();
+        let start = b.binary(BinaryOp::Mul, pid, c128).unwrap();
+        let r = b.arange(0, 128).unwrap();
+        let shape = b.func.ty(r).shape;
+        let s = b.splat(start, shape).unwrap();
+        let offs = b.binary(BinaryOp::Add, s, r).unwrap();
+        let ns = b.splat(n, shape).unwrap();
+        let wrapped = b.binary(BinaryOp::Rem, offs, ns).unwrap();
+        let d128 = b.splat(c128, shape).unwrap();
+        let q = b.binary(BinaryOp::Div, wrapped, d128).unwrap();
+        let k3 = b.splat(c3, shape).unwrap();
+        let sh = b.binary(BinaryOp::Shr, wrapped, k3).unwrap();
+        let whole = b.binary(BinaryOp::Div, offs, d128).unwrap();
+        // An unaligned run start: (arange + 3) // 128 changes inside any piece.
+        let off3 = b.binary(BinaryOp::Add, r, k3).unwrap();
+        let q3 = b.binary(BinaryOp::Div, off3, d128).unwrap();
+        // A divisor that varies across the run gives nothing.
+        let qr = b.binary(BinaryOp::Div, d128, r).unwrap();
+        let f = b.finish();
+        let info = analyze(&f);
+        assert_eq!(info.get(wrapped).contiguity[0], 16);
+        assert_eq!(info.get(q).constancy[0], 16);
+        assert_eq!(info.get(sh).constancy[0], 8);
+        assert_eq!(info.get(whole).constancy[0], 128);
+        assert_eq!(info.get(q3).constancy[0], 1);
+        assert_eq!(info.get(qr).constancy[0], 1);
     }
 }

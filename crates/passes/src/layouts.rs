@@ -162,6 +162,49 @@ pub fn assign_layouts_for(func: &mut Function, axis: &AxisInfoMap, warpgroup_mma
     a.resolve_conflicts();
     a.write_back();
     mark_uniform_compares(func, axis);
+    mark_load_runs(func, axis);
+}
+
+/// Records on each element-wise load the runs of elements that read one address under one
+/// mask (`b_s[offs_n // 128]`: one scale per 128 columns), where its layout gives a thread
+/// several elements of a run: codegen then loads each run once per thread.
+fn mark_load_runs(func: &mut Function, axis: &AxisInfoMap) {
+    for op in func.ops_in_order() {
+        let OpKind::Load(m) = func.ops[op].kind else {
+            continue;
+        };
+        if m.vector != 1 || m.volatile {
+            continue;
+        }
+        let data = &func.ops[op];
+        let ty = *func.ty(data.results[0]);
+        let Some(layout) = func.layout_of(data.results[0]) else {
+            continue;
+        };
+        let dims = ty.shape.dims();
+        let mut runs = [0u8; 4];
+        for (d, &n) in dims.iter().enumerate() {
+            let mut run = (n as u64).min(128);
+            for &v in &data.operands {
+                run = run.min(axis.get(v).constancy[d]);
+            }
+            let run = floor_pow2(run.max(1));
+            if run > 1 && (n as u64).is_multiple_of(run) {
+                runs[d] = run as u8;
+            }
+        }
+        if runs.iter().all(|&r| r <= 1) {
+            continue;
+        }
+        let shared = layout
+            .run_representatives(dims, &runs)
+            .iter()
+            .enumerate()
+            .any(|(i, &r)| r != i);
+        if shared {
+            func.ops[op].kind = OpKind::Load(MemAttrs { runs, ..m });
+        }
+    }
 }
 
 /// Records on each comparison how many consecutive elements along its layout's contiguous

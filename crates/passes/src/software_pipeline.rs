@@ -688,9 +688,14 @@ fn prefetch_loads(func: &mut Function, for_op: Op, parent: Block) -> usize {
     for load in candidates {
         let r = func.ops[load].results[0];
         let ty = *func.ty(r);
+        let OpKind::Load(m) = func.ops[load].kind else {
+            continue;
+        };
         let regs = match func.layout_of(r) {
             Some(l) => {
-                let n = l.register_offsets(ty.shape.dims()).len();
+                // A run of elements loaded once (`runs`) takes one register per thread.
+                let reps = l.run_representatives(ty.shape.dims(), &m.runs);
+                let n = reps.iter().enumerate().filter(|&(i, &r)| r == i).count();
                 let bytes = n * ty.elem.bytes() as usize;
                 bytes.div_ceil(4)
             }

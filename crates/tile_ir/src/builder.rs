@@ -461,6 +461,7 @@ impl Builder {
             has_other: mask.is_some() && other.is_some(),
             vector: 0,
             volatile,
+            runs: [0; crate::MAX_RANK],
         };
         Ok(self.push1(OpKind::Load(attrs), operands, result))
     }

@@ -463,6 +463,65 @@ impl Layout {
         }
     }
 
+    /// For each register of a tile of `shape` (in [`Layout::register_offsets`] order), the
+    /// first register that holds an element of the same run, in every thread, where the tile's
+    /// values come in aligned runs of `runs[d]` equal elements along each dimension `d` (a
+    /// load whose elements read one address per run); the register itself where none does.
+    ///
+    /// An element's coordinate along `d` is its register offset plus the thread's offset. Two
+    /// registers share a run in every thread when the thread's offset along `d` splits into
+    /// multiples of the run (which move both alike) and a part below the run that never
+    /// carries either register past the end of its run.
+    pub fn run_representatives(&self, shape: &[u32], runs: &[u8]) -> Vec<usize> {
+        let offsets = self.register_offsets(shape);
+        let (kept, _) = self.thread_maps();
+        let rank = shape.len();
+        // Per dimension: the usable run and the largest thread offset below it.
+        let mut run = vec![1u32; rank];
+        let mut low = vec![0u32; rank];
+        for d in 0..rank {
+            let r = u32::from(runs.get(d).copied().unwrap_or(1));
+            let Some(map) = kept.get(d) else { continue };
+            if r <= 1 || !r.is_power_of_two() || !shape[d].is_multiple_of(r) {
+                continue;
+            }
+            let mut below = 0u32;
+            let mut usable = true;
+            for (mask, mul) in [(map.lane_mask, map.lane_mul), (map.warp_mask, map.warp_mul)] {
+                if mask == 0 || mul % r == 0 {
+                    continue;
+                }
+                match mask.checked_mul(mul) {
+                    Some(top) if (mask + 1).is_power_of_two() && top < r => below += top,
+                    _ => usable = false,
+                }
+            }
+            if usable && below < r {
+                run[d] = r;
+                low[d] = below;
+            }
+        }
+        let mut first: std::collections::HashMap<Vec<(bool, u32)>, usize> =
+            std::collections::HashMap::new();
+        offsets
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let key: Vec<(bool, u32)> = (0..rank)
+                    .map(|d| {
+                        let r = run[d];
+                        if r > 1 && o[d] % r + low[d] < r {
+                            (true, o[d] / r)
+                        } else {
+                            (false, o[d])
+                        }
+                    })
+                    .collect();
+                *first.entry(key).or_insert(i)
+            })
+            .collect()
+    }
+
     /// How each dimension's thread offset is formed (kept dimensions), and the maps of the
     /// dimensions sliced away (threads along them hold copies of the same elements).
     pub fn thread_maps(&self) -> (Vec<DimThreadMap>, Vec<DimThreadMap>) {
@@ -615,6 +674,33 @@ mod tests {
         let regs = Layout::Blocked(b).register_offsets(&[1024]);
         assert_eq!(regs.len(), 8);
         assert_eq!(regs[..5], [vec![0], vec![1], vec![2], vec![3], vec![512]]);
+    }
+
+    #[test]
+    fn runs_group_the_registers_of_a_thread() {
+        // A wgmma accumulator's columns (8 warps down M): a thread holds columns
+        // 8j + 2 (lane % 4) + {0, 1}, j < 16, so runs of 16 columns give 8 loads, runs of 8
+        // give 16, runs of 2 give 16 (each column pair), runs of 1 all 32.
+        let mma = MmaLayout::warpgroup(128, 128, 8).expect("a warpgroup layout");
+        let cols = Layout::Slice {
+            dim: 0,
+            parent: Box::new(Layout::Mma(mma)),
+        };
+        let distinct = |runs: u8| {
+            let reps = cols.run_representatives(&[128], &[runs]);
+            assert_eq!(reps.len(), 32);
+            reps.iter().enumerate().filter(|&(i, &r)| r == i).count()
+        };
+        assert_eq!(distinct(16), 8);
+        assert_eq!(distinct(8), 16);
+        assert_eq!(distinct(2), 16);
+        assert_eq!(distinct(1), 32);
+        // Runs of 4: the thread offset (up to 6) can carry an element into the next run.
+        assert_eq!(distinct(4), 32);
+        // Elements spread one per thread along the run share nothing within a thread.
+        let b = Layout::Blocked(BlockedLayout::default_for(&[1024], 4, &[0], 1));
+        let reps = b.run_representatives(&[1024], &[64]);
+        assert!(reps.iter().enumerate().all(|(i, &r)| r == i));
     }
 
     #[test]

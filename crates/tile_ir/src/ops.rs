@@ -362,6 +362,21 @@ pub struct MemAttrs {
     pub vector: u8,
     /// `volatile=True`: never cached, never merged.
     pub volatile: bool,
+    /// Loads: per dimension, the length of the aligned runs of elements that read one address
+    /// under one mask (a power of two; 0 or 1: none known), set with the layouts. A thread
+    /// holding several elements of a run loads it once.
+    pub runs: [u8; 4],
+}
+
+// `runs` spells its length out: naming `MAX_RANK` there made rustc 1.95 ICE on closures that
+// capture a `MemAttrs` in another crate.
+const _: () = assert!(crate::types::MAX_RANK == 4);
+
+impl MemAttrs {
+    /// Whether some dimension has runs of more than one element.
+    pub fn has_runs(&self) -> bool {
+        self.runs.iter().any(|&r| r > 1)
+    }
 }
 
 /// What an operation does.

@@ -593,11 +593,24 @@ impl Parser<'_> {
                     Some(_) => self.small(self.attr_int(attrs, "vector", at)?, at)?,
                     None => 0,
                 };
+                let mut runs = [0u8; MAX_RANK];
+                if let Some(v) = attrs.get("runs") {
+                    let Attr::List(list) = v else {
+                        return self.err_at(at, "`runs` must be a list");
+                    };
+                    if list.len() > MAX_RANK {
+                        return self.err_at(at, "`runs` has more entries than dimensions");
+                    }
+                    for (r, &x) in runs.iter_mut().zip(list) {
+                        *r = self.small(x, at)?;
+                    }
+                }
                 let m = MemAttrs {
                     masked: flag("masked"),
                     has_other: flag("other"),
                     vector,
                     volatile: flag("volatile"),
+                    runs,
                 };
                 if name == "load" {
                     OpKind::Load(m)
@@ -932,5 +945,23 @@ mod tests {
         assert!(e.message.contains("%1 is not defined"), "{e}");
         assert!(parse("").is_err());
         assert!(parse("kernel @k() num_warps = 3 {}").is_err());
+    }
+
+    #[test]
+    fn load_runs_round_trip() {
+        let text = "kernel @k(%0: *fp32 {name = \"p\", divisibility = 16}) num_warps = 4 {\n  \
+                    %1 = splat %0 : <64x*fp32>\n  \
+                    %2 = load {vector = 1, runs = [16]} %1 : <64xfp32>\n  \
+                    return\n}";
+        let f = parse(text).unwrap();
+        let printed = f.to_string();
+        assert!(
+            printed.contains("load {vector = 1, runs = [16]}"),
+            "{printed}"
+        );
+        assert_eq!(parse(&printed).unwrap().to_string(), printed);
+        assert!(crate::verify(&f).is_ok());
+        let bad = parse(&text.replace("runs = [16]", "runs = [128]")).unwrap();
+        assert!(crate::verify(&bad).is_err());
     }
 }

@@ -153,6 +153,11 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
             if m.volatile {
                 parts.push("volatile".to_string());
             }
+            if m.has_runs() {
+                let n = m.runs.iter().rposition(|&r| r > 1).map_or(0, |i| i + 1);
+                let runs: Vec<u8> = m.runs[..n].iter().map(|&r| r.max(1)).collect();
+                parts.push(format!("runs = {runs:?}"));
+            }
             if parts.is_empty() {
                 String::new()
             } else {

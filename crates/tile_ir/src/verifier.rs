@@ -662,6 +662,13 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
             let ok = same(&res[0], &value)
                 && (!m.masked || same(&ops[1], &tile_of(&ops[0], i1)))
                 && (!m.has_other || (m.masked && same(&ops[2], &value)));
+            let dims = ops[0].shape.dims();
+            let runs_ok = m.runs.iter().enumerate().all(|(d, &r)| {
+                r <= 1 || (r.is_power_of_two() && dims.get(d).is_some_and(|&n| n.is_multiple_of(u32::from(r))))
+            });
+            if !runs_ok {
+                return bad("load runs must be powers of two dividing the pointer's dimensions");
+            }
             (!ok).then(|| {
                 "load: mask i1 and other of the loaded type, in the pointer's shape".into()
             })
