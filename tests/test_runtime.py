@@ -16,6 +16,7 @@ import pytest
 import tiles
 import tiles.language as tl
 from kernels import binary_kernel, copy_kernel
+from tiles.runtime.autotuner import Autotuner
 
 SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
 
@@ -335,6 +336,80 @@ def test_autotune_skips_failing_configs_and_keeps_the_choice(dev, cache_dir, cap
     tuned_kernel.cache.clear()
     tuned_kernel[grid](xd, od, n)
     assert "cached choice" in capfd.readouterr().err
+
+
+@tiles.jit
+def _scaled_copy(x_ptr, out_ptr, acc_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, x * 3, mask=offs < n)
+    if acc_ptr is not None:
+        tl.atomic_add(acc_ptr + offs, x, mask=offs < n)
+
+
+class _CachingTuner(Autotuner):
+    """What model libraries do with Triton's Autotuner: subclass it with Triton's positional
+    arguments, fill `cache` with a stored choice under Triton's key, replace hooks."""
+
+    def __init__(self, fn, arg_names, configs, key, reset_to_zero, restore_value, **kwargs):
+        super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value, **kwargs)
+        self.benched = []
+        assert not self.user_defined_pre_hook and not self.user_defined_post_hook
+
+    def run(self, *args, **kwargs):
+        return super().run(*args, **kwargs)
+
+
+def test_autotuner_subclasses_see_tritons_surface(dev, cache_dir):
+    configs = [tiles.Config({"BLOCK": 64}, num_warps=2), tiles.Config({"BLOCK": 128}, num_warps=4)]
+    timed = []
+
+    def bench(fn, quantiles=None):
+        timed.append(1)
+        fn()
+        return [1.0, 1.0, 1.0]
+
+    # Triton's positional order: ..., warmup, rep, use_cuda_graph, do_bench, cache_results.
+    tuner = _CachingTuner(_scaled_copy, _scaled_copy.arg_names, configs, ["n"], ["acc_ptr"], None,
+                          pre_hook=None, post_hook=None, prune_configs_by=None, warmup=None, rep=None,
+                          use_cuda_graph=False, do_bench=bench, cache_results=False)
+    n = 300
+    x = np.random.default_rng().standard_normal(n).astype(np.float32)
+    xd, od = dev.put(x), dev.put(np.zeros(n, np.float32))
+    grid = lambda meta: (tiles.cdiv(n, meta["BLOCK"]),)  # noqa: E731
+    # A stored choice under Triton's key (key values, then each argument's dtype): no timing.
+    dtypes = tuple(str(v.dtype) for v in (xd, od) if hasattr(v, "dtype"))
+    tuner.cache[(n,) + dtypes] = configs[1]
+    tuner[grid](xd, od, None, n)
+    assert timed == [] and tuner.best_config is configs[1]
+    np.testing.assert_allclose(dev.get(od), 3 * x, rtol=1e-6)
+    # A new key is timed; `reset_to_zero` names an argument passed as None: skipped, no error.
+    tuner[grid](xd, od, None, n - 1)
+    assert len(timed) == 2
+    # An accumulator argument is zeroed before each timed launch and before the real one.
+    ad = dev.put(np.full(n, 5.0, np.float32))
+    tuner.cache.clear()
+    tuner[grid](xd, od, ad, n)
+    np.testing.assert_allclose(dev.get(ad), x, rtol=1e-6)
+    # Hooks replaced after construction are the ones called.
+    calls = []
+    tuner.pre_hook = lambda kw, reset_only=False: calls.append(("pre", reset_only))
+    tuner.post_hook = lambda kw, exception: calls.append(("post", exception))
+    tuner.cache.clear()
+    tuner[grid](xd, od, None, n)
+    assert ("pre", False) in calls and ("post", None) in calls and ("pre", True) in calls
+
+
+def test_config_takes_tritons_arguments_and_version_reads_as_tritons():
+    from packaging.version import Version
+
+    c = tiles.Config({"B": 1}, num_warps=8, num_stages=2, num_ctas=1, maxnreg=128, pre_hook=None, ir_override=None)
+    assert tiles.Config(**c.__dict__).all_kwargs() == {"B": 1, "num_warps": 8, "num_stages": 2, "maxnreg": 128}
+    with pytest.raises(NotImplementedError, match="ir_override"):
+        tiles.Config({}, ir_override="k.ttgir").all_kwargs()
+    # Libraries gate on `triton.__version__`: tiles reports the Triton API it implements.
+    assert Version(tiles.__version__) >= Version("3.6.0")
+    assert tiles.TILES_VERSION
 
 
 def test_do_bench_and_perf_report(tmp_path, monkeypatch):

@@ -36,7 +36,11 @@ from .runtime.jit import (  # noqa: F401
     reinterpret,
 )
 
-__version__ = "0.1.0"
+# The Triton release whose language and runtime API tiles implements: libraries that check
+# `triton.__version__` (after `import tiles as triton`) take their current code paths.
+# tiles' own version is `TILES_VERSION` (and the package's metadata).
+__version__ = "3.6.0"
+TILES_VERSION = "0.1.0"
 
 
 def set_allocator(allocator) -> None:

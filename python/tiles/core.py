@@ -333,6 +333,18 @@ uint8 = dtype("uint8")
 uint16 = dtype("uint16")
 uint32 = dtype("uint32")
 uint64 = dtype("uint64")
+
+
+def get_int_dtype(bitwidth: int, signed: bool) -> dtype:
+    """The integer dtype of `bitwidth` bits (Triton's `tl.core.get_int_dtype`)."""
+    bitwidth = int(getattr(bitwidth, "value", bitwidth))
+    signed = bool(getattr(signed, "value", signed))
+    if bitwidth == 1:
+        return int1
+    found = {8: (int8, uint8), 16: (int16, uint16), 32: (int32, uint32), 64: (int64, uint64)}.get(bitwidth)
+    if found is None:
+        raise ValueError(f"no integer dtype of {bitwidth} bits")
+    return found[0] if signed else found[1]
 float16 = dtype("fp16")
 bfloat16 = dtype("bf16")
 float32 = dtype("fp32")
@@ -618,3 +630,23 @@ def _aggregate(cls: type) -> type:
         is_jit = hasattr(member, "source") and hasattr(member, "params")  # a @jit function
         body[name] = _AggregateMethod(member) if is_jit else member
     return type(cls.__name__, (), body)
+
+
+# -- Triton's `triton.language.core` holds the whole language; `tl.core.X` finds it here ----------
+CONSTEXPR_0 = constexpr(0)
+
+
+def _unwrap_if_constexpr(o):
+    return o.value if isinstance(o, constexpr) else o
+
+
+_constexpr_to_value = _unwrap_if_constexpr
+
+
+def __getattr__(name: str):
+    from . import language
+
+    try:
+        return getattr(language, name)
+    except AttributeError:
+        raise AttributeError(f"module 'tiles.core' has no attribute {name!r}") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -23,15 +24,21 @@ class Config:
     """One point of an autotuning space: meta-parameters and launch options."""
 
     def __init__(self, kwargs: Dict[str, Any], num_warps: int = 4, num_stages: int = 3, num_ctas: int = 1,
-                 maxnreg: Optional[int] = None, pre_hook: Optional[Callable] = None):
+                 maxnreg: Optional[int] = None, pre_hook: Optional[Callable] = None,
+                 ir_override: Optional[str] = None):
         self.kwargs = dict(kwargs)
         self.num_warps = num_warps
         self.num_stages = num_stages
         self.num_ctas = num_ctas
         self.maxnreg = maxnreg
         self.pre_hook = pre_hook
+        # Triton's hand-written IR for this config (a .ttgir/.llir/.ptx file): tiles has no use
+        # for it and refuses a config that names one when it launches.
+        self.ir_override = ir_override
 
     def all_kwargs(self) -> Dict[str, Any]:
+        if self.ir_override is not None:
+            raise NotImplementedError(f"tiles cannot load Triton IR overrides (ir_override={self.ir_override!r})")
         out = dict(self.kwargs, num_warps=self.num_warps, num_stages=self.num_stages)
         if self.maxnreg is not None:
             out["maxnreg"] = self.maxnreg
@@ -61,6 +68,14 @@ def _key_part(v: Any) -> Any:
     return repr(v)
 
 
+def _hashable(v: Any) -> Any:
+    try:
+        hash(v)
+        return v
+    except TypeError:  # numpy arrays as key arguments (the interpreter)
+        return _key_part(v)
+
+
 def _zero(v: Any) -> None:
     if hasattr(v, "zero_"):
         v.zero_()
@@ -79,32 +94,74 @@ def _restore(dst: Any, src: Any) -> None:
         dst[...] = src
 
 
-
 class Autotuner(KernelInterface):
+    """Triton's `Autotuner`, with its constructor, attributes and hooks, so code that subclasses
+    it (caching tuners that fill `cache`, hooks replaced after `__init__`) works unchanged.
+
+    `pre_hook(kwargs, reset_only=False)` and `post_hook(kwargs, exception)` run around every
+    benchmarked launch: by default they zero `reset_to_zero` and restore `restore_value`
+    arguments (skipping arguments passed as None); a user's hook replaces the default, as in
+    Triton. `cache` maps Triton's key (the `key` arguments' values, then the dtype of every
+    argument that has one) to the chosen Config."""
+
     def __init__(self, fn, arg_names: Sequence[str], configs: Sequence[Config], key: Sequence[str],
                  reset_to_zero: Optional[Sequence[str]] = None, restore_value: Optional[Sequence[str]] = None,
                  pre_hook: Optional[Callable] = None, post_hook: Optional[Callable] = None,
                  prune_configs_by: Optional[Dict[str, Any]] = None, warmup: Optional[int] = None,
-                 rep: Optional[int] = None, do_bench: Optional[Callable] = None, cache_results: bool = True):
+                 rep: Optional[int] = None, use_cuda_graph: bool = False, do_bench: Optional[Callable] = None,
+                 cache_results: bool = True):
         self.fn = fn
+        self.base_fn = fn
+        while not inspect.isfunction(self.base_fn) and hasattr(self.base_fn, "fn"):
+            self.base_fn = self.base_fn.fn
         self.arg_names = list(arg_names)
         self.configs = list(configs) if configs else [Config({})]
         self.keys = list(key)
         self.reset_to_zero = list(reset_to_zero or [])
         self.restore_value = list(restore_value or [])
-        self.user_pre_hook, self.user_post_hook = pre_hook, post_hook
+        self.restore_copies: Dict[str, Any] = {}
+        self.pre_hook: Callable = lambda kwargs, reset_only=False: 0
+        self.post_hook: Callable = lambda kwargs, exception: 0
+        self.user_defined_pre_hook = self.user_defined_post_hook = False
+        if pre_hook:
+            self.pre_hook, self.user_defined_pre_hook = pre_hook, True
+        elif self.reset_to_zero or self.restore_value:
+            self.pre_hook = self._default_pre_hook
+        if post_hook:
+            self.post_hook, self.user_defined_post_hook = post_hook, True
+        elif self.restore_value:
+            self.post_hook = self._default_post_hook
         prune = prune_configs_by or {}
         self.perf_model = prune.get("perf_model")
-        self.top_k = prune.get("top_k", 1.0)
+        self.configs_top_k = prune.get("top_k", 1.0)
         self.early_config_prune = prune.get("early_config_prune")
         self.num_warmups = 25 if warmup is None else warmup  # Triton's attribute names
         self.num_reps = 100 if rep is None else rep
+        self.use_cuda_graph = use_cuda_graph  # accepted; tiles times with events either way
         self.user_do_bench = do_bench
         self.cache_results = cache_results
         self.cache: Dict[Any, Config] = {}
+        self.nargs: Optional[Dict[str, Any]] = None
         self.best_config: Optional[Config] = None
         self.configs_timings: Dict[Config, float] = {}
+        self.bench_time = 0.0
         self.__name__ = getattr(fn, "__name__", "kernel")
+
+    @property
+    def top_k(self):
+        return self.configs_top_k
+
+    def _default_pre_hook(self, kwargs: Dict[str, Any], reset_only: bool = False) -> None:
+        for name in self.reset_to_zero:
+            if kwargs.get(name) is not None:
+                _zero(kwargs[name])
+        if not reset_only:
+            self.restore_copies = {n: _copy(kwargs[n]) for n in self.restore_value if kwargs.get(n) is not None}
+
+    def _default_post_hook(self, kwargs: Dict[str, Any], exception: Optional[BaseException]) -> None:
+        for name, saved in self.restore_copies.items():
+            _restore(kwargs[name], saved)
+        self.restore_copies = {}
 
     # -- the disk copy of the choices ----------------------------------------------------------------
     def _disk_path(self, key) -> Optional[str]:
@@ -134,7 +191,7 @@ class Autotuner(KernelInterface):
         from .cache import _atomic_write
 
         path = self._disk_path(key) if self.cache_results else None
-        if not path:
+        if not path or cfg not in self.configs:
             return
         try:
             _atomic_write(path, json.dumps({"index": self.configs.index(cfg), "config": str(cfg)}).encode())
@@ -145,14 +202,14 @@ class Autotuner(KernelInterface):
     def prune_configs(self, kwargs: Dict[str, Any], nargs: Optional[Dict[str, Any]] = None) -> List[Config]:
         """Triton's pruning: `early_config_prune(configs, named_args, **kwargs)` (positional
         arguments by name, then the launch's keywords), then the `perf_model`'s `top_k`."""
-        nargs = nargs or {}
+        nargs = nargs if nargs is not None else (self.nargs or {})
         configs = self.configs
         if self.early_config_prune:
             configs = list(self.early_config_prune(self.configs, nargs, **kwargs))
             if not configs:
                 raise AutotunerError(f"tiles autotune: early_config_prune left no config of {self.__name__}")
         if self.perf_model and len(configs) > 1:
-            top_k = self.top_k
+            top_k = self.configs_top_k
             if isinstance(top_k, float) and top_k <= 1.0:
                 top_k = max(1, int(len(configs) * top_k))
             est = {c: self.perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in configs}
@@ -168,27 +225,25 @@ class Autotuner(KernelInterface):
         full = {**nargs, **kwargs, **cfg.all_kwargs()}
 
         def call():
-            for name in self.reset_to_zero:
-                _zero(full[name])
             if cfg.pre_hook:
                 cfg.pre_hook(full)
-            if self.user_pre_hook:
-                self.user_pre_hook(full)
-            self.fn.run(*args, grid=grid, **kwargs, **cfg.all_kwargs())
-            if self.user_post_hook:
-                self.user_post_hook(full, None)
+            self.pre_hook(full)
+            try:
+                self.fn.run(*args, grid=grid, **kwargs, **cfg.all_kwargs())
+            except Exception as e:
+                self.post_hook(full, exception=e)
+                raise
+            self.post_hook(full, exception=None)
 
         from .jit import _tuning
 
         _tuning.active = True
         try:
             bench = self.user_do_bench or (
-                lambda f: do_bench(f, warmup=self.num_warmups, rep=self.num_reps, quantiles=(0.5,)))
-            t = bench(call)
+                lambda f, quantiles=None: do_bench(f, warmup=self.num_warmups, rep=self.num_reps, quantiles=(0.5,)))
+            t = bench(call, quantiles=(0.5, 0.2, 0.8))
             return float(t[0] if isinstance(t, (list, tuple)) else t)
         except Exception as e:  # a config that does not compile or launch is skipped, not fatal
-            if self.user_post_hook:
-                self.user_post_hook(full, e)
             # Configs beyond the GPU's resources or failing a static_assert are skipped quietly,
             # as Triton does; others (or all, with TILES_PRINT_AUTOTUNING=1) are reported.
             from ..errors import CompileTimeAssertionFailure
@@ -201,43 +256,56 @@ class Autotuner(KernelInterface):
         finally:
             _tuning.active = False
 
-    def run(self, *args, grid, **kwargs):
-        nargs = dict(zip(self.arg_names, args))
+    def _key(self, all_args: Dict[str, Any]):
+        """Triton's key: the `key` arguments' values, then every argument's dtype."""
+        named = {k: v for k, v in all_args.items() if k in self.arg_names}
+        key = [_hashable(named[k]) for k in self.keys if k in named]
+        key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        return tuple(key)
+
+    def run(self, *args, grid=None, **kwargs):
+        if grid is None:
+            raise TypeError(f"{self.__name__}: launch it as kernel[grid](...)")
+        self.nargs = nargs = dict(zip(self.arg_names, args))
         all_args = {**nargs, **kwargs}
-        key = tuple(_key_part(all_args[k]) for k in self.keys if k in all_args)
-        cfg = self.cache.get(key)
-        if cfg is None:
-            cfg = self._load_choice(key)
-            if cfg is not None and _printing():
-                print(f"tiles autotune: {self.__name__} key {key}: cached choice [{cfg}]", file=sys.stderr)
+        key = self._key(all_args)
+        stable_key = tuple(_key_part(all_args[k]) for k in self.keys if k in all_args)
+        if len(self.configs) == 1:
+            cfg = self.configs[0]  # nothing to choose (Triton neither prunes nor times it)
+        else:
+            cfg = self.cache.get(key)
+            if cfg is None:
+                cfg = self._load_choice(stable_key)
+                if cfg is not None and _printing():
+                    print(f"tiles autotune: {self.__name__} key {stable_key}: cached choice [{cfg}]", file=sys.stderr)
         if cfg is None:
             configs = self.prune_configs(kwargs, nargs)
-            saved = {n: _copy(all_args[n]) for n in self.restore_value if n in all_args}
             t0 = time.perf_counter()
             timings = {}
             for c in configs:
                 timings[c] = self._bench(c, args, kwargs, grid, nargs)
                 if _printing():
                     print(f"tiles autotune: {self.__name__} [{c}]: {timings[c]:.4f} ms", file=sys.stderr)
-            for n, v in saved.items():
-                _restore(all_args[n], v)
-            for name in self.reset_to_zero:  # the benchmarks' effects do not leak into the real run
-                if name in all_args:
-                    _zero(all_args[name])
+            self.bench_time = time.perf_counter() - t0
             ok = {c: t for c, t in timings.items() if t != float("inf")}
             if not ok:
                 raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
             cfg = builtins.min(ok, key=ok.get)
             self.configs_timings = timings
-            self._save_choice(key, cfg)
+            # The benchmarks' effects do not leak into the real run.
+            self.pre_hook({**all_args, **cfg.all_kwargs()}, reset_only=True)
+            self._save_choice(stable_key, cfg)
             if _printing():
-                print(f"tiles autotune: {self.__name__} key {key}: chose [{cfg}] after "
-                      f"{time.perf_counter() - t0:.2f} s", file=sys.stderr)
+                print(f"tiles autotune: {self.__name__} key {stable_key}: chose [{cfg}] after "
+                      f"{self.bench_time:.2f} s", file=sys.stderr)
         self.cache[key] = cfg
         self.best_config = cfg
         if cfg.pre_hook:
             cfg.pre_hook({**all_args, **cfg.all_kwargs()})
-        return self.fn.run(*args, grid=grid, **kwargs, **cfg.all_kwargs())
+        try:
+            return self.fn.run(*args, grid=grid, **kwargs, **cfg.all_kwargs())
+        finally:
+            self.nargs = None
 
     def warmup(self, *args, **kwargs):
         """Compiles every config that pruning keeps for these arguments, without launching or
@@ -256,8 +324,9 @@ def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_va
     """Benchmarks `configs` for each new value of the `key` arguments and launches the fastest."""
 
     def decorator(fn):
-        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value, pre_hook, post_hook,
-                         prune_configs_by, warmup, rep, do_bench, cache_results)
+        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value, pre_hook=pre_hook,
+                         post_hook=post_hook, prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
+                         use_cuda_graph=use_cuda_graph, do_bench=do_bench, cache_results=cache_results)
 
     return decorator
 
