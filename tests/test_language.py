@@ -223,6 +223,65 @@ def test_runtime_if_and_early_return(dev, rng, threshold):
     np.testing.assert_allclose(dev.get(od), x * (2.0 if threshold > 100 else 3.0), rtol=1e-6)
 
 
+@tiles.jit
+def pack_rows_kernel(x, y, cu_seqlens, S, D, BD: tl.constexpr, LEFT: tl.constexpr, PACK: tl.constexpr):
+    # FLA's pack/unpack: an early return inside a runtime `if` nested in a constexpr `if`, a
+    # name defined after it, and code after the outer `if` that must not run once returned.
+    i_d, i_s, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    bos, eos = tl.load(cu_seqlens + i_b).to(tl.int64), tl.load(cu_seqlens + i_b + 1).to(tl.int64)
+    T = eos - bos
+    if LEFT:
+        NP = S - T
+        if i_s < NP:
+            return
+        i_t = bos + (i_s - NP)
+    else:
+        if i_s >= T:
+            return
+        i_t = bos + i_s
+    o_d = i_d * BD + tl.arange(0, BD)
+    mask = o_d < D
+    if PACK:
+        tl.store(y + i_t * D + o_d, tl.load(x + (i_b * S + i_s) * D + o_d, mask=mask), mask=mask)
+    else:
+        tl.store(y + (i_b * S + i_s) * D + o_d, tl.load(x + i_t * D + o_d, mask=mask), mask=mask)
+
+
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("pack", [False, True])
+def test_early_return_nested_in_a_constexpr_if(dev, rng, left, pack):
+    lens, S, D = [3, 7, 1, 5], 7, 40
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    padded = np.full((len(lens), S, D), np.nan, np.float32)
+    packed = np.full((cu[-1], D), np.nan, np.float32)
+    src = rng.standard_normal(packed.shape if not pack else padded.shape).astype(np.float32)
+    out = (packed if pack else padded).copy()
+    od = dev.put(out)
+    pack_rows_kernel[(tiles.cdiv(D, 32), S, len(lens))](dev.put(src), od, dev.put(cu), S, D, BD=32, LEFT=left,
+                                                        PACK=pack)
+    ref = out.copy()
+    for b, n in enumerate(lens):
+        rows = slice(S - n, S) if left else slice(0, n)
+        if pack:
+            ref[cu[b]:cu[b + 1]] = src[b, rows]
+        else:
+            ref[b, rows] = src[cu[b]:cu[b + 1]]
+    np.testing.assert_array_equal(dev.get(od), ref)
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_early_return_nested_in_a_constexpr_if_assembles(ptxas, left):
+    from test_compile import assemble
+
+    sig = {"x": "*fp32", "y": "*fp32", "cu_seqlens": "*i32", "S": "i32", "D": "i32"}
+    k = tiles.compile(pack_rows_kernel, signature=sig, constexprs={"BD": 32, "LEFT": left, "PACK": True},
+                      target="sm_90a")
+    # The store after the outer `if` sits in the branch that did not return.
+    body = k.asm["tir_opt"]
+    assert body.count(" store ") == 1 and body.index(" if ") < body.index(" store ")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
 def test_static_range_calls_and_element_ty(dev, rng):
     n = 700
     x = rng.standard_normal(n).astype(np.float32)
