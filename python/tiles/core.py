@@ -333,6 +333,10 @@ uint8 = dtype("uint8")
 uint16 = dtype("uint16")
 uint32 = dtype("uint32")
 uint64 = dtype("uint64")
+float16 = dtype("fp16")
+bfloat16 = dtype("bf16")
+float32 = dtype("fp32")
+float64 = dtype("fp64")
 
 
 def get_int_dtype(bitwidth: int, signed: bool) -> dtype:
@@ -345,10 +349,8 @@ def get_int_dtype(bitwidth: int, signed: bool) -> dtype:
     if found is None:
         raise ValueError(f"no integer dtype of {bitwidth} bits")
     return found[0] if signed else found[1]
-float16 = dtype("fp16")
-bfloat16 = dtype("bf16")
-float32 = dtype("fp32")
-float64 = dtype("fp64")
+
+
 _PY_NAMES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
 
 

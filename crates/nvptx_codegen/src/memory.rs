@@ -212,15 +212,13 @@ impl<'ctx> Lowering<'ctx, '_> {
                 out.extend(l);
             }
         } else {
-            // One element per load (`vec` is 1): the k-th element is its run's first one's.
-            let mut first = vec![usize::MAX; reps.len()];
+            // One element per load (`vec` is 1): element k is its run's first element's value.
             let mut next = loaded.into_iter();
-            for k in 0..reps.len() {
-                if reps[k] == k {
-                    first[k] = out.len();
+            for (k, &r) in reps.iter().enumerate() {
+                if r == k {
                     out.extend(next.next().expect("one load per run"));
                 } else {
-                    out.push(out[first[reps[k]]]);
+                    out.push(out[r]);
                 }
             }
         }
