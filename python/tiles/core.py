@@ -341,8 +341,7 @@ float64 = dtype("fp64")
 
 def get_int_dtype(bitwidth: int, signed: bool) -> dtype:
     """The integer dtype of `bitwidth` bits (Triton's `tl.core.get_int_dtype`)."""
-    bitwidth = int(getattr(bitwidth, "value", bitwidth))
-    signed = bool(getattr(signed, "value", signed))
+    bitwidth, signed = int(_unwrap(bitwidth)), bool(_unwrap(signed))
     if bitwidth == 1:
         return int1
     found = {8: (int8, uint8), 16: (int16, uint16), 32: (int32, uint32), 64: (int64, uint64)}.get(bitwidth)
@@ -638,11 +637,7 @@ def _aggregate(cls: type) -> type:
 CONSTEXPR_0 = constexpr(0)
 
 
-def _unwrap_if_constexpr(o):
-    return o.value if isinstance(o, constexpr) else o
-
-
-_constexpr_to_value = _unwrap_if_constexpr
+_unwrap_if_constexpr = _constexpr_to_value = _unwrap
 
 
 def __getattr__(name: str):

@@ -186,27 +186,6 @@ def _terminates(stmts: Sequence[ast.stmt]) -> bool:
     return bool(stmts) and isinstance(stmts[-1], ast.Return)
 
 
-def _may_return(node: ast.If) -> bool:
-    """Whether a `return` sits somewhere in `node`'s branches (loops and nested functions
-    aside); cached on the node."""
-    cached = node.__dict__.get("_tiles_may_return")
-    if cached is not None:
-        return cached
-    found = False
-    stack: List[ast.AST] = list(node.body) + list(node.orelse)
-    while stack and not found:
-        n = stack.pop()
-        if isinstance(n, ast.Return):
-            found = True
-        elif isinstance(n, ast.If):
-            stack.extend(n.body)
-            stack.extend(n.orelse)
-        elif isinstance(n, (ast.With, ast.Try)):
-            stack.extend(getattr(n, "body", []))
-    node.__dict__["_tiles_may_return"] = found
-    return found
-
-
 def _assigned_names(stmts: Sequence[ast.stmt], owner: Optional[ast.AST] = None) -> List[str]:
     """Names stored to in `stmts` (nested functions aside), in first-assignment order, plus
     `_RETURN` if they return; cached on `owner` (the loop node), as the AST lives with the
@@ -414,7 +393,7 @@ class CodeGenerator(ast.NodeVisitor):
         for i, s in enumerate(stmts):
             if isinstance(s, ast.If) and i + 1 < len(stmts):
                 then_ret, else_ret = _terminates(s.body), _terminates(s.orelse)
-                if then_ret != else_ret or (not then_ret and not else_ret and _may_return(s)):
+                if not (then_ret and else_ret) and _RETURN in _assigned_names(s.body + s.orelse, s):
                     # `if c: return` followed by more code: the rest runs in the other branch.
                     # A return deeper in the branches (`if LEFT: (if i < n: return) ...`):
                     # the rest follows each branch, where the inner `if` splits it again.

@@ -147,10 +147,6 @@ class Autotuner(KernelInterface):
         self.bench_time = 0.0
         self.__name__ = getattr(fn, "__name__", "kernel")
 
-    @property
-    def top_k(self):
-        return self.configs_top_k
-
     def _default_pre_hook(self, kwargs: Dict[str, Any], reset_only: bool = False) -> None:
         for name in self.reset_to_zero:
             if kwargs.get(name) is not None:
@@ -268,37 +264,13 @@ class Autotuner(KernelInterface):
             raise TypeError(f"{self.__name__}: launch it as kernel[grid](...)")
         self.nargs = nargs = dict(zip(self.arg_names, args))
         all_args = {**nargs, **kwargs}
-        key = self._key(all_args)
-        stable_key = tuple(_key_part(all_args[k]) for k in self.keys if k in all_args)
         if len(self.configs) == 1:
             cfg = self.configs[0]  # nothing to choose (Triton neither prunes nor times it)
         else:
+            key = self._key(all_args)
             cfg = self.cache.get(key)
             if cfg is None:
-                cfg = self._load_choice(stable_key)
-                if cfg is not None and _printing():
-                    print(f"tiles autotune: {self.__name__} key {stable_key}: cached choice [{cfg}]", file=sys.stderr)
-        if cfg is None:
-            configs = self.prune_configs(kwargs, nargs)
-            t0 = time.perf_counter()
-            timings = {}
-            for c in configs:
-                timings[c] = self._bench(c, args, kwargs, grid, nargs)
-                if _printing():
-                    print(f"tiles autotune: {self.__name__} [{c}]: {timings[c]:.4f} ms", file=sys.stderr)
-            self.bench_time = time.perf_counter() - t0
-            ok = {c: t for c, t in timings.items() if t != float("inf")}
-            if not ok:
-                raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
-            cfg = builtins.min(ok, key=ok.get)
-            self.configs_timings = timings
-            # The benchmarks' effects do not leak into the real run.
-            self.pre_hook({**all_args, **cfg.all_kwargs()}, reset_only=True)
-            self._save_choice(stable_key, cfg)
-            if _printing():
-                print(f"tiles autotune: {self.__name__} key {stable_key}: chose [{cfg}] after "
-                      f"{self.bench_time:.2f} s", file=sys.stderr)
-        self.cache[key] = cfg
+                cfg = self.cache[key] = self._choose(args, kwargs, grid, all_args)
         self.best_config = cfg
         if cfg.pre_hook:
             cfg.pre_hook({**all_args, **cfg.all_kwargs()})
@@ -306,6 +278,34 @@ class Autotuner(KernelInterface):
             return self.fn.run(*args, grid=grid, **kwargs, **cfg.all_kwargs())
         finally:
             self.nargs = None
+
+    def _choose(self, args, kwargs, grid, all_args) -> Config:
+        """The config for a key not seen in this process: the disk's choice, else the fastest."""
+        stable_key = tuple(_key_part(all_args[k]) for k in self.keys if k in all_args)
+        cfg = self._load_choice(stable_key)
+        if cfg is not None:
+            if _printing():
+                print(f"tiles autotune: {self.__name__} key {stable_key}: cached choice [{cfg}]", file=sys.stderr)
+            return cfg
+        t0 = time.perf_counter()
+        timings = {}
+        for c in self.prune_configs(kwargs, self.nargs):
+            timings[c] = self._bench(c, args, kwargs, grid, self.nargs)
+            if _printing():
+                print(f"tiles autotune: {self.__name__} [{c}]: {timings[c]:.4f} ms", file=sys.stderr)
+        self.bench_time = time.perf_counter() - t0
+        ok = {c: t for c, t in timings.items() if t != float("inf")}
+        if not ok:
+            raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
+        cfg = builtins.min(ok, key=ok.get)
+        self.configs_timings = timings
+        # The benchmarks' effects do not leak into the real run.
+        self.pre_hook({**all_args, **cfg.all_kwargs()}, reset_only=True)
+        self._save_choice(stable_key, cfg)
+        if _printing():
+            print(f"tiles autotune: {self.__name__} key {stable_key}: chose [{cfg}] after "
+                  f"{self.bench_time:.2f} s", file=sys.stderr)
+        return cfg
 
     def warmup(self, *args, **kwargs):
         """Compiles every config that pruning keeps for these arguments, without launching or
