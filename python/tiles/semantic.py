@@ -672,8 +672,6 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"dot: the inner dimensions differ: {list(a.shape)} @ {list(b.shape)}")
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    if min(m, n, k) < 16:
-        raise ValueError(f"dot needs every dimension to be at least 16, got M={m}, N={n}, K={k}")
     if a.dtype != b.dtype:
         raise TilesTypeError(f"dot operands must have one dtype, got {a.dtype} and {b.dtype}")
     dt = a.dtype
@@ -701,7 +699,22 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32
             raise TilesTypeError(f"dot's accumulator must be {ret} for {dt} operands, got {acc.dtype}")
         if tuple(acc.shape) != (m, n):
             acc = broadcast_to(acc, (m, n))
+    if min(m, n, k) < 16:
+        return _small_dot(a, b, acc, ret)
     return make(_be().dot(a, b, acc, input_precision), ret, (m, n))
+
+
+def _small_dot(a: tensor, b: tensor, acc: tensor, ret: dtype) -> tensor:
+    """A dot with a dimension under the tensor cores' 16 (`BLOCK_M = 1`, a 2-wide N): the
+    products of `a[:, :, None] * b[None, :, :]` summed along K, in fp32 for 16- and 32-bit
+    floats (tf32 asks for no rounding here: the result is the exact-input one), int32 for int8,
+    fp64 for fp64; then added to `acc`."""
+    from .language import _sum_combine
+
+    work = ret if ret in (core.int32, core.float64) else core.float32
+    prod = mul(expand_dims(cast(a, work), 2), expand_dims(cast(b, work), 0))
+    total = reduce([prod], 1, _sum_combine)[0]
+    return cast(add(total, cast(acc, work)), ret)
 
 
 def unary_math(op: str, x: Any) -> tensor:
