@@ -368,6 +368,41 @@ def test_triton_module_paths():
     assert isinstance(bias_act_kernel, KernelInterface) and isinstance(bias_act_kernel, tiles.KernelInterface)
     assert issubclass(OutOfResources, TritonError) and issubclass(PTXASError, TritonError)
     assert issubclass(AutotunerError, RuntimeError)
+    # `triton.runtime.jit` is the module (test harnesses import names from it), as is
+    # `triton.runtime._allocation` (pytest fixtures reset the allocator with its NullAllocator).
+    import types
+
+    from tiles.runtime._allocation import NullAllocator
+    from tiles.runtime.jit import TensorWrapper, type_canonicalisation_dict
+
+    assert isinstance(tiles.runtime.jit, types.ModuleType) and tiles.runtime.jit.jit is tiles.jit
+    assert TensorWrapper is tiles.TensorWrapper
+    assert type_canonicalisation_dict["bool"] == "u1" and type_canonicalisation_dict["float8_e4m3fn"] == "fp8e4nv"
+    assert all(tl.str_to_ty(v) is not None for v in type_canonicalisation_dict.values())
+    assert tl.str_to_ty("u1") == tl.int1 and tl.str_to_ty("*bf16") == tl.pointer_type(tl.bfloat16)
+    tiles.set_allocator(lambda size, align, stream: None)
+    tiles.set_allocator(NullAllocator())
+    with pytest.raises(RuntimeError, match="no allocator"):
+        NullAllocator()(64, 16, None)
+
+
+@tiles.jit
+def bool_arg_kernel(out_ptr, flag, BLOCK: tl.constexpr):
+    x = tl.arange(0, BLOCK)
+    # A tile's shape equals the list (or tuple) of the same sizes, as in Triton's kernels.
+    tl.static_assert(x.shape == [BLOCK] and x[:, None].shape == (BLOCK, 1) and x.shape != [BLOCK, 1])
+    tl.store(out_ptr + x, tl.where(flag, x, -x))
+
+
+def test_bool_signature_and_shape_equality(dev, ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(bool_arg_kernel, signature={"out_ptr": "*i32", "flag": "u1"}, constexprs={"BLOCK": 64})
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+    for flag in (True, False):
+        out = dev.put(np.zeros(64, np.int32))
+        bool_arg_kernel[(1,)](out, flag, BLOCK=64)
+        np.testing.assert_array_equal(dev.get(out), np.arange(64) * (1 if flag else -1))
 
 
 @tiles.jit

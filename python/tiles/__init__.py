@@ -23,6 +23,7 @@ from .errors import (  # noqa: F401
     TilesError,
 )
 from .errors import TilesError as TritonError  # noqa: F401
+from .runtime._allocation import set_allocator  # noqa: F401
 from .runtime.async_compile import AsyncCompileMode, FutureKernel  # noqa: F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: F401
 from .runtime.jit import (  # noqa: F401
@@ -41,16 +42,6 @@ from .runtime.jit import (  # noqa: F401
 # tiles' own version is `TILES_VERSION` (and the package's metadata).
 __version__ = "3.6.0"
 TILES_VERSION = "0.1.0"
-
-
-def set_allocator(allocator) -> None:
-    """Triton's hook for the global scratch memory of device-side TMA descriptors; tiles lowers
-    descriptors to plain loads and stores and needs none, so this only records it."""
-    global _allocator
-    _allocator = allocator
-
-
-_allocator = None
 
 
 def cdiv(x: int, y: int) -> int:

@@ -324,6 +324,14 @@ def dtype_from_ir(name: str) -> dtype:
     return dtype(_FROM_IR[name])
 
 
+def sequences_equal(a: Any, b: Any) -> bool:
+    """Whether two kernel sequences (tuples or lists, e.g. `x.shape` and `[128]`) hold equal
+    elements: in a kernel, as in Triton, a tuple and a list of the same values are equal."""
+    if len(a) != len(b):
+        return False
+    return all(_unwrap(x) == _unwrap(y) for x, y in zip(a, b))
+
+
 int1 = dtype("int1")
 int8 = dtype("int8")
 int16 = dtype("int16")

@@ -336,6 +336,9 @@ def binop(op: type, a: Any, b: Any) -> Any:
         # Identity is known at compile time (`if bias_ptr is not None:` with a tensor argument).
         return constexpr(_python_binop(op, _unwrap(a), _unwrap(b)))
     if not _is_tensor(a) and not _is_tensor(b):
+        if op in (ast.Eq, ast.NotEq) and isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+            # `x.shape == [128]`: Triton's kernel tuples and lists compare by their elements.
+            return constexpr(core.sequences_equal(a, b) == (op is ast.Eq))
         r = _python_binop(op, _unwrap(a), _unwrap(b))
         return constexpr(r) if isinstance(a, constexpr) or isinstance(b, constexpr) else r
     name = _TENSOR_OPS.get(op)
@@ -999,7 +1002,8 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
 
 _TYPE_ALIASES = {"int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
                  "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "fp16", "bfloat16": "bf16",
-                 "float32": "fp32", "float64": "fp64", "f16": "fp16", "f32": "fp32", "f64": "fp64", "B": "i1"}
+                 "float32": "fp32", "float64": "fp64", "f16": "fp16", "f32": "fp32", "f64": "fp64", "B": "i1",
+                 "u1": "i1"}  # Triton spells a bool argument "u1"
 
 
 def parse_descriptor_type(ty: str):

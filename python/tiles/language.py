@@ -1375,6 +1375,8 @@ def str_to_ty(name, c=None):
         return pointer_type(str_to_ty(name[1:]))
     if name == "void":
         return void
+    if name == "u1":  # Triton's signature name for bool
+        return int1
     return dtype(_FROM_IR.get(name, name))
 
 

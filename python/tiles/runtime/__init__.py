@@ -3,4 +3,4 @@
 from ..errors import InterpreterError, OutOfResources  # noqa: F401  (`triton.runtime.OutOfResources`)
 from . import driver, errors  # noqa: F401  (`triton.runtime.driver.active`; loads no CUDA library)
 from .autotuner import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: F401
-from .jit import JITFunction, KernelInterface, MockTensor, TensorWrapper, jit, reinterpret  # noqa: F401
+from .jit import JITFunction, KernelInterface, MockTensor, TensorWrapper, reinterpret  # noqa: F401

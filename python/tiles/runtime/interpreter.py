@@ -548,8 +548,22 @@ def _interp_not(x: Any) -> Any:
     return semantic.not_(x) if isinstance(x, tensor) and x.shape else (not x)
 
 
-_CMP_OPS = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": operator.ge, "Eq": operator.eq,
-            "NotEq": operator.ne, "Is": operator.is_, "IsNot": operator.is_not,
+def _eq(a: Any, b: Any) -> Any:
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        from ..core import sequences_equal
+
+        return sequences_equal(a, b)  # `x.shape == [128]`, as compiled kernels compare them
+    return a == b
+
+
+def _ne(a: Any, b: Any) -> Any:
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return not _eq(a, b)
+    return a != b
+
+
+_CMP_OPS = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": operator.ge, "Eq": _eq,
+            "NotEq": _ne, "Is": operator.is_, "IsNot": operator.is_not,
             "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b}
 
 
@@ -581,7 +595,7 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_Compare(self, node: ast.Compare):
         self.generic_visit(node)
-        if len(node.ops) == 1:
+        if len(node.ops) == 1 and not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
             return node
         ops = ast.Tuple([ast.Constant(type(o).__name__) for o in node.ops], ast.Load())
         thunks = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),

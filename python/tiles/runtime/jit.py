@@ -52,6 +52,20 @@ _TORCH_DTYPES = {
     "torch.uint8": "u8", "torch.uint16": "u16", "torch.uint32": "u32", "torch.uint64": "u64", "torch.bool": "i1",
     "torch.float8_e5m2": "fp8e5", "torch.float8_e4m3fn": "fp8e4nv",
 }
+# Every spelling of a dtype that Triton's signatures accept, to its signature name (Triton's
+# `type_canonicalisation_dict`, which test harnesses and libraries read): torch's names, tl's
+# names, and the signature names themselves. A bool is "u1" there.
+type_canonicalisation_dict = {
+    **{n: "u1" for n in ("bool", "int1", "uint1", "i1", "u1")},
+    "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32",
+    "double": "fp64", "float64": "fp64", "int": "i32", "void": "void",
+    **{f"int{b}": f"i{b}" for b in (8, 16, 32, 64)}, **{f"uint{b}": f"u{b}" for b in (8, 16, 32, 64)},
+    "float8e4nv": "fp8e4nv", "float8_e4m3fn": "fp8e4nv", "float8e5": "fp8e5", "float8_e5m2": "fp8e5",
+    "float8e4b15": "fp8e4b15", "float8e4b8": "fp8e4b8", "float8_e4m3fnuz": "fp8e4b8",
+    "float8e5b16": "fp8e5b16", "float8_e5m2fnuz": "fp8e5b16",
+    **{n: n for n in ("fp8e4nv", "fp8e5", "fp8e4b15", "fp8e4b8", "fp8e5b16", "fp16", "bf16", "fp32", "fp64",
+                      "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")},
+}
 _TYPESTR = {"f2": "fp16", "f4": "fp32", "f8": "fp64", "i1": "i8", "i2": "i16", "i4": "i32", "i8": "i64",
             "u1": "u8", "u2": "u16", "u4": "u32", "u8": "u64", "b1": "i1"}
 _CTYPES = {"i1": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
