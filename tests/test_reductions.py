@@ -268,6 +268,26 @@ def test_scalar_float_atomic_max_min(dev, rng):
     assert dev.get(mxd)[0] == x.max() and dev.get(mnd)[0] == x.min()
 
 
+@tiles.jit
+def signed_zero_extrema_kernel(x_ptr, max_ptr, min_ptr):
+    i = tl.program_id(0)
+    x = tl.load(x_ptr + i)
+    tl.atomic_max(max_ptr + i, x)
+    tl.atomic_min(min_ptr + i, x)
+
+
+def test_float_atomic_max_min_order_signed_zeros(dev, rng):
+    # -0.0 has the sign bit set: max(-big, -0.0) and min(big, -0.0) are -0.0 (and +0.0 the same
+    # way round); each program starts from a random bound on its own address.
+    x = np.array([-0.0, 0.0, -0.0, 0.0], np.float32)
+    big = (np.abs(rng.standard_normal(4)) + 1).astype(np.float32) * 1e30
+    mx, mn = dev.put(-big), dev.put(big.copy())
+    signed_zero_extrema_kernel[(4,)](dev.put(x), mx, mn)
+    for got in (dev.get(mx), dev.get(mn)):
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(x))
+        np.testing.assert_array_equal(got, 0.0)
+
+
 def test_spin_lock_with_cas_and_xchg(dev, rng):
     n = 4096
     x = rng.standard_normal(n).astype(np.float32)

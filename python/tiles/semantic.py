@@ -953,9 +953,10 @@ def atomic(op: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope
     if op in ("max", "min") and elem.is_floating():
         if elem.name not in ("fp32", "fp64"):
             raise TilesTypeError(f"atomic_{op} supports fp32 and fp64 among floats, got {elem}")
-        # Non-negative floats order like their bits as signed ints; negative ones reversed, as unsigned.
+        # Floats with the sign bit clear order like their bits as signed ints; those with it set
+        # (-0.0 among them: max(-inf, -0.0) is -0.0) reversed, as unsigned.
         it, ut = (core.int32, core.uint32) if elem.name == "fp32" else (core.int64, core.uint64)
-        pos = greater_equal(val, 0.0)
+        pos = greater_equal(bitcast(val, it), 0)
         full = pos if mask is None else and_(mask, pos)
         neg = not_(pos) if mask is None else and_(mask, not_(pos))
         iptr, uptr = bitcast(ptr, pointer_type(it)), bitcast(ptr, pointer_type(ut))
