@@ -570,3 +570,65 @@ def test_aggregate_classes_compile(ptxas):
     k = tiles.compile(aggregate_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
                       constexprs={"BLOCK": 64, "ITERS": 4}, target="sm_90a")
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def one_element_tiles_kernel(x_ptr, out_ptr, EXPLICIT: tl.constexpr):
+    # Scalars and one-element tiles convert both ways, as in Triton: join of two scalars is a
+    # [2] tile, split of a [2] tile two scalars, `item()` / `reshape(x, [])` a scalar, and a
+    # one-element tile serves as an `if` condition and a loop bound.
+    first = tl.load(x_ptr + tl.arange(0, 1))
+    pair = tl.join(tl.load(x_ptr + 1), tl.load(x_ptr + 2))
+    tl.static_assert(pair.shape == [2])
+    lo, hi = tl.split(pair)
+    tl.static_assert(lo.shape == [] and hi.shape == [])
+    cond = first > 0
+    if EXPLICIT:
+        cond = cond.item()
+    total = tl.reshape(first, []) + tl.reshape(lo, [1, 1]).sum()
+    if cond:
+        total += hi
+    for _ in range(tl.load(x_ptr + 3 + tl.arange(0, 1))):
+        total += 1
+    tl.store(out_ptr, total)
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_one_element_tiles_and_scalars(dev, rng, explicit, ptxas):
+    from test_compile import assemble
+
+    for _ in range(2):
+        x = rng.integers(-5, 6, size=4).astype(np.int32)
+        x[3] = abs(x[3])
+        out = dev.put(np.zeros(1, np.int32))
+        one_element_tiles_kernel[(1,)](dev.put(x), out, EXPLICIT=explicit)
+        want = x[0] + x[1] + (x[2] if x[0] > 0 else 0) + x[3]
+        assert dev.get(out)[0] == want
+    k = tiles.compile(one_element_tiles_kernel, signature={"x_ptr": "*i32", "out_ptr": "*i32"},
+                      constexprs={"EXPLICIT": explicit})
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def expand_dims_axes_kernel(out_ptr, N: tl.constexpr):
+    x = tl.arange(0, N)
+    # Axes count in the result, negative ones from its end (Triton's rule).
+    tl.static_assert(tl.expand_dims(x, -2).shape == [1, N])
+    tl.static_assert(tl.expand_dims(x, (0, -1)).shape == [1, N, 1])
+    tl.static_assert(tl.expand_dims(x, (-4, 2, -1)).shape == [1, N, 1, 1])
+    tl.static_assert(tl.expand_dims(x, (3, 1, 2)).shape == [N, 1, 1, 1])
+    y = tl.expand_dims(x, (-4, 2, -1))
+    tl.store(out_ptr + tl.reshape(y, [N]), tl.reshape(y, [N]) * 2)
+
+
+def test_expand_dims_axes_count_in_the_result(dev):
+    out = dev.put(np.zeros(8, np.int32))
+    expand_dims_axes_kernel[(1,)](out, N=8)
+    np.testing.assert_array_equal(dev.get(out), np.arange(8) * 2)
+    with pytest.raises(tiles.CompilationError, match="invalid axis -3"):
+        tiles.compile(expand_dims_bad_axis_kernel, signature={"out_ptr": "*i32"})
+
+
+@tiles.jit
+def expand_dims_bad_axis_kernel(out_ptr):
+    tl.store(out_ptr + tl.expand_dims(tl.arange(0, 8), -3), 0)

@@ -493,8 +493,7 @@ class CodeGenerator(ast.NodeVisitor):
         if not _is_tensor(cond):
             self.visit_stmts(node.body if _unwrap(cond) else node.orelse)
             return
-        if cond.shape:
-            raise self.src.error(node.test, f"`if` needs a scalar condition, got a tile of shape {list(cond.shape)}")
+        cond = self._scalar_condition(node.test, cond, "`if`")
         cond = semantic.cast(cond, core.int1)
         before = dict(self.scope)
         handle = self.builder.begin_if(cond.handle)
@@ -527,6 +526,14 @@ class CodeGenerator(ast.NodeVisitor):
         for n in list(self.scope):
             if n not in then_scope or n not in else_scope:
                 self.scope.pop(n, None)
+
+    def _scalar_condition(self, node: ast.expr, cond: Any, what: str) -> Any:
+        """A condition as a scalar: a one-element tile converts (as in Triton), others refuse."""
+        if cond.shape:
+            if semantic._numel(cond.shape) != 1:
+                raise self.src.error(node, f"{what} needs a scalar condition, got a tile of shape {list(cond.shape)}")
+            cond = semantic.unsplat(cond)
+        return cond
 
     def _tensor_pair(self, node, n, a, b, handle):
         dt = semantic.literal_type(_unwrap(a))
@@ -593,6 +600,7 @@ class CodeGenerator(ast.NodeVisitor):
                 # range(hi, lo, -s) runs k over range(lo, hi, s) with i = hi + lo - k (same trip count).
                 reverse, lb, ub, step = True, ub, lb, -step
         bounds = [semantic.to_tensor(_unwrap(x)) if not _is_tensor(x) else x for x in (lb, ub, step)]
+        bounds = [semantic.unsplat(b) if b.shape and semantic._numel(b.shape) == 1 else b for b in bounds]
         for b in bounds:
             if b.shape or not b.dtype.is_int():
                 raise self.src.error(it, "loop bounds must be integer scalars")
@@ -706,8 +714,7 @@ class CodeGenerator(ast.NodeVisitor):
                 if _unwrap(cond):
                     raise self.src.error(node.test, "a while loop whose condition is always true never ends")
                 return None
-            if cond.shape:
-                raise self.src.error(node.test, "a while condition must be a scalar")
+            cond = self._scalar_condition(node.test, cond, "a while loop")
             cond = semantic.cast(cond, core.int1)
             after = self.builder.begin_while_body(handle, cond.handle)
             for n, t, h in zip(carried, inits, after):

@@ -1275,6 +1275,12 @@ def reshape(input, *shape, can_reorder=False, _semantic=None):
 
 
 @_method
+def item(input, _semantic=None):
+    """A one-element tile as a scalar."""
+    return semantic.unsplat(input)
+
+
+@_method
 def view(input, *shape, _semantic=None):
     """Like `reshape`."""
     return reshape(input, *shape)

@@ -237,13 +237,16 @@ def broadcast_pair(a: tensor, b: tensor):
 def expand_dims(x: Any, axis: Any) -> tensor:
     x = to_tensor(x)
     axes = _unwrap(axis)
-    axes = list(axes) if isinstance(axes, (list, tuple)) else [axes]
-    for a in sorted(int(_unwrap(a)) for a in axes):
-        rank = len(x.shape) + 1
-        if a < 0:
-            a += rank
-        if not 0 <= a < rank:
-            raise ValueError(f"expand_dims axis {a} is out of range for rank {rank - 1}")
+    axes = [int(_unwrap(a)) for a in (axes if isinstance(axes, (list, tuple)) else [axes])]
+    # Axes count in the result (`result.shape[a] == 1` for each), negative ones from its end.
+    rank = len(x.shape) + len(axes)
+    for a in axes:
+        if not -rank <= a < rank:
+            raise ValueError(f"invalid axis {a} for expand_dims: the result has rank {rank}")
+    axes = [a % rank for a in axes]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"expand_dims got an axis twice: {axes}")
+    for a in sorted(axes):
         shape = x.shape[:a] + (1,) + x.shape[a:]
         if not x.shape:
             x = make(_be().splat(x, shape), x.dtype, shape)
@@ -317,9 +320,29 @@ def reshape(x: Any, shape: Sequence[Any]) -> tensor:
         raise ValueError(f"cannot reshape a tile of shape {list(x.shape)} into {list(shape)}")
     if shape == x.shape:
         return x
-    if not shape or not x.shape:
-        raise ValueError("reshape to or from a scalar is not supported")
+    if not shape:
+        return unsplat(x)
+    if not x.shape:
+        return _broadcast_to(x, shape)
     return make(_be().reshape(x, shape), x.dtype, shape)
+
+
+def _first(a: tensor, b: tensor) -> tensor:
+    return a
+
+
+def unsplat(x: Any) -> tensor:
+    """A one-element tile as a scalar (`x.item()`, `reshape(x, [])`, `if` on a one-element
+    condition)."""
+    x = to_tensor(x)
+    if not x.shape:
+        return x
+    if _numel(x.shape) != 1:
+        raise ValueError(f"only a tile of one element converts to a scalar, got shape {list(x.shape)}")
+    if x.dtype.is_ptr():
+        raise TilesTypeError("a one-element tile of pointers does not convert to a scalar; index the pointer "
+                             "with a scalar offset instead")
+    return reduce([x], None, _first)[0]
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -332,7 +355,9 @@ def _numel(shape: Sequence[int]) -> int:
 def join(a: Any, b: Any) -> tensor:
     a, b = binary_operands(a, b, True, True)
     if not a.shape:
-        a, b = expand_dims(a, 0), expand_dims(b, 0)
+        # Two scalars join into a tile of shape [2].
+        j = join(expand_dims(a, 0), expand_dims(b, 0))
+        return make(_be().reshape(j, (2,)), j.dtype, (2,))
     return make(_be().join(a, b), a.dtype, a.shape + (2,))
 
 
@@ -340,6 +365,10 @@ def split(x: Any):
     x = to_tensor(x)
     if not x.shape or x.shape[-1] != 2:
         raise ValueError(f"split needs a tile whose last dimension is 2, got shape {list(x.shape)}")
+    if len(x.shape) == 1:
+        # A tile of shape [2] splits into two scalars.
+        a, b = split(expand_dims(x, 0))
+        return unsplat(a), unsplat(b)
     ha, hb = _be().split(x)
     shape = x.shape[:-1]
     return make(ha, x.dtype, shape), make(hb, x.dtype, shape)
