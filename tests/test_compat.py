@@ -474,6 +474,12 @@ def test_knobs_and_triton_environment_names(monkeypatch):
     assert interpreting(bias_act_kernel)
     monkeypatch.setenv("TILES_INTERPRET", "0")  # tiles' own name wins
     assert not interpreting(bias_act_kernel)
+    # The CUDA tools Triton's knobs name: their version reads as "major.minor" (test harnesses
+    # gate TMA tests on it), whether or not the tool is installed.
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/nonexistent/ptxas")
+    assert tiles.knobs.nvidia.ptxas.path == "/nonexistent/ptxas"
+    major, minor = map(int, tiles.knobs.nvidia.ptxas.version.split("."))
+    assert major >= 12 and minor >= 0
 
 
 def test_extra_cuda_submodules_as_triton_lays_them_out():

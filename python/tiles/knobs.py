@@ -33,7 +33,7 @@ def _fp_fusion() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
     """The default of `enable_fp_fusion`, read once at import into `runtime.jit`."""
     import importlib
 
-    jit = importlib.import_module(".runtime.jit", __package__)  # the module (`runtime.jit` is the decorator)
+    jit = importlib.import_module(".runtime.jit", __package__)
 
     def put(v: Any) -> None:
         _set_env("TILES_DEFAULT_FP_FUSION", None if v is None else ("1" if v else "0"))
@@ -50,6 +50,65 @@ _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] =
                       lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
     "language": {"default_fp_fusion": _fp_fusion()},
 }
+
+
+class _NvidiaTool:
+    """`knobs.nvidia.ptxas` and the like: where the tool is (`TRITON_PTXAS_PATH`, a pip
+    `nvidia-cuda-nvcc`, or PATH; None when absent: tiles needs none, the driver assembles
+    PTX) and its CUDA version. Without the tool, `version` is the driver's CUDA version (its
+    built-in assembler turns tiles' PTX into cubins), or "12.0" (the PTX ISA 8.0 tiles emits)
+    without a driver."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @property
+    def path(self) -> Optional[str]:
+        import glob
+        import shutil
+
+        env = os.environ.get(f"TRITON_{self.name.upper()}_PATH")
+        if env:
+            return env
+        try:
+            import nvidia
+
+            for base in nvidia.__path__:
+                hits = sorted(glob.glob(os.path.join(base, "**", "bin", self.name), recursive=True))
+                if hits:
+                    return hits[-1]
+        except ImportError:
+            pass
+        return shutil.which(self.name)
+
+    @property
+    def version(self) -> str:
+        import re
+        import subprocess
+
+        path = self.path
+        if path:
+            try:
+                out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+                m = re.search(r"release (\d+\.\d+)", out)
+                if m:
+                    return m.group(1)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        return _driver_cuda_version() or "12.0"
+
+
+def _driver_cuda_version() -> Optional[str]:
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        v = ctypes.c_int(0)
+        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value:
+            return f"{v.value // 1000}.{v.value % 1000 // 10}"
+    except (OSError, AttributeError):
+        pass
+    return None
 
 
 class _Knobs:
@@ -81,5 +140,7 @@ compilation = _Knobs("compilation")
 language = _Knobs("language")
 build = _Knobs("build")
 nvidia = _Knobs("nvidia")
+for _tool in ("ptxas", "cuobjdump", "nvdisasm"):
+    nvidia._kept[_tool] = _NvidiaTool(_tool)
 amd = _Knobs("amd")
 proton = _Knobs("proton")
