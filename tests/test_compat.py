@@ -638,3 +638,26 @@ def test_expand_dims_axes_count_in_the_result(dev):
 @tiles.jit
 def expand_dims_bad_axis_kernel(out_ptr):
     tl.store(out_ptr + tl.expand_dims(tl.arange(0, 8), -3), 0)
+
+
+@tiles.jit
+def patched_template_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)  # noqa: F841 -- read by the text that replaces the next line
+    z = GENERATE_TEST_HERE  # noqa: F821 -- replaced before any launch
+    tl.store(out_ptr + offs, z)
+
+
+def test_unsafe_update_src_replaces_the_body(dev, rng, tmp_path, monkeypatch):
+    # Triton's test suites patch a template kernel's text before launching it.
+    monkeypatch.setenv("TILES_CACHE_DIR", str(tmp_path))
+    template = patched_template_kernel.src
+    x = rng.uniform(-2, 2, 64).astype(np.float32)
+    for expr, ref in (("x * 2 + 1", x * 2 + 1), ("tl.abs(x) - x", np.abs(x) - x)):
+        patched_template_kernel._unsafe_update_src(template.replace("GENERATE_TEST_HERE", expr))
+        out = dev.put(np.zeros(64, np.float32))
+        patched_template_kernel[(1,)](dev.put(x), out, BLOCK=64)
+        np.testing.assert_allclose(dev.get(out), ref, rtol=1e-6)
+    k = tiles.compile(patched_template_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32"},
+                      constexprs={"BLOCK": 64})
+    assert "abs.f32" in k.asm["ptx"]

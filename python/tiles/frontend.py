@@ -218,14 +218,24 @@ def _assigned_names(stmts: Sequence[ast.stmt], owner: Optional[ast.AST] = None) 
 class FunctionSource:
     """A function's AST and where its source lines are."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, text: Optional[str] = None):
+        """`text`, when given, replaces the source file's text of the function (its lines count
+        from the function's first line in that file, or from 1 for a function without one)."""
         self.fn = fn
         self.name = fn.__name__
-        try:
-            lines, start = inspect.getsourcelines(fn)
-            self.file = inspect.getsourcefile(fn) or "<unknown>"
-        except (OSError, TypeError) as e:
-            raise CompilationError(f"cannot read the source of {fn.__name__}: {e}") from e
+        if text is not None:
+            lines = text.splitlines(keepends=True)
+            try:
+                start = inspect.getsourcelines(fn)[1]
+                self.file = inspect.getsourcefile(fn) or "<unknown>"
+            except (OSError, TypeError):
+                start, self.file = 1, "<string>"
+        else:
+            try:
+                lines, start = inspect.getsourcelines(fn)
+                self.file = inspect.getsourcefile(fn) or "<unknown>"
+            except (OSError, TypeError) as e:
+                raise CompilationError(f"cannot read the source of {fn.__name__}: {e}") from e
         src = textwrap.dedent("".join(lines))
         self.indent = len(lines[0]) - len(lines[0].lstrip())
         self.lines = lines

@@ -454,6 +454,18 @@ class JITFunction(KernelInterface):
             self._src = FunctionSource(self.fn)
         return self._src
 
+    def _unsafe_update_src(self, new_src: str) -> None:
+        """Replaces the function's source text (Triton's test helper of that name): later
+        compiles and interpreted runs use `new_src`; compiled specialisations are dropped.
+        Unsafe as in Triton: kernels that call this one keep their cache fingerprints."""
+        from ..frontend import FunctionSource
+
+        self._src = FunctionSource(self.fn, text=new_src)
+        self.cache = {}
+        self._dispatcher = None
+        self._interp_fn = None
+        self._fingerprint = None
+
     def __call__(self, *args, **kwargs):
         if core._state.__dict__.get("backend") is not None and getattr(core._state.backend, "interpreter", False):
             from .interpreter import interpreted_function
