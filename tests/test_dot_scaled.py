@@ -1,6 +1,6 @@
 """`tl.dot_scaled` (microscaled MX operands: e2m1 packed two per byte, e4m3, e5m2, bf16, with
 e8m0 scales per 32 elements along K), emulated as Triton does on Hopper: decoded, scaled,
-upcast to bf16 and multiplied with fp32 accumulation — in both modes, and compiled under
+upcast to bf16 (fp16 beside an fp16 operand) and multiplied with fp32 accumulation — in both modes, and compiled under
 ptxas."""
 
 from __future__ import annotations
@@ -98,3 +98,28 @@ def test_dot_scaled_packed_along_m_without_scales(dev, rng):
     mx_m_packed_kernel[(1,)](dev.put(packed), dev.put(b), c, M=M, N=N, K=K)
     ref = E2M1[codes] @ b.astype(np.float64)
     np.testing.assert_allclose(dev.get(c), ref, rtol=1e-5, atol=1e-4)
+
+
+@tiles.jit
+def mx_fp16_kernel(a_ptr, as_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm = tl.arange(0, M)
+    a = tl.load(a_ptr + rm[:, None] * K + tl.arange(0, K)[None, :])
+    sa = tl.load(as_ptr + rm[:, None] * (K // 32) + tl.arange(0, K // 32)[None, :])
+    b = tl.load(b_ptr + tl.arange(0, K)[:, None] * N + tl.arange(0, N)[None, :])
+    tl.store(c_ptr + rm[:, None] * N + tl.arange(0, N)[None, :], tl.dot_scaled(a, sa, "e4m3", b, None, "fp16"))
+
+
+def test_dot_scaled_beside_fp16_upcasts_to_fp16(dev, rng):
+    # Beside an fp16 operand both upcast to fp16 (Triton's rule), which holds the fp16 values
+    # exactly where bf16 would round them.
+    M, N, K = 32, 32, 64
+    a, av = _operand(rng, "e4m3", M, K, 1)
+    sa = rng.integers(122, 132, (M, K // 32)).astype(np.uint8)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = dev.put(np.full((M, N), np.nan, np.float32))
+    mx_fp16_kernel[(1,)](dev.put(a), dev.put(sa), dev.put(b), c, M=M, N=N, K=K)
+    ref = (av * np.exp2(np.repeat(sa.astype(np.float64) - 127, 32, axis=1))) @ b.astype(np.float64)
+    np.testing.assert_allclose(dev.get(c), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    k = tiles.compile(mx_fp16_kernel, signature={"a_ptr": "*u8", "as_ptr": "*u8", "b_ptr": "*fp16", "c_ptr": "*fp32"},
+                      constexprs=dict(M=M, N=N, K=K), target="sm_90a")
+    assert "cvt.rn.bf16" not in k.asm["ptx"]

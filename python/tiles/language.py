@@ -1413,9 +1413,10 @@ def _e2m1_values(nibbles):
     return semantic.where(semantic.equal(semantic.and_(n, 8), 8), semantic.minus(mag), mag)
 
 
-def _mx_upcast(x, scale, fmt: str, k_pack: bool, k_axis: int):
-    """An MX operand (`fmt` elements, e8m0 `scale` per 32 along K, or None) as bf16, as Triton
-    emulates `dot_scaled` where the hardware lacks it: decode, scale, upcast."""
+def _mx_upcast(x, scale, fmt: str, k_pack: bool, k_axis: int, to):
+    """An MX operand (`fmt` elements, e8m0 `scale` per 32 along K, or None) as `to` (bf16, or
+    fp16 beside an fp16 operand), as Triton emulates `dot_scaled` where the hardware lacks it:
+    decode, scale, upcast."""
     x = semantic.to_tensor(x)
     if len(x.shape) != 2:
         raise ValueError(f"dot_scaled takes 2-D operands, got shape {list(x.shape)}")
@@ -1455,7 +1456,7 @@ def _mx_upcast(x, scale, fmt: str, k_pack: bool, k_axis: int):
         else:  # rhs [K, N], scale [N, K/32]
             ft = semantic.expand_dims(semantic.permute(f, (1, 0)), 1)  # [K/32, 1, N]
             v = semantic.reshape(semantic.mul(semantic.reshape(v, (k // 32, 32, rows)), ft), (k, rows))
-    return semantic.cast(v, bfloat16)
+    return semantic.cast(v, to)
 
 
 @builtin
@@ -1464,12 +1465,14 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
     """The product of two microscaled (MX) blocks: `lhs` [M, K] and `rhs` [K, N] in `e2m1` (two
     per byte, the first in the low bits), `e4m3`, `e5m2`, `bf16` or `fp16`, each with an e8m0
     scale (uint8, [M, K/32] and [N, K/32]) or None. As Triton does where the hardware has no MX
-    instructions (Hopper included), the operands are decoded, scaled and upcast to bf16, then
-    multiplied with fp32 accumulation."""
+    instructions (Hopper included), the operands are decoded, scaled and upcast to bf16 (to fp16
+    when either operand is fp16), then multiplied with fp32 accumulation."""
     if _v(out_dtype) != float32:
         raise ValueError("dot_scaled accumulates in float32 only")
-    a = _mx_upcast(lhs, _v(lhs_scale), str(_v(lhs_format)), bool(_v(lhs_k_pack)), k_axis=1)
-    b = _mx_upcast(rhs, _v(rhs_scale), str(_v(rhs_format)), bool(_v(rhs_k_pack)), k_axis=0)
+    fmts = (str(_v(lhs_format)), str(_v(rhs_format)))
+    to = float16 if "fp16" in fmts else bfloat16
+    a = _mx_upcast(lhs, _v(lhs_scale), fmts[0], bool(_v(lhs_k_pack)), k_axis=1, to=to)
+    b = _mx_upcast(rhs, _v(rhs_scale), fmts[1], bool(_v(rhs_k_pack)), k_axis=0, to=to)
     return semantic.dot(a, b, _v(acc), out_dtype=float32)
 
 
