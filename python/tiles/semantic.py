@@ -628,7 +628,7 @@ def fma(a: Any, b: Any, c: Any) -> tensor:
     return make(_be().fma(a, b, c), a.dtype, a.shape)
 
 
-_DOT_PRECISIONS = ("tf32", "tf32x3", "ieee")
+_DOT_PRECISIONS = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")
 
 
 def _halves(x: tensor, axis: int) -> Tuple[tensor, tensor]:
@@ -692,6 +692,8 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32
         a, b = cast(a, core.float16), cast(b, core.float16)
     if input_precision is None:
         input_precision = "tf32" if allow_tf32 in (None, True) else "ieee"
+    if isinstance(input_precision, str):
+        input_precision = input_precision.lower()
     if input_precision not in _DOT_PRECISIONS:
         raise ValueError(f"input_precision must be one of {', '.join(_DOT_PRECISIONS)}, got {input_precision!r}")
     if len(a.shape) == 3 and len(b.shape) == 3:
@@ -718,7 +720,7 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32
         ret = core.float32
     else:
         raise TilesTypeError(f"dot supports fp16, bf16, fp32, fp64 and int8 operands, got {dt}")
-    if input_precision == "tf32x3" and not dt.is_fp32():
+    if input_precision in ("tf32x3", "bf16x3", "bf16x6") and not dt.is_fp32():
         input_precision = "tf32"
     if acc is None:
         acc = full((m, n), 0, ret)
@@ -730,7 +732,31 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32
             acc = broadcast_to(acc, (m, n))
     if min(m, n, k) < 16:
         return _small_dot(a, b, acc, ret)
+    if input_precision in ("bf16x3", "bf16x6"):
+        return _split_bf16_dot(a, b, acc, 3 if input_precision == "bf16x6" else 2)
     return make(_be().dot(a, b, acc, input_precision), ret, (m, n))
+
+
+def _split_bf16_dot(a: tensor, b: tensor, acc: tensor, parts: int) -> tensor:
+    """An fp32 dot on bf16 tensor cores (`input_precision="bf16x3"` / `"bf16x6"`): each operand
+    splits into `parts` bf16 terms (x = x0 + x1 (+ x2), each the bf16 rounding of what the
+    earlier ones leave), and the products whose terms' orders sum to less than `parts` are
+    accumulated in fp32, smallest first: 3 products for 2 parts, 6 for 3."""
+
+    def split(x: tensor) -> list:
+        out, rest = [], x
+        for i in range(parts):
+            out.append(cast(rest, core.bfloat16))
+            if i + 1 < parts:
+                rest = sub(rest, cast(out[-1], core.float32))
+        return out
+
+    xs, ys = split(a), split(b)
+    pairs = sorted(((i, j) for i in range(parts) for j in range(parts) if i + j < parts), key=lambda p: -(p[0] + p[1]))
+    m, n = a.shape[0], b.shape[1]
+    for i, j in pairs:
+        acc = make(_be().dot(xs[i], ys[j], acc, "tf32"), core.float32, (m, n))
+    return acc
 
 
 def _small_dot(a: tensor, b: tensor, acc: tensor, ret: dtype) -> tensor:
