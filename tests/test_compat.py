@@ -193,6 +193,24 @@ def test_named_and_nested_tuple_arguments_warmup_without_a_gpu(ptxas, monkeypatc
     assemble(ptxas, k.asm["ptx"], "sm_90a")
 
 
+def test_warmup_takes_cpu_tensors(ptxas, monkeypatch):
+    # `warmup` compiles without launching: a CPU tensor stands for its dtype (as in Triton), so
+    # a machine without a GPU can compile ahead of time from the tensors it has.
+    torch = pytest.importorskip("torch")
+    from test_compile import assemble
+
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    monkeypatch.setattr(driver, "available", lambda: False)
+    x, y = torch.randn(64), torch.empty(64)
+    k = bias_act_kernel.warmup(x, None, y, 64, BLOCK=64, ACT="relu", grid=(1,))
+    assert "ld.global" in k.asm["ptx"] and "b_ptr" not in k.asm["tir"]
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+    with pytest.raises(tiles.LaunchError, match="CPU tensor"):
+        bias_act_kernel[(1,)](x, None, y, 64, BLOCK=64, ACT="relu")
+
+
 def test_tuple_item_assignment_is_a_compile_error():
     @tiles.jit
     def k(x_ptr):

@@ -209,6 +209,11 @@ def reinterpret(tensor: Any, dtype: Any) -> Any:
     return TensorWrapper(tensor, dtype)
 
 
+# Set while `warmup` specialises (per thread): it compiles without launching, so a CPU tensor
+# (a compile on a machine without a GPU) stands for its dtype and alignment, as in Triton.
+_warming_up = threading.local()
+
+
 def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
     """(address, dtype) of a device array argument, or None if `v` is not an array."""
     t = type(v)
@@ -224,7 +229,7 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
             raise LaunchError(f"argument '{name}' is a MockTensor of {v.dtype}, which tiles does not support")
         return 0, dt
     if hasattr(v, "data_ptr") and hasattr(v, "dtype") and hasattr(v, "is_cuda"):  # torch
-        if not v.is_cuda:
+        if not v.is_cuda and not getattr(_warming_up, "active", False):
             raise LaunchError(f"argument '{name}' is a CPU tensor; the GPU kernel needs a CUDA tensor "
                               "(or run with TILES_INTERPRET=1)")
         dt = _TORCH_DTYPES.get(str(v.dtype))
@@ -744,7 +749,11 @@ class JITFunction(KernelInterface):
         a `FutureKernel` at once (the compile runs on the mode's executor)."""
         opts = self._options(kwargs)
         vals = self.bind(args, kwargs)
-        key, info = self._specialize(vals)
+        _warming_up.active = True
+        try:
+            key, info = self._specialize(vals)
+        finally:
+            _warming_up.active = False
         num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
         debug = self.debugging()
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
