@@ -679,3 +679,31 @@ def test_unsafe_update_src_replaces_the_body(dev, rng, tmp_path, monkeypatch):
     k = tiles.compile(patched_template_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32"},
                       constexprs={"BLOCK": 64})
     assert "abs.f32" in k.asm["ptx"]
+
+
+@tiles.jit
+def conditional_expression_kernel(x_ptr, out_ptr, count_ptr):
+    pid = tl.program_id(0)
+    # A scalar condition runs one side only: one store and one atomic per program.
+    tl.store(out_ptr + pid, tl.load(x_ptr + pid)) if pid % 2 == 0 else tl.store(out_ptr + pid, -tl.load(x_ptr + pid))
+    old = tl.atomic_add(count_ptr, 1) if pid % 2 == 0 else tl.atomic_add(count_ptr + 1, 1)
+    if hasattr(old, "dtype") and not callable(old):  # Python's introspection on a tile
+        tl.static_assert(old.dtype == tl.int32)
+    pair = tl.interleave(pid, pid * 10)  # two scalars interleave into [pid, 10 pid]
+    tl.store(out_ptr + 8 + pid * 2 + tl.arange(0, 2), pair.to(tl.float32))
+
+
+def test_conditional_expression_runs_one_side(dev, rng, ptxas):
+    from test_compile import assemble
+
+    x = rng.standard_normal(8).astype(np.float32)
+    out, count = dev.put(np.zeros(24, np.float32)), dev.put(np.zeros(2, np.int32))
+    conditional_expression_kernel[(8,)](dev.put(x), out, count)
+    got = dev.get(out)
+    np.testing.assert_array_equal(got[:8], np.where(np.arange(8) % 2 == 0, x, -x))
+    np.testing.assert_array_equal(got[8:], np.stack([np.arange(8), np.arange(8) * 10], 1).ravel())
+    np.testing.assert_array_equal(dev.get(count), [4, 4])
+    k = tiles.compile(conditional_expression_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32",
+                                                                "count_ptr": "*i32"})
+    assert k.asm["ptx"].count("atom.") == 2
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

@@ -360,6 +360,9 @@ def binop(op: type, a: Any, b: Any) -> Any:
     return getattr(b, reflected)(a)
 
 
+# Python built-ins a kernel may ask about any value, tiles included (Triton runs them as Python).
+_INTROSPECTION = frozenset((builtins.hasattr, builtins.getattr, builtins.callable, builtins.type, builtins.id))
+
 # The visitor method of each AST node class, looked up once (ast.NodeVisitor looks it up by name
 # on every visit).
 _VISITORS: Dict[type, Any] = {}
@@ -866,7 +869,19 @@ class CodeGenerator(ast.NodeVisitor):
         cond = self.visit(node.test)
         if not _is_tensor(cond):
             return self.visit(node.body if _unwrap(cond) else node.orelse)
-        return semantic.where(cond, self.visit(node.body), self.visit(node.orelse))
+        if cond.shape and semantic._numel(cond.shape) != 1:
+            # A tile of conditions picks elementwise (both sides are evaluated).
+            return semantic.where(cond, self.visit(node.body), self.visit(node.orelse))
+        # A scalar condition runs one side, as Triton does: `tl.store(a) if c else tl.store(b)`
+        # stores once. As an `if` whose branches assign one hidden name.
+        c, v = f"\0ifexp{id(node)}c", f"\0ifexp{id(node)}v"
+        self.scope[c] = cond
+        stmt = ast.If(test=ast.Name(id=c, ctx=ast.Load()),
+                      body=[ast.Assign(targets=[ast.Name(id=v, ctx=ast.Store())], value=node.body)],
+                      orelse=[ast.Assign(targets=[ast.Name(id=v, ctx=ast.Store())], value=node.orelse)])
+        self.visit(ast.fix_missing_locations(ast.copy_location(stmt, node)))
+        self.scope.pop(c, None)
+        return self.scope.pop(v, None)
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         base = self.visit(node.value)
@@ -922,6 +937,9 @@ class CodeGenerator(ast.NodeVisitor):
             for a in args[1:]:
                 acc = f(acc, a)
             return acc
+        if fn in _INTROSPECTION and not kwargs:
+            # Questions about a value (`hasattr(x, "dtype")`) are answered at compile time.
+            return fn(*[_unwrap(a) for a in args])
         if fn is builtins.isinstance and len(args) == 2 and not kwargs:
             # A compile-time question about the value's kind (tensor, descriptor, constexpr...).
             obj, classes = args[0], _unwrap(args[1])

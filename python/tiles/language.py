@@ -1309,6 +1309,8 @@ def split(a, _semantic=None):
 def interleave(a, b, _semantic=None):
     """Interleaves the last dimension of two tiles."""
     j = semantic.join(a, b)
+    if len(j.shape) == 1:
+        return j  # two scalars: [a, b]
     return semantic.reshape(j, j.shape[:-2] + (j.shape[-2] * 2,))
 
 

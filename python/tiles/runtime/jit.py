@@ -220,7 +220,7 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
     if isinstance(v, (bool, int, float)) or (t.__module__ == "numpy" and t.__name__ != "ndarray"):
         return None  # Python and numpy scalars
     if isinstance(v, TensorWrapper):
-        if not v.is_cuda:
+        if not v.is_cuda and not getattr(_warming_up, "active", False):
             raise LaunchError(f"argument '{name}' wraps a CPU tensor; the GPU kernel needs a CUDA tensor")
         return v.data_ptr(), v.dtype.ir
     if isinstance(v, MockTensor):
