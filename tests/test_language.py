@@ -282,6 +282,23 @@ def test_early_return_nested_in_a_constexpr_if_assembles(ptxas, left):
     assemble(ptxas, k.asm["ptx"], "sm_90a")
 
 
+@tiles.jit
+def static_range_step_kernel(out_ptr, N: tl.constexpr, STEP: tl.constexpr):
+    acc = tl.zeros((2,), tl.int32)
+    for i in tl.static_range(0, N, step=STEP):
+        acc += tl.where(tl.arange(0, 2) == 0, i, 1)
+    tl.store(out_ptr + tl.arange(0, 2), acc)
+
+
+def test_static_range_step_keyword(dev):
+    out = dev.put(np.zeros(2, np.int32))
+    static_range_step_kernel[(1,)](out, N=100, STEP=7)
+    np.testing.assert_array_equal(dev.get(out), [sum(range(0, 100, 7)), len(range(0, 100, 7))])
+    # Compiled, the loop unrolls into one select per step (the step was dropped: 100 of them).
+    k = tiles.compile(static_range_step_kernel, signature={"out_ptr": "*i32"}, constexprs={"N": 100, "STEP": 7})
+    assert k.asm["tir"].count("= select") == len(range(0, 100, 7))
+
+
 def test_static_range_calls_and_element_ty(dev, rng):
     n = 700
     x = rng.standard_normal(n).astype(np.float32)

@@ -580,7 +580,8 @@ class CodeGenerator(ast.NodeVisitor):
         if fn is language.static_range or (fn is None and not isinstance(it, ast.Call)) or (
                 fn is not None and fn not in (builtins.range, language.range)):
             if fn is language.static_range:
-                values = language.static_range(*[self.visit(a) for a in it.args])
+                values = language.static_range(*[self.visit(a) for a in it.args],
+                                               **{k.arg: self.visit(k.value) for k in it.keywords})
             else:
                 values = self.visit(it)
             for v in _unwrap(values):
