@@ -318,3 +318,35 @@ def test_module_paths():
 
 def triton_cdiv(a, b):
     return (a + b - 1) // b
+
+
+@tiles.jit
+def rounded_division_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = tl.load(y_ptr + offs)
+    tl.store(out_ptr + offs, tl.math.div_rn(x, y))
+    tl.store(out_ptr + BLOCK + offs, libdevice.div_rn(x, y))
+    tl.store(out_ptr + 2 * BLOCK + offs, tl.math.fdiv(x, y, ieee_rounding=True))
+    tl.store(out_ptr + 3 * BLOCK + offs, libdevice.rcp_rn(y))
+    tl.store(out_ptr + 4 * BLOCK + offs, x / y)  # within 2 ulp
+
+
+def test_rounded_division_is_exact(dev, rng):
+    # div_rn / rcp_rn round to nearest even (IEEE); plain `/` on fp32 may be 2 ulp off (as in
+    # Triton). Wide-ranged operands, so that division's rounding is exercised.
+    n = 1024
+    x = (rng.standard_normal(n) * np.exp2(rng.integers(-20, 20, n))).astype(np.float32)
+    y = (rng.standard_normal(n) * np.exp2(rng.integers(-20, 20, n))).astype(np.float32)
+    out = dev.put(np.zeros(5 * n, np.float32))
+    rounded_division_kernel[(1,)](dev.put(x), dev.put(y), out, BLOCK=n)
+    got = dev.get(out).reshape(5, n)
+    exact = (x.astype(np.float64) / y.astype(np.float64)).astype(np.float32)
+    for row in got[:3]:
+        np.testing.assert_array_equal(row, exact)
+    np.testing.assert_array_equal(got[3], (1.0 / y.astype(np.float64)).astype(np.float32))
+    np.testing.assert_allclose(got[4], exact, rtol=3e-7)
+    k = tiles.compile(rounded_division_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"},
+                      constexprs={"BLOCK": 128})
+    # (The three equal divisions are one instruction.)
+    assert k.asm["ptx"].count("div.rn.f32") == 2 and k.asm["ptx"].count("div.full.f32") == 1

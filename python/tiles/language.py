@@ -287,14 +287,14 @@ def sigmoid(x, _semantic=None):
 
 @builtin
 def div_rn(x, y, _semantic=None):
-    """`x / y` rounded to nearest."""
-    return semantic.truediv(x, y)
+    """`x / y` rounded to nearest (IEEE; plain `/` on fp32 is within 2 ulp)."""
+    return semantic.div_rn(x, y)
 
 
 @builtin
 def fdiv(x, y, ieee_rounding=False, _semantic=None):
-    """`x / y` on floats."""
-    return semantic.truediv(x, y)
+    """`x / y` on floats; IEEE-rounded with `ieee_rounding=True`."""
+    return semantic.div_rn(x, y) if _v(ieee_rounding) else semantic.truediv(x, y)
 
 
 @_method

@@ -634,8 +634,8 @@ def fma(x, y, z, _semantic=None):
 
 @_export
 def rcp_rn(x, _semantic=None):
-    """1 / x."""
-    return semantic.truediv(1.0, x)
+    """1 / x, rounded to nearest."""
+    return semantic.div_rn(1.0, x)
 
 
 @_export
@@ -647,7 +647,7 @@ def fast_dividef(x, y, _semantic=None):
 @_export
 def div_rn(x, y, _semantic=None):
     """x / y, rounded to nearest."""
-    return semantic.truediv(x, y)
+    return semantic.div_rn(x, y)
 
 
 @_export

@@ -458,6 +458,19 @@ def mul(a: Any, b: Any) -> tensor:
 
 
 def truediv(a: Any, b: Any) -> tensor:
+    """`a / b`: fp32 as div.full.f32 (within 2 ulp, as Triton lowers `/`), other floats exact."""
+    return _binary("div", *_div_operands(a, b))
+
+
+def div_rn(a: Any, b: Any) -> tensor:
+    """`a / b` rounded to nearest even (IEEE), fp32 included."""
+    a, b = _div_operands(a, b)
+    if a.dtype != core.float32 or getattr(_be(), "interpreter", False):
+        return _binary("div", a, b)  # exact already (numpy divides as IEEE)
+    return inline_asm_elementwise("div.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], core.float32, True, 1)
+
+
+def _div_operands(a: Any, b: Any) -> Tuple[tensor, tensor]:
     a, b = binary_operands(a, b, div_or_mod=True)
     if a.dtype.is_int() and b.dtype.is_int():
         a, b = cast(a, core.float32), cast(b, core.float32)
@@ -470,7 +483,7 @@ def truediv(a: Any, b: Any) -> tensor:
             b = cast(b, a.dtype)
         else:
             a = cast(a, b.dtype)
-    return _binary("div", a, b)
+    return a, b
 
 
 def floordiv(a: Any, b: Any) -> tensor:

@@ -26,7 +26,7 @@ def _compiler_version() -> str:
     """The native build and the Python frontend's sources: a new compiler never reads old entries."""
     h = hashlib.sha256(f"tiles-{_tiles.__version__}-{_tiles.BUILD_ID}".encode())
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for name in ("core.py", "semantic.py", "language.py", "frontend.py", "compiler.py"):
+    for name in ("core.py", "semantic.py", "language.py", "libdevice.py", "frontend.py", "compiler.py"):
         try:
             with open(os.path.join(pkg, name), "rb") as f:
                 h.update(f.read())
