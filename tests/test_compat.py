@@ -350,7 +350,7 @@ def test_target_info_follows_the_compile_target(ptxas):
 
     for target, value in (("sm_80", "84"), ("sm_90a", "94")):
         k = tiles.compile(target_info_kernel, signature={"out_ptr": "*i32"}, target=target)
-        assert f"value = {value}" in k.asm["tir"]
+        assert f"value = {value}" in k.asm["tir_opt"]
         assemble(ptxas, k.asm["ptx"], target)
 
 

@@ -538,3 +538,39 @@ def test_nan_propagation_assembles(ptxas):
     k = tiles.compile(nan_minmax_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"},
                       constexprs={"N": 64}, target="sm_90a")
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def assigned_numbers_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    # A name assigned a number holds a scalar tensor, as in Triton: it has a dtype, int32
+    # arithmetic (C division and remainder), and takes part in type promotion.
+    a = -7
+    tl.static_assert(a.dtype == tl.int32)
+    q = a // 2  # -3, not Python's -4
+    r = a % 3  # -1, not Python's 2
+    eps = 0.5
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))  # bf16
+    y = x + eps  # bf16 + fp32 scalar tensor: fp32 (a literal 0.5 would keep bf16)
+    tl.static_assert(y.dtype == tl.float32)
+    acc = 0
+    acc = acc.to(tl.int64) + q
+    # tiles also lets an assigned number stand where a compile-time constant is needed.
+    n = BLOCK
+    total = 0.0
+    for _ in range(2):
+        total = total + y  # loop state given as a number takes the body's type
+    tl.store(out_ptr + tl.arange(0, n), total + (acc + r).to(tl.float32))
+
+
+def test_assigned_numbers_are_tensors(dev, rng, ptxas):
+    import ml_dtypes
+    from test_compile import assemble
+
+    x = rng.standard_normal(64).astype(ml_dtypes.bfloat16)
+    out = dev.put(np.zeros(64, np.float32))
+    assigned_numbers_kernel[(1,)](dev.put(x), out, BLOCK=64)
+    # 2 (x + 0.5) in fp32 (exact from bf16), plus -3 + -1.
+    np.testing.assert_array_equal(dev.get(out), 2 * (x.astype(np.float32) + 0.5) - 4)
+    k = tiles.compile(assigned_numbers_kernel, signature={"x_ptr": "*bf16", "out_ptr": "*fp32"},
+                      constexprs={"BLOCK": 64})
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

@@ -396,7 +396,11 @@ class constexpr:
 
 
 def _unwrap(x: Any) -> Any:
-    return x.value if isinstance(x, constexpr) else x
+    """A compile-time value's Python value (constexprs, and the numbers a kernel assigned to
+    names); anything else as it is."""
+    if isinstance(x, constexpr):
+        return x.value
+    return x.value if type(x) is constant_tensor else x
 
 
 def _cx_binop(name: str):
@@ -531,6 +535,19 @@ class tensor:
 
         return semantic.trans(self)
 
+
+
+class constant_tensor(tensor):
+    """A scalar tensor holding a Python number that a kernel assigned to a name. Triton makes
+    such names tensors (`n = 1` has `n.dtype`, and int32 arithmetic: -7 // 2 is -3); tiles
+    also lets the number stand where a compile-time constant is needed (`tl.arange(0, n)`),
+    which Triton refuses."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, handle: Any, dtype_: "dtype", value: Any):
+        super().__init__(handle, dtype_, ())
+        self.value = value
 
 def _tensor_binop(sem_name: str, reflected: bool = False):
     f = None  # semantic's function, found on first use (semantic imports this module)

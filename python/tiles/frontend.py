@@ -264,6 +264,13 @@ def _is_tensor(x: Any) -> bool:
     return isinstance(x, tensor)
 
 
+def _is_number(x: Any) -> bool:
+    """A number given as loop state (`acc = 0.0` before `for ...: acc += tile`): the loop
+    carries it with the type the body gives it. Triton refuses a loop whose state changes type;
+    where it accepts one, the body keeps the number's own type, and so does tiles."""
+    return type(x) is core.constant_tensor or (not _is_tensor(x) and isinstance(_unwrap(x), (bool, int, float)))
+
+
 def _is_aggregate(x: Any) -> bool:
     """Values made of tensors that loops carry part by part (block pointers, descriptors)."""
     return hasattr(x, "_tiles_flatten") and hasattr(x, "_tiles_rebuild")
@@ -311,8 +318,7 @@ class _Aggregates:
                 scope.pop(x, None)
 
 
-def _unwrap(x: Any) -> Any:
-    return x.value if isinstance(x, constexpr) else x
+_unwrap = core._unwrap
 
 
 _BINOPS = {
@@ -459,7 +465,7 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.src.error(target, f"cannot assign to {type(target).__name__}: only names and tuples")
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        value = self.visit(node.value)
+        value = semantic.assigned(self.visit(node.value))
         for t in node.targets:
             self._assign(t, value)
 
@@ -468,10 +474,15 @@ class CodeGenerator(ast.NodeVisitor):
             return
         value = self.visit(node.value)
         ann = self._eval_annotation(node.annotation)
-        if ann is constexpr and not isinstance(value, constexpr):
-            if _is_tensor(value):
-                raise self.src.error(node, "a tl.constexpr variable needs a compile-time value")
-            value = constexpr(value)
+        if ann is constexpr:
+            if type(value) is core.constant_tensor:
+                value = value.value
+            if not isinstance(value, constexpr):
+                if _is_tensor(value):
+                    raise self.src.error(node, "a tl.constexpr variable needs a compile-time value")
+                value = constexpr(value)
+        else:
+            value = semantic.assigned(value)
         self._assign(node.target, value)
 
     def _eval_annotation(self, ann: ast.expr) -> Any:
@@ -484,7 +495,7 @@ class CodeGenerator(ast.NodeVisitor):
         if not isinstance(node.target, ast.Name):
             raise self.src.error(node, "augmented assignment needs a plain name")
         cur = self.visit_Name(ast.Name(id=node.target.id, ctx=ast.Load()), node.target)
-        self.scope[node.target.id] = binop(type(node.op), cur, self.visit(node.value))
+        self.scope[node.target.id] = semantic.assigned(binop(type(node.op), cur, self.visit(node.value)))
 
     def visit_Return(self, node: ast.Return) -> None:
         value = None if node.value is None else self.visit(node.value)
@@ -631,12 +642,12 @@ class CodeGenerator(ast.NodeVisitor):
         if _RETURN in _assigned_names(node.body, node):
             raise self.src.error(node, "return inside a loop is not supported")
         types = {}
-        if any(not _is_tensor(inits[n]) for n in carried):
+        if any(_is_number(inits[n]) for n in carried):
             types = self._loop_types(node, bounds, carried, inits, agg, reverse)
         init_tensors = []
         for n in carried:
             v = inits[n]
-            if not _is_tensor(v):
+            if _is_number(v):
                 dt, shape = types.get(n, (semantic.literal_type(_unwrap(v)), ()))
                 v = semantic.broadcast_to(semantic.to_tensor(_unwrap(v), dt), shape)
             init_tensors.append(v)
@@ -705,7 +716,7 @@ class CodeGenerator(ast.NodeVisitor):
             return
         fixed = []
         for n, t, o in zip(carried, inits, outs):
-            if not _is_tensor(self.scope[n]) and (o.dtype != t.dtype or o.shape != t.shape):
+            if _is_number(self.scope[n]) and (o.dtype != t.dtype or o.shape != t.shape):
                 t = semantic.broadcast_to(semantic.to_tensor(_unwrap(self.scope[n]), o.dtype), o.shape)
             fixed.append(t)
         results = self._while(node, carried, fixed, keep=True, agg=agg)

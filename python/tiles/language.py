@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins as _builtins
 import math as _pymath
 from types import SimpleNamespace
-from typing import Any
 
 from . import core, semantic  # noqa: F401  (`tl.core`, as Triton's module)
 from .core import (  # noqa: F401  (re-exported names)
@@ -78,8 +77,7 @@ def _method(fn):
     return builtin(fn)
 
 
-def _v(x: Any) -> Any:
-    return x.value if isinstance(x, constexpr) else x
+_v = core._unwrap
 
 
 class PropagateNan:

@@ -11,7 +11,7 @@ import builtins
 from typing import Any, List, Optional, Sequence, Tuple
 
 from . import core
-from .core import constexpr, dtype, pointer_type, tensor
+from .core import dtype, pointer_type, tensor
 
 
 class TilesTypeError(TypeError):
@@ -22,12 +22,13 @@ def _be():
     return core.current_backend()
 
 
-def _unwrap(x: Any) -> Any:
-    return x.value if isinstance(x, constexpr) else x
+_unwrap = core._unwrap
 
 
 def _is_literal(x: Any) -> bool:
-    return isinstance(_unwrap(x), (bool, int, float))
+    """A Python number (or constexpr of one): it takes the other operand's type. A number a
+    kernel assigned to a name is a tensor (as in Triton) and takes part in promotion."""
+    return not isinstance(x, tensor) and isinstance(_unwrap(x), (bool, int, float))
 
 
 def literal_type(x: Any) -> dtype:
@@ -66,6 +67,19 @@ def scalar_constant(value: Any, dt: dtype) -> tensor:
     if dt.is_floating():
         value = float(value)
     return make(_be().constant(value, dt, ()), dt, ())
+
+
+def assigned(x: Any) -> Any:
+    """What a name holds after `name = x` (Triton's rule): Python numbers, constexpr ones
+    included, become scalar tensors (which remember the number); tuples element by element;
+    anything else as it is."""
+    v = _unwrap(x)
+    if isinstance(v, (bool, int, float)) and not isinstance(x, tensor):
+        t = scalar_constant(v, literal_type(v))
+        return core.constant_tensor(t.handle, t.dtype, v)
+    if type(x) is tuple:
+        return tuple(assigned(e) for e in x)
+    return x
 
 
 def to_tensor(x: Any, dt: Optional[dtype] = None) -> tensor:

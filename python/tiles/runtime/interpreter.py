@@ -541,6 +541,12 @@ def _interp_to(x: Any, *args: Any, **kwargs: Any) -> Any:
     return x.to(*args, **kwargs)
 
 
+def _interp_assigned(x: Any) -> Any:
+    from .. import semantic
+
+    return semantic.assigned(x)
+
+
 def _interp_not(x: Any) -> Any:
     from .. import semantic
     from ..core import tensor
@@ -592,6 +598,31 @@ class _Rewrite(ast.NodeTransformer):
     """`assert c, m` -> `__tiles_assert__(c, m)`; `print(...)` -> `__tiles_print__(...)`;
     `and`/`or`/`not` on tiles -> elementwise logic (short-circuit kept for plain values);
     chained comparisons (`0 <= i < n`) -> each comparison and-ed, as compiled kernels do."""
+
+    @staticmethod
+    def _assigned(value: ast.expr) -> ast.expr:
+        return ast.copy_location(ast.Call(func=ast.Name("__tiles_assigned__", ast.Load()), args=[value],
+                                          keywords=[]), value)
+
+    # `n = 1`: a name holding a number holds a scalar tensor, as compiled kernels do (Triton's rule).
+    def visit_Assign(self, node: ast.Assign):
+        self.generic_visit(node)
+        node.value = self._assigned(node.value)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        self.generic_visit(node)
+        if node.value is not None and not ast.unparse(node.annotation).endswith("constexpr"):
+            node.value = self._assigned(node.value)
+        return node
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        self.generic_visit(node)
+        if not isinstance(node.target, ast.Name):
+            return node
+        value = ast.copy_location(ast.BinOp(left=ast.Name(node.target.id, ast.Load()), op=node.op,
+                                            right=node.value), node)
+        return ast.copy_location(ast.Assign(targets=[node.target], value=self._assigned(value)), node)
 
     def visit_Compare(self, node: ast.Compare):
         self.generic_visit(node)
@@ -650,7 +681,7 @@ def interpreted_function(jitfn):
         ns = src.globals()
         ns.update(__tiles_assert__=_interp_assert, __tiles_print__=_interp_print, __tiles_and__=_interp_and,
                   __tiles_or__=_interp_or, __tiles_not__=_interp_not, __tiles_compare__=_interp_compare,
-                  __tiles_to__=_interp_to)
+                  __tiles_to__=_interp_to, __tiles_assigned__=_interp_assigned)
         exec(code, ns)
         fn = ns[node.name]
     except Exception:
