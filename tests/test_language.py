@@ -574,3 +574,35 @@ def test_assigned_numbers_are_tensors(dev, rng, ptxas):
     k = tiles.compile(assigned_numbers_kernel, signature={"x_ptr": "*bf16", "out_ptr": "*fp32"},
                       constexprs={"BLOCK": 64})
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def bf16_promotions_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    # As Triton: scans, min/max and clamp of bf16 compute in fp32 and return fp32.
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    y = tl.load(y_ptr + tl.arange(0, BLOCK))
+    s = tl.cumsum(x, 0)
+    p = tl.cumprod(x, 0)
+    m = tl.maximum(x, y) + tl.minimum(x, y) + tl.clamp(x, y, y + 1)
+    tl.static_assert(s.dtype == tl.float32 and p.dtype == tl.float32 and m.dtype == tl.float32)
+    tl.store(out_ptr + tl.arange(0, BLOCK), s)
+    tl.store(out_ptr + BLOCK + tl.arange(0, BLOCK), m)
+
+
+def test_bf16_scans_and_extrema_run_in_fp32(dev, rng):
+    import ml_dtypes
+
+    n = 256
+    x = rng.uniform(0.5, 1.5, n).astype(ml_dtypes.bfloat16)
+    y = rng.uniform(0.5, 1.5, n).astype(ml_dtypes.bfloat16)
+    out = dev.put(np.zeros(2 * n, np.float32))
+    bf16_promotions_kernel[(1,)](dev.put(x), dev.put(y), out, BLOCK=n)
+    got = dev.get(out)
+    xf, yf = x.astype(np.float64), y.astype(np.float64)
+    # A bf16 running sum would drift by far more than 1e-5 over 256 terms.
+    np.testing.assert_allclose(got[:n], np.cumsum(xf), rtol=1e-5)
+    np.testing.assert_allclose(got[n:], np.maximum(xf, yf) + np.minimum(xf, yf) + np.clip(xf, yf, yf + 1),
+                               rtol=1e-6)
+    # Compiled, the dtypes hold too (the kernel's static_asserts).
+    tiles.compile(bf16_promotions_kernel, signature={"x_ptr": "*bf16", "y_ptr": "*bf16", "out_ptr": "*fp32"},
+                  constexprs={"BLOCK": n})

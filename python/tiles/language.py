@@ -195,23 +195,31 @@ def where(condition, x, y, _semantic=None):
     return semantic.where(condition, x, y)
 
 
+def _bf16_as_fp32(x):
+    """bf16 tiles as fp32, where Triton computes (and returns) them so: min/max, clamp, scans."""
+    return semantic.cast(x, float32) if isinstance(x, tensor) and x.dtype == bfloat16 else x
+
+
 @builtin
 def maximum(x, y, propagate_nan=PropagateNan.NONE, _semantic=None):
-    """Elementwise maximum; with `propagate_nan=tl.PropagateNan.ALL` a NaN operand gives NaN."""
-    return semantic.maximum(x, y, _v(propagate_nan) == PropagateNan.ALL)
+    """Elementwise maximum (bf16 in fp32); with `propagate_nan=tl.PropagateNan.ALL` a NaN
+    operand gives NaN."""
+    return semantic.maximum(_bf16_as_fp32(x), _bf16_as_fp32(y), _v(propagate_nan) == PropagateNan.ALL)
 
 
 @builtin
 def minimum(x, y, propagate_nan=PropagateNan.NONE, _semantic=None):
-    """Elementwise minimum; with `propagate_nan=tl.PropagateNan.ALL` a NaN operand gives NaN."""
-    return semantic.minimum(x, y, _v(propagate_nan) == PropagateNan.ALL)
+    """Elementwise minimum (bf16 in fp32); with `propagate_nan=tl.PropagateNan.ALL` a NaN
+    operand gives NaN."""
+    return semantic.minimum(_bf16_as_fp32(x), _bf16_as_fp32(y), _v(propagate_nan) == PropagateNan.ALL)
 
 
 @builtin
 def clamp(x, min, max, propagate_nan=PropagateNan.NONE, _semantic=None):
-    """`min(max(x, min), max)` elementwise; with `propagate_nan=tl.PropagateNan.ALL` a NaN `x`
-    stays NaN."""
-    return semantic.clamp(x, min, max, _v(propagate_nan) == PropagateNan.ALL)
+    """`min(max(x, min), max)` elementwise (bf16 in fp32); with
+    `propagate_nan=tl.PropagateNan.ALL` a NaN `x` stays NaN."""
+    return semantic.clamp(_bf16_as_fp32(x), _bf16_as_fp32(min), _bf16_as_fp32(max),
+                          _v(propagate_nan) == PropagateNan.ALL)
 
 
 @builtin
@@ -1234,8 +1242,9 @@ def associative_scan(input, axis, combine_fn, reverse=False, _semantic=None):
 
 @_method
 def cumsum(input, axis=0, reverse=False, dtype=None, _semantic=None):
-    """Inclusive running sum along `axis` (integers narrower than 32 bits in 32 bits)."""
-    input = semantic.to_tensor(input)
+    """Inclusive running sum along `axis` (integers narrower than 32 bits in 32 bits, bf16 in
+    fp32, as Triton sums them)."""
+    input = _bf16_as_fp32(semantic.to_tensor(input))
     dt = _v(dtype)
     if dt is None:
         d = input.dtype
@@ -1246,8 +1255,8 @@ def cumsum(input, axis=0, reverse=False, dtype=None, _semantic=None):
 
 @_method
 def cumprod(input, axis=0, reverse=False, _semantic=None):
-    """Inclusive running product along `axis`."""
-    return semantic.scan([semantic.to_tensor(input)], _v(axis), _prod_combine, _v(reverse))[0]
+    """Inclusive running product along `axis` (bf16 in fp32)."""
+    return semantic.scan([_bf16_as_fp32(semantic.to_tensor(input))], _v(axis), _prod_combine, _v(reverse))[0]
 
 
 @_method
