@@ -47,6 +47,15 @@ def two_results_kernel(x_ptr, lo_ptr, hi_ptr, BLOCK: tl.constexpr):
     tl.store(hi_ptr + offs, hi)
 
 
+@tiles.jit
+def pointer_operands_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    # Pointer operands are their 64-bit addresses ("l"): the asm loads, shifts and stores itself.
+    x_ptrs = x_ptr + tl.arange(0, BLOCK)
+    y_ptrs = y_ptr + tl.arange(0, BLOCK)
+    tl.inline_asm_elementwise("ld.global.b8 $0, [$1]; shl.b32 $0, $0, 3; st.global.b8 [$2], $0;", "=r,l,l",
+                              [x_ptrs, y_ptrs], dtype=tl.int8, is_pure=False, pack=1)
+
+
 @pytest.mark.gpu
 def test_inline_asm_on_the_gpu(rng):
     import torch
@@ -72,6 +81,11 @@ def test_inline_asm_on_the_gpu(rng):
     np.testing.assert_array_equal(lo.cpu().numpy(), w.view(np.int32)[0::2])
     np.testing.assert_array_equal(hi.cpu().numpy(), w.view(np.int32)[1::2])
 
+    b = rng.integers(0, 256, 512).astype(np.uint8)
+    out = torch.zeros(512, dtype=torch.uint8, device="cuda")
+    pointer_operands_kernel[(1,)](torch.from_numpy(b).cuda(), out, BLOCK=512)
+    np.testing.assert_array_equal(out.cpu().numpy(), (b.astype(np.int32) << 3).astype(np.uint8))
+
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_inline_asm_assembles(ptxas, target):
@@ -90,6 +104,10 @@ def test_inline_asm_assembles(ptxas, target):
     assemble(ptxas, k.asm["ptx"], target)
     ir = k.asm["tir"]
     assert 'inline_asm {asm = "mov.b64 {$0, $1}, $2;", constraints = "=r,=r,l", pack = 1, pure}' in ir
+    k = tiles.compile(pointer_operands_kernel, signature={"x_ptr": "*u8", "y_ptr": "*u8"}, constexprs={"BLOCK": 512},
+                      target=target)
+    assert k.asm["ptx"].count("st.global.b8") == 4  # one statement per element, 4 per thread
+    assemble(ptxas, k.asm["ptx"], target)
     assert tiles._tiles.parse_ir(ir).text() == ir  # the text form round-trips
 
 

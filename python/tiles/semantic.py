@@ -914,9 +914,8 @@ def inline_asm_elementwise(asm: str, constraints: str, args: Sequence[Any], dtyp
     ts = [broadcast_to(t, shape) for t in ts]
     many = isinstance(_unwrap(dtype), (tuple, list))
     dts = [_unwrap(d) for d in (_unwrap(dtype) if many else [dtype])]
-    for t in ts:
-        if t.dtype.is_ptr():
-            raise TilesTypeError("inline_asm_elementwise takes numbers, not pointers")
+    # A pointer operand is its 64-bit address (constraint "l"), as in Triton.
+    ts = [cast(t, core.int64) if t.dtype.is_ptr() else t for t in ts]
     handles = _be().inline_asm(str(_unwrap(asm)), str(_unwrap(constraints)), ts, dts, int(_unwrap(pack)),
                                bool(_unwrap(is_pure)))
     outs = [make(h, d, shape) for h, d in zip(handles, dts)]
