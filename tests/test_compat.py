@@ -532,6 +532,12 @@ def test_dtype_interface_of_triton(dev):
         "float16", "bfloat16", "int32", "float8e4nv"]
     assert tl.bfloat16.is_standard_floating() and not tl.float8e5.is_standard_floating()
     assert tl.dtype.is_dtype("fp32") and not tl.dtype.is_dtype("fp33")
+    # Float layouts: 1 + exponent + mantissa bits, and the exponent bias (test harnesses decode
+    # floats by hand from these).
+    for d, bias in ((tl.float16, 15), (tl.bfloat16, 127), (tl.float32, 127), (tl.float64, 1023), (tl.float8e5, 15),
+                    (tl.float8e4nv, 7), (tl.float8e4b15, 15)):
+        exp_bits = d.primitive_bitwidth - d.fp_mantissa_width - 1
+        assert d.exponent_bias == bias and (exp_bits in (4, 5) or bias == 2 ** (exp_bits - 1) - 1)
 
     @tiles.jit
     def k(out_ptr, DT: tl.constexpr):

@@ -195,7 +195,14 @@ class dtype:
 
     @property
     def fp_mantissa_width(self) -> int:
-        return {"fp8e5": 2, "fp8e4nv": 3, "fp16": 10, "bf16": 7, "fp32": 23, "fp64": 52}[self.name]
+        return {"fp8e5": 2, "fp8e4nv": 3, "fp8e4b15": 3, "fp8e4b8": 3, "fp8e5b16": 2, "fp16": 10, "bf16": 7,
+                "fp32": 23, "fp64": 52}[self.name]
+
+    @property
+    def exponent_bias(self) -> int:
+        """The exponent bias of a float format (IEEE's 2^(e-1) - 1, or the format's own)."""
+        return {"fp8e5": 15, "fp8e4nv": 7, "fp8e4b15": 15, "fp8e4b8": 8, "fp8e5b16": 16, "fp16": 15, "bf16": 127,
+                "fp32": 127, "fp64": 1023}[self.name]
 
     @property
     def scalar(self) -> "dtype":
