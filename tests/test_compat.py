@@ -713,3 +713,17 @@ def test_conditional_expression_runs_one_side(dev, rng, ptxas):
                                                                 "count_ptr": "*i32"})
     assert k.asm["ptx"].count("atom.") == 2
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def constexpr_type_kernel(out_ptr, GIVEN: tl.constexpr):
+    local: tl.constexpr = 10
+    tl.static_assert(local.type == tl.core.constexpr_type(10) and GIVEN.type == local.type)
+    tl.store(out_ptr, tl.full((), GIVEN, tl.int32))
+
+
+def test_constexpr_type():
+    # Compiled kernels see constexprs as such (the interpreter runs them as plain Python values,
+    # which have no `.type`).
+    assert tl.constexpr(3).type == tl.core.constexpr_type(3) != tl.core.constexpr_type(4)
+    tiles.compile(constexpr_type_kernel, signature={"out_ptr": "*i32"}, constexprs={"GIVEN": 10})

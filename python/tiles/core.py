@@ -368,6 +368,22 @@ def get_int_dtype(bitwidth: int, signed: bool) -> dtype:
 _PY_NAMES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
 
 
+class constexpr_type:
+    """The type of a compile-time value, which the value itself identifies."""
+
+    def __init__(self, value: Any):
+        self.value = value.value if isinstance(value, constexpr) else value
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, constexpr_type) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(("constexpr_type", self.value))
+
+    def __repr__(self) -> str:
+        return f"constexpr_type[{self.value!r}]"
+
+
 class constexpr:
     """A value known at compile time (Triton's `tl.constexpr`); also the annotation that
     marks a kernel parameter as compile-time."""
@@ -395,6 +411,11 @@ class constexpr:
 
     def __call__(self, *args, **kwargs):
         return self.value(*args, **kwargs)
+
+    @property
+    def type(self) -> "constexpr_type":
+        """Its type: a constexpr's type is its value (Triton's `constexpr_type`)."""
+        return constexpr_type(self.value)
 
     def __getattr__(self, name: str):
         if name == "value":
