@@ -159,6 +159,9 @@ def _run(tmp_path, mod: str, seed: int, device: str = "cpu") -> dict:
     script.write_text(KERNELS)
     result = tmp_path / f"{mod}.json"
     env = dict(os.environ)
+    # Fresh caches: a kernel either compiler finds in its disk cache skips its `static_print`,
+    # which reports the result dtypes compared here.
+    env.update(TRITON_CACHE_DIR=str(tmp_path / f"{mod}-triton-cache"), TILES_CACHE_DIR=str(tmp_path / f"{mod}-cache"))
     if device == "cpu":
         env.update(TRITON_INTERPRET="1", TILES_INTERPRET="1")
     else:
