@@ -1,7 +1,7 @@
-"""`tl.dot_scaled` (microscaled MX operands: e2m1 packed two per byte, e4m3, e5m2, bf16, with
-e8m0 scales per 32 elements along K), emulated as Triton does on Hopper: decoded, scaled,
-upcast to bf16 (fp16 beside an fp16 operand) and multiplied with fp32 accumulation — in both modes, and compiled under
-ptxas."""
+"""`tl.dot_scaled` (microscaled MX operands: e2m1 packed two per byte, e4m3, e5m2, bf16, fp16,
+with e8m0 scales per 32 elements along K), emulated as Triton does on Hopper: decoded, scaled,
+upcast to bf16 (fp16 beside an fp16 operand) and multiplied with fp32 accumulation — in both
+modes, and compiled under ptxas."""
 
 from __future__ import annotations
 

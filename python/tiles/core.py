@@ -564,7 +564,6 @@ class tensor:
         return semantic.trans(self)
 
 
-
 class constant_tensor(tensor):
     """A scalar tensor holding a Python number that a kernel assigned to a name. Triton makes
     such names tensors (`n = 1` has `n.dtype`, and int32 arithmetic: -7 // 2 is -3); tiles
@@ -576,6 +575,7 @@ class constant_tensor(tensor):
     def __init__(self, handle: Any, dtype_: "dtype", value: Any):
         super().__init__(handle, dtype_, ())
         self.value = value
+
 
 def _tensor_binop(sem_name: str, reflected: bool = False):
     f = None  # semantic's function, found on first use (semantic imports this module)

@@ -597,7 +597,10 @@ def _interp_compare(left: Any, ops: Sequence[str], *comparators: Callable[[], An
 class _Rewrite(ast.NodeTransformer):
     """`assert c, m` -> `__tiles_assert__(c, m)`; `print(...)` -> `__tiles_print__(...)`;
     `and`/`or`/`not` on tiles -> elementwise logic (short-circuit kept for plain values);
-    chained comparisons (`0 <= i < n`) -> each comparison and-ed, as compiled kernels do."""
+    chained comparisons (`0 <= i < n`) -> each comparison and-ed, as compiled kernels do, and
+    `==` / `!=` through the same helper (a shape equals a list); `n = 1` (and `n += 1`, and
+    non-constexpr annotated assignments) -> `n = __tiles_assigned__(1)`: a scalar tensor, as
+    compiled kernels hold it."""
 
     @staticmethod
     def _assigned(value: ast.expr) -> ast.expr:
