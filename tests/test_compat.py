@@ -727,3 +727,21 @@ def test_constexpr_type():
     # which have no `.type`).
     assert tl.constexpr(3).type == tl.core.constexpr_type(3) != tl.core.constexpr_type(4)
     tiles.compile(constexpr_type_kernel, signature={"out_ptr": "*i32"}, constexprs={"GIVEN": 10})
+
+
+@tiles.jit
+def operand_errors_kernel(x_ptr, y_ptr, OP: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, 16))
+    y = tl.load(y_ptr + tl.arange(0, 16))
+    z = x & y if OP == "&" else x // y
+    tl.store(x_ptr + tl.arange(0, 16), z)
+
+
+@pytest.mark.parametrize("op,types,message", [
+    ("&", ("*fp32", "*fp32"), "invalid operands of type fp32 and fp32"),
+    ("//", ("*i8", "*u8"), "Cannot use /, // or % with int8 and uint8 because they have different signedness")])
+def test_operand_errors_use_tritons_phrases(op, types, message):
+    # Test suites match Triton's error messages; tiles' say the same, with the kernel's line.
+    with pytest.raises(tiles.CompilationError, match=message) as e:
+        tiles.compile(operand_errors_kernel, signature={"x_ptr": types[0], "y_ptr": types[1]}, constexprs={"OP": op})
+    assert "z = x & y if" in str(e.value)

@@ -148,7 +148,8 @@ def _computation_type(a: dtype, a_lit: bool, b: dtype, b_lit: bool, div_or_mod: 
         raise TilesTypeError(f"cannot combine {a} and {b}; cast one of them first")
     if div_or_mod and a.is_int_signed() != b.is_int_signed():
         raise TilesTypeError(
-            f"cannot use /, // or % with {a} and {b}: their signedness differs; cast one of them first")
+            f"Cannot use /, // or % with {a} and {b} because they have different signedness; cast one of them "
+            "first")
     return integer_promote(a, b)
 
 
@@ -515,7 +516,7 @@ def mod(a: Any, b: Any) -> tensor:
 def _bitwise(op: str, a: Any, b: Any) -> tensor:
     a, b = binary_operands(a, b)
     if not (a.dtype.is_int() and b.dtype.is_int()):
-        raise TilesTypeError(f"bitwise ops need integers, got {a.dtype} and {b.dtype}")
+        raise TilesTypeError(f"invalid operands of type {a.dtype} and {b.dtype} for a bitwise op: it needs integers")
     return _binary(op, a, b)
 
 
