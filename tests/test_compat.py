@@ -207,8 +207,21 @@ def test_warmup_takes_cpu_tensors(ptxas, monkeypatch):
     k = bias_act_kernel.warmup(x, None, y, 64, BLOCK=64, ACT="relu", grid=(1,))
     assert "ld.global" in k.asm["ptx"] and "b_ptr" not in k.asm["tir"]
     assemble(ptxas, k.asm["ptx"], "sm_90a")
-    with pytest.raises(tiles.LaunchError, match="CPU tensor"):
+    with pytest.raises(tiles.LaunchError, match="CPU tensor") as e:
         bias_act_kernel[(1,)](x, None, y, 64, BLOCK=64, ACT="relu")
+    assert isinstance(e.value, ValueError)  # what Triton raises for a CPU tensor
+
+
+@pytest.mark.gpu
+def test_pinned_host_tensors_are_kernel_arguments(rng):
+    # Page-locked host memory is reachable from the GPU at its own address (as Triton allows).
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(rng.standard_normal(64).astype(np.float32)).pin_memory()
+    y = torch.zeros(64).pin_memory()
+    bias_act_kernel[(1,)](x, None, y, 64, BLOCK=64, ACT="none")
+    torch.cuda.synchronize()
+    xn = x.numpy()
+    np.testing.assert_allclose(y.numpy(), np.clip(xn, -1, 1) + 1, rtol=1e-6)
 
 
 def test_tuple_item_assignment_is_a_compile_error():

@@ -41,6 +41,11 @@ class LaunchError(TilesError):
     """A kernel could not be launched (bad arguments, no GPU, driver error)."""
 
 
+class HostMemoryError(LaunchError, ValueError):
+    """A kernel argument lives in host memory the GPU cannot reach (a ValueError, as Triton
+    raises for a CPU tensor)."""
+
+
 class InterpreterError(TilesError):
     """An op failed while interpreting a kernel; names the kernel's line and program id."""
 

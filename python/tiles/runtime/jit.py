@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import core
-from ..errors import LaunchError
+from ..errors import HostMemoryError, LaunchError
 from . import async_compile
 
 # Float multiply-adds are not contracted to fma unless asked (Triton 3.10's announced default;
@@ -214,14 +214,22 @@ def reinterpret(tensor: Any, dtype: Any) -> Any:
 _warming_up = threading.local()
 
 
+def _pinned(v: Any) -> bool:
+    """A torch CPU tensor in page-locked memory: the GPU reaches it at the same address (UVA)."""
+    try:
+        return bool(v.is_pinned())
+    except Exception:  # noqa: BLE001 -- not a torch tensor, or no CUDA runtime to ask
+        return False
+
+
 def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
     """(address, dtype) of a device array argument, or None if `v` is not an array."""
     t = type(v)
     if isinstance(v, (bool, int, float)) or (t.__module__ == "numpy" and t.__name__ != "ndarray"):
         return None  # Python and numpy scalars
     if isinstance(v, TensorWrapper):
-        if not v.is_cuda and not getattr(_warming_up, "active", False):
-            raise LaunchError(f"argument '{name}' wraps a CPU tensor; the GPU kernel needs a CUDA tensor")
+        if not v.is_cuda and not getattr(_warming_up, "active", False) and not _pinned(v.base):
+            raise HostMemoryError(f"argument '{name}' wraps a CPU tensor; the GPU kernel needs a CUDA tensor")
         return v.data_ptr(), v.dtype.ir
     if isinstance(v, MockTensor):
         dt = v.dtype.ir if isinstance(v.dtype, core.dtype) else _TORCH_DTYPES.get(str(v.dtype))
@@ -229,9 +237,9 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
             raise LaunchError(f"argument '{name}' is a MockTensor of {v.dtype}, which tiles does not support")
         return 0, dt
     if hasattr(v, "data_ptr") and hasattr(v, "dtype") and hasattr(v, "is_cuda"):  # torch
-        if not v.is_cuda and not getattr(_warming_up, "active", False):
-            raise LaunchError(f"argument '{name}' is a CPU tensor; the GPU kernel needs a CUDA tensor "
-                              "(or run with TILES_INTERPRET=1)")
+        if not v.is_cuda and not getattr(_warming_up, "active", False) and not _pinned(v):
+            raise HostMemoryError(f"argument '{name}' is a CPU tensor; the GPU kernel needs a CUDA tensor "
+                                  "(pinned host memory works too), or run with TILES_INTERPRET=1")
         dt = _TORCH_DTYPES.get(str(v.dtype))
         if dt is None:
             raise LaunchError(f"argument '{name}' has dtype {v.dtype}, which tiles does not support")
@@ -244,7 +252,7 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
             raise LaunchError(f"argument '{name}' has typestr {ts!r}, which tiles does not support")
         return int(cai["data"][0]), dt
     if t.__module__ == "numpy" and t.__name__ == "ndarray":
-        raise LaunchError(f"argument '{name}' is a host (numpy) array; the GPU kernel needs device memory "
+        raise HostMemoryError(f"argument '{name}' is a host (numpy) array; the GPU kernel needs device memory "
                           "(a CUDA tensor), or run with TILES_INTERPRET=1")
     if hasattr(v, "__dlpack__") and hasattr(v, "__dlpack_device__"):
         from . import dlpack
