@@ -69,6 +69,13 @@ class IRBackend:
     def binary(self, op, a, b):
         return self.b.binary(op, a.handle, b.handle)
 
+    def div_rn(self, a, b):
+        """`a / b` rounded to nearest even: fp32 `div` is div.full.f32 (2 ulp, Triton's `/`), so
+        fp32 asks for div.rn.f32; other floats divide exactly already."""
+        if a.dtype != core.float32:
+            return self.binary("div", a, b)
+        return self.inline_asm("div.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], [core.float32], 1, True)[0]
+
     def compare(self, pred, a, b):
         return self.b.compare(pred, a.handle, b.handle)
 

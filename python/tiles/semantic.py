@@ -480,9 +480,9 @@ def truediv(a: Any, b: Any) -> tensor:
 def div_rn(a: Any, b: Any) -> tensor:
     """`a / b` rounded to nearest even (IEEE), fp32 included."""
     a, b = _div_operands(a, b)
-    if a.dtype != core.float32 or getattr(_be(), "interpreter", False):
-        return _binary("div", a, b)  # exact already (numpy divides as IEEE)
-    return inline_asm_elementwise("div.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], core.float32, True, 1)
+    if a.dtype.is_fp8():
+        return _binary("div", a, b)  # in fp16, rounded once to fp8
+    return make(_be().div_rn(a, b), a.dtype, a.shape)
 
 
 def _div_operands(a: Any, b: Any) -> Tuple[tensor, tensor]:

@@ -164,6 +164,9 @@ class NumpyBackend:
     def broadcast(self, x, shape):
         return np.broadcast_to(_arr(x.handle), tuple(shape))
 
+    def div_rn(self, a, b):
+        return self.binary("div", a, b)  # numpy divides floats as IEEE
+
     def binary(self, op, a, b):
         x, y = _arr(a.handle), _arr(b.handle)
         dt = numpy_dtype(a.dtype)
