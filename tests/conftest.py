@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -91,19 +89,10 @@ def dev(request, monkeypatch):
 
 
 def find_ptxas():
-    env = os.environ.get("PTXAS")
-    if env:
-        return env
-    for mod in ("nvidia",):
-        try:
-            pkg = __import__(mod)
-            for base in pkg.__path__:
-                hits = sorted(glob.glob(os.path.join(base, "**", "bin", "ptxas"), recursive=True))
-                if hits:
-                    return hits[-1]
-        except ImportError:
-            pass
-    return shutil.which("ptxas")
+    # `PTXAS`, else where tiles' knob finds it (TRITON_PTXAS_PATH, pip's nvidia-cuda-nvcc, PATH).
+    from tiles import knobs
+
+    return os.environ.get("PTXAS") or knobs.nvidia.ptxas.path
 
 
 @pytest.fixture(scope="session")

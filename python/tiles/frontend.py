@@ -275,7 +275,7 @@ def _is_number(x: Any) -> bool:
     """A number given as loop state (`acc = 0.0` before `for ...: acc += tile`): the loop
     carries it with the type the body gives it. Triton refuses a loop whose state changes type;
     where it accepts one, the body keeps the number's own type, and so does tiles."""
-    return type(x) is core.constant_tensor or (not _is_tensor(x) and isinstance(_unwrap(x), (bool, int, float)))
+    return type(x) is core.constant_tensor or semantic._is_literal(x)
 
 
 def _is_aggregate(x: Any) -> bool:
