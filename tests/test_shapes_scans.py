@@ -152,3 +152,46 @@ def test_scan_and_shape_kernels_assemble(ptxas, target):
     for fn, sig, cx in cases:
         k = tiles.compile(fn, signature=sig, constexprs=cx, target=target)
         assemble(ptxas, k.asm["ptx"], target)
+
+
+@tiles.jit
+def rank6_kernel(x_ptr, out_ptr, sum_ptr, cum_ptr):
+    # Tiles of rank 5 and 6 (Triton's limit is 8): block-scaled matmuls reshape their scales so.
+    x = tl.load(x_ptr + tl.arange(0, 512))
+    x5 = tl.reshape(x, (2, 4, 4, 2, 8))
+    y = tl.permute(x5, (3, 0, 2, 1, 4)) * 2 + tl.expand_dims(tl.arange(0, 8), (0, 1, 2, 3)).to(tl.float32)
+    tl.store(out_ptr + tl.arange(0, 512), tl.reshape(y, (512,)))
+    x6 = tl.reshape(x, (2, 2, 2, 4, 4, 4))
+    s = tl.sum(x6, axis=3)  # (2, 2, 2, 4, 4)
+    tl.store(sum_ptr + tl.arange(0, 128), tl.ravel(s))
+    c = tl.cumsum(x5, axis=4)
+    tl.store(cum_ptr + tl.arange(0, 512), tl.reshape(c, (512,)))
+
+
+def test_rank_5_and_6_tiles(dev, rng):
+    x = rng.standard_normal(512).astype(np.float32)
+    out, sums, cum = (dev.put(np.zeros(n, np.float32)) for n in (512, 128, 512))
+    rank6_kernel[(1,)](dev.put(x), out, sums, cum)
+    x5 = x.reshape(2, 4, 4, 2, 8)
+    want = x5.transpose(3, 0, 2, 1, 4) * 2 + np.arange(8, dtype=np.float32)
+    np.testing.assert_allclose(dev.get(out), want.reshape(-1), rtol=1e-6)
+    np.testing.assert_allclose(dev.get(sums), x.astype(np.float64).reshape(2, 2, 2, 4, 4, 4).sum(3).reshape(-1),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dev.get(cum), np.cumsum(x5.astype(np.float64), axis=4).reshape(-1), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_rank_6_kernel_assembles(ptxas):
+    k = tiles.compile(rank6_kernel, signature={"x_ptr": "*fp32:16", "out_ptr": "*fp32:16", "sum_ptr": "*fp32:16",
+                                               "cum_ptr": "*fp32:16"}, target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+def test_rank_above_8_is_a_clear_error():
+    @tiles.jit
+    def too_deep(x_ptr):
+        x = tl.load(x_ptr + tl.arange(0, 512))
+        tl.store(x_ptr + tl.arange(0, 512), tl.ravel(tl.reshape(x, (2, 2, 2, 2, 2, 2, 2, 2, 2))))
+
+    with pytest.raises(tiles.CompilationError, match="rank"):
+        tiles.compile(too_deep, signature={"x_ptr": "*fp32"})

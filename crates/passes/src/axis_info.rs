@@ -260,12 +260,12 @@ fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
         OpKind::Constant(Const::Int(c)) => AxisInfo::uniform(&shape, pow2_divisor(c), Some(c)),
         OpKind::Constant(Const::Float(_)) => AxisInfo::uniform(&shape, 1, None),
         OpKind::ProgramId(_) | OpKind::NumPrograms(_) => AxisInfo::default(),
-        OpKind::Arange { start, end } => AxisInfo {
-            contiguity: [(end - start) as u64, 1, 1, 1],
-            divisibility: [pow2_divisor(start as i64), 1, 1, 1],
-            constancy: [1; MAX_RANK],
-            constant: None,
-        },
+        OpKind::Arange { start, end } => {
+            let mut a = AxisInfo::default();
+            a.contiguity[0] = (end - start) as u64;
+            a.divisibility[0] = pow2_divisor(start as i64);
+            a
+        }
         OpKind::Splat => {
             let s = get(0);
             AxisInfo::uniform(&shape, s.divisibility[0], s.constant)

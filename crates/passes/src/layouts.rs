@@ -182,7 +182,7 @@ fn mark_load_runs(func: &mut Function, axis: &AxisInfoMap) {
             continue;
         };
         let dims = ty.shape.dims();
-        let mut runs = [0u8; 4];
+        let mut runs = [0u8; tile_ir::MAX_RANK];
         for (d, &n) in dims.iter().enumerate() {
             let mut run = (n as u64).min(128);
             for &v in &data.operands {

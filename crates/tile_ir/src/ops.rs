@@ -365,12 +365,12 @@ pub struct MemAttrs {
     /// Loads: per dimension, the length of the aligned runs of elements that read one address
     /// under one mask (a power of two; 0 or 1: none known), set with the layouts. A thread
     /// holding several elements of a run loads it once.
-    pub runs: [u8; 4],
+    pub runs: [u8; 8],
 }
 
 // `runs` spells its length out: naming `MAX_RANK` there made rustc 1.95 ICE on closures that
 // capture a `MemAttrs` in another crate.
-const _: () = assert!(crate::types::MAX_RANK == 4);
+const _: () = assert!(crate::types::MAX_RANK == 8);
 
 impl MemAttrs {
     /// Whether some dimension has runs of more than one element.

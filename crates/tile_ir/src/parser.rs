@@ -662,8 +662,8 @@ impl Parser<'_> {
                     return self.err_at(at, "missing `perm`");
                 };
                 let mut perm = [0u8; MAX_RANK];
-                if v.len() != MAX_RANK {
-                    return self.err_at(at, "`perm` needs 4 entries");
+                if v.is_empty() || v.len() > MAX_RANK {
+                    return self.err_at(at, format!("`perm` needs 1 to {MAX_RANK} entries"));
                 }
                 for (i, &x) in v.iter().enumerate() {
                     perm[i] = self.small(x, at)?;
@@ -684,8 +684,8 @@ impl Parser<'_> {
                         "hint needs multiple_of, max_contiguous or max_constancy",
                     );
                 };
-                if v.len() != MAX_RANK {
-                    return self.err_at(at, "hint values need 4 entries");
+                if v.is_empty() || v.len() > MAX_RANK {
+                    return self.err_at(at, format!("hint values need 1 to {MAX_RANK} entries"));
                 }
                 let mut values = [0u32; MAX_RANK];
                 for (i, &x) in v.iter().enumerate() {

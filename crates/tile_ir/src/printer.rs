@@ -75,7 +75,8 @@ pub fn write_type(f: &mut dyn Write, ty: &Type) -> fmt::Result {
     f.write_str(">")
 }
 
-fn attrs(func: &Function, kind: &OpKind) -> String {
+/// An op's attributes; `rank` is its first result's (per-dimension lists print that many).
+fn attrs(func: &Function, kind: &OpKind, rank: usize) -> String {
     let text = |i: u32| {
         format!(
             "{:?}",
@@ -129,8 +130,10 @@ fn attrs(func: &Function, kind: &OpKind) -> String {
             " {{axis = {axis}{}}}",
             if *reverse { ", reverse" } else { "" }
         ),
-        OpKind::Permute { perm } => format!(" {{perm = {:?}}}", perm),
-        OpKind::Hint { kind, values } => format!(" {{{} = {:?}}}", kind.name(), values),
+        OpKind::Permute { perm } => format!(" {{perm = {:?}}}", &perm[..rank.max(1)]),
+        OpKind::Hint { kind, values } => {
+            format!(" {{{} = {:?}}}", kind.name(), &values[..rank.max(1)])
+        }
         OpKind::Atomic(a) => format!(
             " {{op = {}{}, sem = {:?}, scope = {:?}}}",
             a.op.name(),
@@ -206,7 +209,8 @@ fn write_op_named(
     if !data.results.is_empty() {
         write!(f, "{} = ", join_values(namer, &data.results))?;
     }
-    write!(f, "{}{}", data.kind.name(), attrs(func, &data.kind))?;
+    let rank = data.results.first().map_or(0, |&r| func.ty(r).shape.rank());
+    write!(f, "{}{}", data.kind.name(), attrs(func, &data.kind, rank))?;
     if !data.operands.is_empty() {
         write!(f, " {}", join_values(namer, &data.operands))?;
     }

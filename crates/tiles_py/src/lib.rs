@@ -24,7 +24,7 @@ fn elem(name: &str) -> R<Elem> {
 
 fn shape(dims: &[u32]) -> R<Shape> {
     Shape::new(dims).ok_or_else(|| BoundaryError::UnknownName {
-        kind: "shape (rank > 4)",
+        kind: "shape (rank > 8)",
         name: format!("{dims:?}"),
     })
 }
