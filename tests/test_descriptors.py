@@ -183,3 +183,151 @@ def test_device_descriptor_loads_are_pipelined_when_rows_are_whole_granules(ptxa
     assert all(len(c) == 5 and c[-1].startswith("%p") for c in masked), masked[:2]
     for k in (whole, ragged):
         assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def rows_gather_scatter_kernel(x_ptr, idx_ptr, out_ptr, M, N, y0, R: tl.constexpr, BN: tl.constexpr):
+    # Triton's row gather and scatter: one-row blocks, rows picked by a tile of indices.
+    xd = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[1, BN])
+    od = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[1, BN])
+    rows = tl.load(idx_ptr + tl.arange(0, R))
+    block = xd.gather(rows, y0)
+    od.scatter(block * 2, rows + 1, y0)
+
+
+def test_descriptor_row_gather_and_scatter(dev, rng):
+    # Rows -2 and M are outside the tensor (read as zero, not written); the columns from y0
+    # run past N (the same).
+    M, N, R, BN, y0 = 40, 56, 16, 32, 40
+    x = rng.standard_normal((M, N)).astype(np.float32)
+    idx = rng.permutation(M - 1)[:R].astype(np.int32)
+    idx[3], idx[7] = -2, M
+    out = dev.put(np.full((M, N), -5.0, np.float32))
+    rows_gather_scatter_kernel[(1,)](dev.put(x), dev.put(idx), out, M, N, y0, R=R, BN=BN)
+    want = np.full((M, N), -5.0, np.float32)
+    for r in idx:
+        if 0 <= r < M and 0 <= r + 1 < M:
+            want[r + 1, y0:] = x[r, y0:] * 2
+    np.testing.assert_array_equal(dev.get(out), want)
+
+
+@tiles.jit
+def desc_reduce_kernel(x_ptr, v_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr, OP: tl.constexpr):
+    xd = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    v = tl.load(v_ptr + offs)
+    m, n = tl.program_id(0) * BM, tl.program_id(1) * BN
+    if OP == "add":
+        xd.atomic_add([m, n], v)
+    elif OP == "max":
+        xd.atomic_max([m, n], v)
+    else:
+        xd.atomic_xor([m, n], v)
+
+
+@pytest.mark.parametrize("op", ["add", "max", "xor"])
+def test_descriptor_atomic_reductions(dev, rng, op):
+    # Every program adds its block into the same (ragged) tensor: elements outside it untouched.
+    M, N, BM, BN = 24, 40, 16, 32
+    dt = np.float32 if op == "add" else np.int32
+    x = rng.integers(-50, 50, (M, N)).astype(dt)
+    v = rng.integers(-50, 50, (BM, BN)).astype(dt)
+    dx = dev.put(x)
+    desc_reduce_kernel[(2, 2)](dx, dev.put(v), M, N, BM=BM, BN=BN, OP=op)
+    want = x.copy()
+    f = {"add": np.add, "max": np.maximum, "xor": np.bitwise_xor}[op]
+    for m in (0, BM):
+        for n in (0, BN):
+            blk = want[m:m + BM, n:n + BN]
+            blk[...] = f(blk, v[:blk.shape[0], :blk.shape[1]])
+    np.testing.assert_array_equal(dev.get(dx), want)
+
+
+@tiles.jit
+def tuple_of_descs_kernel(out_ptr, payload, BM: tl.constexpr, BN: tl.constexpr):
+    a, b, k = payload[0], payload[1], payload[2]
+    block = a.load([k * BM, 0]) + b.load([k * BM, BN]).to(tl.float32)
+    offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    tl.store(out_ptr + offs, block)
+
+
+def test_host_descriptors_inside_a_tuple(dev, rng):
+    from tiles.tools.tensor_descriptor import TensorDescriptor
+
+    BM, BN, k = 8, 16, 2
+    a = rng.standard_normal((40, 32)).astype(np.float32)
+    b = rng.standard_normal((48, 48)).astype(np.float16)
+    da, db = dev.put(a), dev.put(b)
+    out = dev.put(np.zeros((BM, BN), np.float32))
+    payload = (TensorDescriptor.from_tensor(da, [BM, BN]), TensorDescriptor.from_tensor(db, [BM, BN]), k)
+    tuple_of_descs_kernel[(1,)](out, payload, BM=BM, BN=BN)
+    want = a[k * BM:(k + 1) * BM, :BN] + b[k * BM:(k + 1) * BM, BN:2 * BN].astype(np.float32)
+    np.testing.assert_allclose(dev.get(out), want, rtol=1e-6)
+
+
+@tiles.jit
+def desc_remade_in_branches_kernel(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    # Triton's persistent batched GEMM remakes its descriptors inside an `if` in the loop: the
+    # loop and the `if` carry them.
+    xd = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    yd = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    for i in range(0, tl.cdiv(N, BN)):
+        if i % 2 == 1:
+            # The odd blocks read the second half of the rows, from a descriptor of its own.
+            xd = tl.make_tensor_descriptor(x_ptr + (M // 2) * N, shape=[M - M // 2, N], strides=[N, 1],
+                                           block_shape=[BM, BN])
+        else:
+            xd = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        yd.store([0, i * BN], xd.load([0, i * BN]) + 1)
+
+
+def test_descriptors_carried_by_loops_and_ifs(dev, rng):
+    M, N, BM, BN = 32, 64, 16, 16
+    x = rng.standard_normal((M, N)).astype(np.float32)
+    y = dev.put(np.zeros((M, N), np.float32))
+    desc_remade_in_branches_kernel[(1,)](dev.put(x), y, M, N, BM=BM, BN=BN)
+    want = np.zeros((M, N), np.float32)
+    for i in range(N // BN):
+        src = x[M // 2:M // 2 + BM] if i % 2 else x[:BM]
+        want[:BM, i * BN:(i + 1) * BN] = src[:, i * BN:(i + 1) * BN] + 1
+    np.testing.assert_allclose(dev.get(y), want, rtol=1e-6)
+
+
+def test_new_descriptor_kernels_assemble(ptxas):
+    from test_compile import assemble
+
+    ks = [
+        tiles.compile(rows_gather_scatter_kernel, signature={"x_ptr": "*fp16:16", "idx_ptr": "*i32:16",
+                                                             "out_ptr": "*fp16:16", "M": "i32", "N": "i32:16",
+                                                             "y0": "i32"}, constexprs={"R": 32, "BN": 64}),
+        tiles.compile(desc_reduce_kernel, signature={"x_ptr": "*fp32:16", "v_ptr": "*fp32:16", "M": "i32",
+                                                     "N": "i32"}, constexprs={"BM": 32, "BN": 32, "OP": "add"}),
+        tiles.compile(tuple_of_descs_kernel,
+                      signature={"out_ptr": "*fp32:16",
+                                 "payload": "(tensordesc<fp32[8, 16]>,tensordesc<fp16[8, 16]>,i32)"},
+                      constexprs={"BM": 8, "BN": 16}),
+        tiles.compile(desc_remade_in_branches_kernel, signature={"x_ptr": "*fp32:16", "y_ptr": "*fp32:16",
+                                                                 "M": "i32", "N": "i32"},
+                      constexprs={"BM": 64, "BN": 64}),
+    ]
+    for k in ks:
+        assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+def test_descriptor_gather_and_carry_errors():
+    @tiles.jit
+    def bad_gather(x_ptr, idx_ptr):
+        xd = tl.make_tensor_descriptor(x_ptr, shape=[16, 16], strides=[16, 1], block_shape=[2, 16])
+        xd.gather(tl.load(idx_ptr + tl.arange(0, 8)), 0)
+
+    @tiles.jit
+    def bad_if(x_ptr, c):
+        xd = tl.make_tensor_descriptor(x_ptr, shape=[16, 16], strides=[16, 1], block_shape=[16, 16])
+        if c > 0:
+            xd = tl.make_tensor_descriptor(x_ptr, shape=[16, 16], strides=[16, 1], block_shape=[8, 16])
+        tl.store(x_ptr, tl.sum(xd.load([0, 0])))
+
+    with pytest.raises(tiles.CompilationError, match="one-row blocks"):
+        tiles.compile(bad_gather, signature={"x_ptr": "*fp32", "idx_ptr": "*i32"})
+    with pytest.raises(tiles.CompilationError, match="different tensor_descriptor"):
+        tiles.compile(bad_if, signature={"x_ptr": "*fp32", "c": "i32"})

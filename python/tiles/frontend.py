@@ -311,8 +311,10 @@ class _Aggregates:
     def flatten(self, scope: Dict[str, Any], src, node) -> None:
         for n, names in self.parts.items():
             v = scope[n]
-            if not _is_aggregate(v) or type(v) is not type(self.templates[n]):
-                raise src.error(node, f"loop-carried `{n}` must stay a {type(self.templates[n]).__name__}")
+            t = self.templates[n]
+            if not _is_aggregate(v) or type(v) is not type(t) or \
+                    getattr(v, "_tiles_static", lambda: None)() != getattr(t, "_tiles_static", lambda: None)():
+                raise src.error(node, f"loop-carried `{n}` must stay the same {type(t).__name__}")
             parts = list(v._tiles_flatten())
             if len(parts) != len(names):
                 raise src.error(node, f"loop-carried `{n}` changes its structure in the loop body")
@@ -536,24 +538,32 @@ class CodeGenerator(ast.NodeVisitor):
         merged, then_ys, else_ys = [], [], []
         for n in names:
             a, b = then_scope[n], else_scope[n]
-            if not _is_tensor(a) and not _is_tensor(b):
-                if _unwrap(a) == _unwrap(b) or n == _RETURN and a is None and b is None:
-                    self.scope[n] = a
-                    continue
-                a, b = self._tensor_pair(node, n, a, b, handle)
-            elif not _is_tensor(a):
-                a = self._in_region(handle, 0, lambda a=a, b=b: self._like(a, b))
-            elif not _is_tensor(b):
-                b = self._in_region(handle, 1, lambda a=a, b=b: self._like(b, a))
-            if a.dtype != b.dtype or a.shape != b.shape:
-                raise self.src.error(node, f"`{n}` has type {a.dtype}{list(a.shape)} in one branch and "
-                                           f"{b.dtype}{list(b.shape)} in the other")
-            merged.append((n, a))
+            if _is_aggregate(a) or _is_aggregate(b):
+                # A block pointer, descriptor or aggregate: merged part by part.
+                if type(a) is not type(b) or getattr(a, "_tiles_static", lambda: None)() != \
+                        getattr(b, "_tiles_static", lambda: None)():
+                    raise self.src.error(node, f"`{n}` is a {type(a).__name__} in one branch and a different "
+                                               f"{type(b).__name__} in the other")
+                pa, pb = list(a._tiles_flatten()), list(b._tiles_flatten())
+                if len(pa) != len(pb):
+                    raise self.src.error(node, f"`{n}` has a different structure in the two branches")
+                pairs = [self._branch_pair(node, n, x, y, handle) for x, y in zip(pa, pb)]
+                merged.append((n, a, [x for x, _ in pairs]))
+                then_ys.extend(x.handle for x, _ in pairs)
+                else_ys.extend(y.handle for _, y in pairs)
+                continue
+            if not _is_tensor(a) and not _is_tensor(b) and (
+                    _unwrap(a) == _unwrap(b) or n == _RETURN and a is None and b is None):
+                self.scope[n] = a
+                continue
+            a, b = self._branch_pair(node, n, a, b, handle)
+            merged.append((n, None, [a]))
             then_ys.append(a.handle)
             else_ys.append(b.handle)
-        results = self.builder.end_if(handle, then_ys, else_ys)
-        for (n, a), h in zip(merged, results):
-            self.scope[n] = tensor(h, a.dtype, a.shape)
+        results = iter(self.builder.end_if(handle, then_ys, else_ys))
+        for n, agg, parts in merged:
+            out = [tensor(next(results), x.dtype, x.shape) for x in parts]
+            self.scope[n] = out[0] if agg is None else agg._tiles_rebuild(out)
         for n in list(self.scope):
             if n not in then_scope or n not in else_scope:
                 self.scope.pop(n, None)
@@ -565,6 +575,20 @@ class CodeGenerator(ast.NodeVisitor):
                 raise self.src.error(node, f"{what} needs a scalar condition, got a tile of shape {list(cond.shape)}")
             cond = semantic.unsplat(cond)
         return cond
+
+    def _branch_pair(self, node, n, a, b, handle):
+        """The values `a` (then) and `b` (else) of `n` as two tensors of one type, numbers made
+        tensors in their own branch."""
+        if not _is_tensor(a) and not _is_tensor(b):
+            a, b = self._tensor_pair(node, n, a, b, handle)
+        elif not _is_tensor(a):
+            a = self._in_region(handle, 0, lambda a=a, b=b: self._like(a, b))
+        elif not _is_tensor(b):
+            b = self._in_region(handle, 1, lambda a=a, b=b: self._like(b, a))
+        if a.dtype != b.dtype or a.shape != b.shape:
+            raise self.src.error(node, f"`{n}` has type {a.dtype}{list(a.shape)} in one branch and "
+                                       f"{b.dtype}{list(b.shape)} in the other")
+        return a, b
 
     def _tensor_pair(self, node, n, a, b, handle):
         dt = semantic.literal_type(_unwrap(a))
@@ -1082,7 +1106,7 @@ def split_tuple_type(ty: str) -> List[str]:
             out.append(cur.strip())
             cur = ""
             continue
-        depth += {"(": 1, ")": -1}.get(ch, 0)
+        depth += {"(": 1, ")": -1, "[": 1, "]": -1, "<": 1, ">": -1}.get(ch, 0)
         if depth < 0:
             raise ValueError(f"malformed tuple type {ty!r}")
         cur += ch
@@ -1119,6 +1143,10 @@ def _tuple_param(builder, name: str, ty: str, specialization: Dict[str, int], co
                                        src.first_line)
             out.append(tuple_constant_in_kernel(constexprs[key]))
             continue
+        if et.startswith("tensordesc<"):
+            out.append(_descriptor_param(builder, tuple_path_name(name, at), et, specialization, src,
+                                         name + "".join(f"_{i}" for i in at)))
+            continue
         try:
             dt = core.dtype_from_ir(_normalize_type(et))
         except (KeyError, ValueError):
@@ -1131,21 +1159,23 @@ def _tuple_param(builder, name: str, ty: str, specialization: Dict[str, int], co
     return cls(*out) if cls is not None else tuple(out)
 
 
-def _descriptor_param(builder, name: str, ty: str, specialization: Dict[str, int], src):
+def _descriptor_param(builder, name: str, ty: str, specialization: Dict[str, int], src, ir_name: str = ""):
     """The kernel parameters of a host TensorDescriptor (base pointer, i32 shape, i64 strides)
-    and the `tl.tensor_descriptor` the kernel body sees."""
+    and the `tl.tensor_descriptor` the kernel body sees. `name` keys the specialisation (a
+    tuple element's is dotted, `t.0`); `ir_name` prefixes the parameters (default `name`)."""
     try:
         dt_name, block, padding = parse_descriptor_type(ty)
         dt = core.dtype_from_ir(_normalize_type(dt_name))
     except (KeyError, ValueError) as e:
         raise CompilationError(f"parameter '{name}': {e}", src.file, src.first_line) from None
     pt = core.pointer_type(dt)
-    base = tensor(builder.param(f"{name}_base", pt.ir, specialization.get(name, 1)), pt, ())
-    shape = [tensor(builder.param(f"{name}_shape{i}", "i32", specialization.get(f"{name}.shape{i}", 1)), core.int32, ())
-             for i in range(len(block))]
+    ir_name = ir_name or name
+    base = tensor(builder.param(f"{ir_name}_base", pt.ir, specialization.get(name, 1)), pt, ())
+    shape = [tensor(builder.param(f"{ir_name}_shape{i}", "i32", specialization.get(f"{name}.shape{i}", 1)),
+                    core.int32, ()) for i in range(len(block))]
     strides = []
     for i in range(len(block)):
-        h = builder.param(f"{name}_stride{i}", "i64", specialization.get(f"{name}.stride{i}", 1))
+        h = builder.param(f"{ir_name}_stride{i}", "i64", specialization.get(f"{name}.stride{i}", 1))
         strides.append(tensor(h, core.int64, ()))
     strides[-1] = 1  # checked on the host: the last dimension is contiguous
     return language.tensor_descriptor(base, shape, strides, block, padding)

@@ -840,6 +840,26 @@ class tensor_descriptor:
     def dtype(self):
         return self.base.dtype.element_ty
 
+    # Loops and `if`s carry a descriptor part by part: its base and whichever extents and
+    # strides are tensors. The rest (numbers, block shape, padding) must agree between the
+    # values merged: `_tiles_static` says what they are.
+    def _tiles_flatten(self):
+        return [self.base] + [x for x in self.shape + self.strides if isinstance(x, tensor)]
+
+    def _tiles_static(self):
+        return (tuple(None if isinstance(x, tensor) else _v(x) for x in self.shape + self.strides),
+                tuple(self.block_shape), self.padding, self.assume_aligned)
+
+    def _tiles_rebuild(self, parts):
+        it = iter(parts)
+        base = next(it)
+        dims = [next(it) if isinstance(x, tensor) else x for x in self.shape + self.strides]
+        r = len(self.shape)
+        shape, strides = dims[:r], dims[r:]
+        if self.assume_aligned:  # what make_tensor_descriptor promised holds for every value merged
+            base, strides = _aligned_descriptor_parts(base, strides)
+        return tensor_descriptor(base, shape, strides, self.block_shape, self.padding, self.assume_aligned)
+
     def _pointers(self, offsets, granule: int = 1):
         """The block's pointers and in-range mask. With `granule` > 1 a second mask is returned
         that is true for every element of a `granule`-element run holding an in-range element
@@ -898,6 +918,82 @@ class tensor_descriptor:
         """Writes the block at `offsets` (out-of-range elements are not written)."""
         ptr, mask = self._pointers(offsets)
         return semantic.store(ptr, value, mask)
+
+    @property
+    def block_type(self):
+        return block_type(self.dtype, self.block_shape)
+
+    def _reduce(self, op, offsets, value):
+        """The block at `offsets` combined with `value` by the atomic `op`, element by element
+        (out-of-range elements untouched). Returns nothing, as Triton's TMA reductions do."""
+        value = semantic.to_tensor(value)
+        if list(value.shape) != self.block_shape:
+            raise ValueError(f"the value's shape {list(value.shape)} is not the block shape {self.block_shape}")
+        ptr, mask = self._pointers(offsets)
+        semantic.atomic(op, ptr, semantic.cast(value, self.dtype), mask, "relaxed", None)
+
+    @builtin
+    def atomic_add(self, offsets, value, _semantic=None):
+        self._reduce("add", offsets, value)
+
+    @builtin
+    def atomic_min(self, offsets, value, _semantic=None):
+        self._reduce("min", offsets, value)
+
+    @builtin
+    def atomic_max(self, offsets, value, _semantic=None):
+        self._reduce("max", offsets, value)
+
+    @builtin
+    def atomic_and(self, offsets, value, _semantic=None):
+        self._reduce("and", offsets, value)
+
+    @builtin
+    def atomic_or(self, offsets, value, _semantic=None):
+        self._reduce("or", offsets, value)
+
+    @builtin
+    def atomic_xor(self, offsets, value, _semantic=None):
+        self._reduce("xor", offsets, value)
+
+    def _rows(self, what, x_offsets, y_offset):
+        """Pointers and in-range mask of the rows `x_offsets` (a 1-d tile), each the
+        `block_shape[1]` columns from `y_offset`: the block of a row gather or scatter."""
+        if len(self.block_shape) != 2 or self.block_shape[0] != 1:
+            raise ValueError(f"descriptor {what} needs a 2-d descriptor of one-row blocks, got block shape "
+                             f"{self.block_shape}")
+        rows = semantic.to_tensor(x_offsets)
+        if len(rows.shape) != 1:
+            raise ValueError(f"descriptor {what}: the row offsets must be 1-d, got shape {list(rows.shape)}")
+        rows = semantic.expand_dims(rows, 1)
+        cols = semantic.expand_dims(semantic.add(semantic.arange(0, self.block_shape[1]), y_offset), 0)
+        s0 = semantic.cast(semantic.to_tensor(self.strides[0]), int64)
+        s1 = semantic.cast(semantic.to_tensor(self.strides[1]), int64)
+        ptr = semantic.add(semantic.add(self.base, semantic.mul(semantic.cast(rows, int64), s0)),
+                           semantic.mul(semantic.cast(cols, int64), s1))
+        mask = semantic.logical_and(
+            semantic.logical_and(semantic.greater_equal(rows, 0), semantic.less(rows, self.shape[0])),
+            semantic.logical_and(semantic.greater_equal(cols, 0), semantic.less(cols, self.shape[1])))
+        return ptr, semantic.broadcast_to(mask, ptr.shape)
+
+    @builtin
+    def gather(self, *args, _semantic=None):
+        """`desc.gather(x_offsets, y_offset)`: the rows `x_offsets`, each `block_shape[1]` wide
+        from column `y_offset` (out-of-range elements per the padding). Triton runs it as a TMA
+        gather on Blackwell only; tiles on any GPU, as masked loads."""
+        if len(args) != 2:
+            raise ValueError(f"descriptor gather takes (x_offsets, y_offset), got {len(args)} arguments")
+        ptr, mask = self._rows("gather", *args)
+        return semantic.load(ptr, mask, float("nan") if self.padding == "nan" else 0)
+
+    @builtin
+    def scatter(self, value, *args, _semantic=None):
+        """`desc.scatter(value, x_offsets, y_offset)`: writes the rows of `value` to the rows
+        `x_offsets` from column `y_offset` (out-of-range elements are not written)."""
+        if len(args) != 2:
+            raise ValueError(f"descriptor scatter takes (value, x_offsets, y_offset), got {len(args) + 1} arguments")
+        ptr, mask = self._rows("scatter", *args)
+        semantic.store(ptr, semantic.cast(semantic.to_tensor(value), self.dtype), mask)
 
 
 class block_ptr:
@@ -983,14 +1079,19 @@ def make_tensor_descriptor(base, shape, strides, block_shape, padding_option="ze
     """A descriptor for the strided tensor at `base` moving blocks of `block_shape`. As for
     Triton's (TMA) descriptors, `base` must be 16-byte aligned, every stride but the last a
     multiple of 16 bytes and the last stride 1: the compiler relies on it for vector accesses."""
-    base = semantic.to_tensor(base)
-    strides = list(_v(strides))
+    base, strides = _aligned_descriptor_parts(semantic.to_tensor(base), list(_v(strides)))
+    return tensor_descriptor(base, _v(shape), strides, _v(block_shape), padding_option, assume_aligned=True)
+
+
+def _aligned_descriptor_parts(base, strides):
+    """The base and strides of a descriptor made in the kernel, with Triton's TMA contract told
+    to the compiler: the base 16-byte aligned, every stride but the last a multiple of 16 bytes."""
     if base.dtype.is_ptr() and not base.shape:
         eb = _builtins.max(base.dtype.element_ty.primitive_bitwidth // 8, 1)
         base = semantic.hint(base, "multiple_of", 16)
         strides = [semantic.hint(st, "multiple_of", _builtins.max(16 // eb, 1)) if isinstance(st, tensor)
                    and i < len(strides) - 1 else st for i, st in enumerate(strides)]
-    return tensor_descriptor(base, _v(shape), strides, _v(block_shape), padding_option, assume_aligned=True)
+    return base, strides
 
 
 @builtin

@@ -23,6 +23,7 @@ import numpy as np
 from .. import core
 from .._numpy_types import from_numpy, numpy_dtype
 from ..errors import InterpreterError, LaunchError, OutOfBoundsError
+from .jit import _is_descriptor
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -748,6 +749,24 @@ def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
     return base
 
 
+def _descriptor_arg(mem, copies, where: str, v: Any):
+    """A host TensorDescriptor argument as the kernel body sees it (its base registered)."""
+    from ..core import pointer_type, tensor
+    from ..language import tensor_descriptor
+
+    base = v.base
+    if getattr(base, "is_cuda", False):
+        host = base.detach().cpu()
+        copies.append((base, host))
+        base = host
+    arr = _host_array(base, where)
+    if arr is None:
+        raise LaunchError(f"argument '{where}': the descriptor's base must be an array")
+    addr = _register(mem, arr, where)
+    ptr = tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(arr.dtype)), ())
+    return tensor_descriptor(ptr, list(v.shape), list(v.strides), list(v.block_shape), v.padding)
+
+
 def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
     """A (nested, possibly named) tuple argument as the kernel body sees it: arrays become
     pointers, numbers scalars, constant elements (None, constexpr, functions) stay constants."""
@@ -764,6 +783,9 @@ def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
         const, cv = tuple_constant(e)
         if const:
             elems.append(tuple_constant_in_kernel(cv))
+            continue
+        if _is_descriptor(e):
+            elems.append(_descriptor_arg(mem, copies, where, e))
             continue
         if getattr(e, "is_cuda", False) and hasattr(e, "cpu"):
             host = e.detach().cpu()
@@ -800,20 +822,8 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4) -> None:
         if p.is_constexpr:
             args.append(v.value if isinstance(v, constexpr) else v)
             continue
-        if type(v).__name__ == "TensorDescriptor" and hasattr(v, "block_shape"):
-            from ..language import tensor_descriptor
-
-            base = v.base
-            if getattr(base, "is_cuda", False):
-                host = base.detach().cpu()
-                copies.append((base, host))
-                base = host
-            arr = _host_array(base, p.name)
-            if arr is None:
-                raise LaunchError(f"argument '{p.name}': the descriptor's base must be an array")
-            addr = _register(mem, arr, p.name)
-            ptr = tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(arr.dtype)), ())
-            args.append(tensor_descriptor(ptr, list(v.shape), list(v.strides), list(v.block_shape), v.padding))
+        if _is_descriptor(v):
+            args.append(_descriptor_arg(mem, copies, p.name, v))
             continue
         if isinstance(v, tuple):
             args.append(_tuple_arg(mem, copies, p.name, v, ()))

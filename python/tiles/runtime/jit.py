@@ -337,6 +337,12 @@ def _tuple_spec(name: str, v: tuple, path: Tuple[int, ...] = ()):
             types.append("constexpr")
             consts[tuple_path_name(name, at)] = cv
             continue
+        if _is_descriptor(e):
+            k, t, d = _descriptor_spec(e, where)
+            keys.append(k)
+            types.append(t)
+            leaves.append((at, t, d))
+            continue
         eptr = _pointer_info(e, where)
         if eptr is not None:
             d = 16 if eptr[0] % 16 == 0 else 1
@@ -355,6 +361,33 @@ def _tuple_spec(name: str, v: tuple, path: Tuple[int, ...] = ()):
     return key, "(" + ",".join(types) + ")", leaves, consts
 
 
+def _is_descriptor(v: Any) -> bool:
+    """A host `TensorDescriptor` (tiles' or one with the same fields)."""
+    return type(v).__name__ == "TensorDescriptor" and hasattr(v, "block_shape")
+
+
+def _descriptor_spec(v: Any, where: str):
+    """A host descriptor argument: (cache key, signature type, base divisibility)."""
+    ptr = _pointer_info(v.base, where)
+    if ptr is None:
+        raise LaunchError(f"argument '{where}': the descriptor's base must be a device tensor")
+    addr, dt = ptr
+    div = 16 if addr % 16 == 0 else 1
+    nan = ", nan" if v.padding == "nan" else ""
+    ty = f"tensordesc<{dt}[{', '.join(str(b) for b in v.block_shape)}]{nan}>"
+    key = ("d", ty, div, tuple(s % 16 == 0 for s in v.strides[:-1]), tuple(n % 16 == 0 for n in v.shape))
+    return key, ty, div
+
+
+def _descriptor_specialization(name: str, v: Any, div: int) -> Dict[str, int]:
+    """What the compiler may assume of a descriptor argument `name`: its base's alignment and
+    which strides and extents are multiples of 16."""
+    spec = {name: div}
+    spec.update({f"{name}.stride{i}": 16 for i, st in enumerate(v.strides[:-1]) if st % 16 == 0})
+    spec.update({f"{name}.shape{i}": 16 for i, n in enumerate(v.shape) if n % 16 == 0})
+    return spec
+
+
 def _tuple_element(v: Any, path: Sequence[int]) -> Any:
     for j in path:
         v = v[j]
@@ -365,7 +398,10 @@ def _tuple_packers(index: int, leaves):
     """Packers for a tuple argument: one kernel parameter per runtime element (depth first)."""
     out = []
     for path, t, _ in leaves:
-        if t.startswith("*"):
+        if t.startswith("tensordesc<"):
+            for _, f in _desc_packers(index, len(t.split("[", 1)[1].split("]", 1)[0].split(","))):
+                out.append((index, lambda v, f=f, path=path: f(_tuple_element(v, path))))
+        elif t.startswith("*"):
             out.append((index, lambda v, path=path: ctypes.c_uint64(
                 _pointer_info(_tuple_element(v, path), "tuple element")[0])))
         else:
@@ -561,16 +597,9 @@ class JITFunction(KernelInterface):
                 key.append(("none",))
                 info.append(("constexpr", None, 0, None))
                 continue
-            if type(v).__name__ == "TensorDescriptor" and hasattr(v, "block_shape"):
-                ptr = _pointer_info(v.base, p.name)
-                if ptr is None:
-                    raise LaunchError(f"argument '{p.name}': the descriptor's base must be a device tensor")
-                addr, dt = ptr
-                div = 16 if addr % 16 == 0 else 1
-                nan = ", nan" if v.padding == "nan" else ""
-                ty = f"tensordesc<{dt}[{', '.join(str(b) for b in v.block_shape)}]{nan}>"
-                key.append(("d", ty, div, tuple(s % 16 == 0 for s in v.strides[:-1]),
-                            tuple(n % 16 == 0 for n in v.shape)))
+            if _is_descriptor(v):
+                dkey, ty, div = _descriptor_spec(v, p.name)
+                key.append(dkey)
                 info.append(("desc", ty, div, v))
                 continue
             if isinstance(v, tuple):
@@ -614,15 +643,18 @@ class JITFunction(KernelInterface):
                 continue
             signature[p.name] = ty
             if kind == "desc":
-                spec[p.name] = div
-                spec.update({f"{p.name}.stride{i}": 16 for i, st in enumerate(raw.strides[:-1]) if st % 16 == 0})
-                spec.update({f"{p.name}.shape{i}": 16 for i, n in enumerate(raw.shape) if n % 16 == 0})
+                spec.update(_descriptor_specialization(p.name, raw, div))
                 packers.extend(_desc_packers(p.index, len(raw.block_shape)))
                 slots.append((p.index, "?"))  # several parameters: the Python launch path
                 continue
             if kind == "tuple":
                 leaves, consts = div
-                spec.update({tuple_path_name(p.name, path): d for path, _, d in leaves if d})
+                for path, t, d in leaves:
+                    if t.startswith("tensordesc<"):
+                        spec.update(_descriptor_specialization(tuple_path_name(p.name, path),
+                                                               _tuple_element(raw, path), d))
+                    elif d:
+                        spec[tuple_path_name(p.name, path)] = d
                 constexprs.update(consts)
                 packers.extend(_tuple_packers(p.index, leaves))
                 slots.append((p.index, "?"))  # several parameters: the Python launch path
