@@ -408,6 +408,10 @@ def test_triton_module_paths():
 
     assert isinstance(tiles.runtime.jit, types.ModuleType) and tiles.runtime.jit.jit is tiles.jit
     assert TensorWrapper is tiles.TensorWrapper
+    # Test suites import the compiler's errors from `triton.compiler.errors`.
+    from tiles.compiler.errors import CompilationError, CompileTimeAssertionFailure
+
+    assert CompilationError is tiles.CompilationError and issubclass(CompileTimeAssertionFailure, CompilationError)
     assert type_canonicalisation_dict["bool"] == "u1" and type_canonicalisation_dict["float8_e4m3fn"] == "fp8e4nv"
     assert all(tl.str_to_ty(v) is not None for v in type_canonicalisation_dict.values())
     assert tl.str_to_ty("u1") == tl.int1 and tl.str_to_ty("*bf16") == tl.pointer_type(tl.bfloat16)
@@ -758,3 +762,30 @@ def test_operand_errors_use_tritons_phrases(op, types, message):
     with pytest.raises(tiles.CompilationError, match=message) as e:
         tiles.compile(operand_errors_kernel, signature={"x_ptr": types[0], "y_ptr": types[1]}, constexprs={"OP": op})
     assert "z = x & y if" in str(e.value)
+
+
+def test_tensor_wrapper_methods_keep_the_dtype():
+    # Triton's test helpers call these on the wrappers `to_triton` returns for unsigned dtypes.
+    torch = pytest.importorskip("torch")
+    w = tiles.reinterpret(torch.arange(12, dtype=torch.int16).reshape(3, 4), tl.uint16)
+    for v in (w.new_empty((2, 5)), w.clone(), w.cpu(), w.to("cpu")):
+        assert isinstance(v, tiles.TensorWrapper) and v.dtype is tl.uint16
+    assert w.new_empty((2, 5)).shape == (2, 5) and tuple(w.data.shape) == (3, 4)
+    c = w.clone()
+    c.copy_(tiles.reinterpret(torch.full((3, 4), 7, dtype=torch.int16), tl.uint16))
+    assert c.base.tolist() == [[7] * 4] * 3 and w.base[2, 3].item() == 11
+
+
+@tiles.jit
+def licm_hints_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    i = 0
+    while tl.condition(arg1=i < n, disable_licm=True):
+        i += 1
+    for j in tl.range(0, 1, disable_licm=True):
+        tl.store(x_ptr + tl.arange(0, BLOCK), tl.ravel(x=tl.full((BLOCK, 1), i + j, tl.int32)))
+
+
+def test_loop_hint_keywords(dev):
+    out = dev.put(np.zeros(8, np.int32))
+    licm_hints_kernel[(1,)](out, 5, BLOCK=8)
+    np.testing.assert_array_equal(dev.get(out), np.full(8, 5, np.int32))

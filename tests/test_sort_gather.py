@@ -23,9 +23,12 @@ def rows_kernel(x_ptr, y_ptr, OP: tl.constexpr, R: tl.constexpr, C: tl.constexpr
         tl.store(y_ptr + r * C + c, tl.sort(x))
     elif OP == "sort_desc":
         tl.store(y_ptr + r * C + c, tl.sort(x, descending=True))
-    else:
+    elif OP == "topk":
         kk = tl.arange(0, K)[None, :]
         tl.store(y_ptr + r * K + kk, tl.topk(x, K))
+    else:  # the K smallest, smallest first
+        kk = tl.arange(0, K)[None, :]
+        tl.store(y_ptr + r * K + kk, tl.topk(x, K, descending=False))
 
 
 @tiles.jit
@@ -47,16 +50,16 @@ def test_bitonic_merge_sorts_a_bitonic_sequence(dev, rng, desc):
     np.testing.assert_array_equal(dev.get(y), want)
 
 
-@pytest.mark.parametrize("op", ["flip", "flip0", "sort", "sort_desc", "topk"])
+@pytest.mark.parametrize("op", ["flip", "flip0", "sort", "sort_desc", "topk", "topk_asc"])
 @pytest.mark.parametrize("dt", [np.float32, np.int32])
 def test_rows(dev, rng, op, dt):
     R, C, K = 4, 32, 8
     x = (rng.standard_normal((R, C)) * 100).astype(dt)
-    out = np.zeros((R, K) if op == "topk" else (R, C), dt)
+    out = np.zeros((R, K) if op.startswith("topk") else (R, C), dt)
     y = dev.put(out)
     rows_kernel[(1,)](dev.put(x), y, OP=op, R=R, C=C, K=K)
     ref = {"flip": x[:, ::-1], "flip0": x[::-1], "sort": np.sort(x, 1), "sort_desc": -np.sort(-x, 1),
-           "topk": -np.sort(-x, 1)[:, :K]}[op]
+           "topk": -np.sort(-x, 1)[:, :K], "topk_asc": np.sort(x, 1)[:, :K]}[op]
     np.testing.assert_array_equal(dev.get(y), ref)
 
 

@@ -385,7 +385,7 @@ class range:  # noqa: A001  (Triton's name)
     """A loop the compiler may pipeline: `for k in tl.range(0, n, BLOCK, num_stages=3)`."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
-                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False):
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, disable_licm=False):
         if arg2 is None:
             self.start, self.end = 0, arg1
         else:
@@ -1188,13 +1188,14 @@ def bitonic_merge(x, dim=None, descending=False, _semantic=None):
 
 
 @_method
-def topk(x, k, dim=None, _semantic=None):
-    """The `k` largest values of `x` along `dim` (the last by default), largest first."""
+def topk(x, k, dim=None, descending=True, _semantic=None):
+    """The `k` largest values of `x` along `dim` (the last by default), largest first; with
+    `descending=False` the `k` smallest, smallest first."""
     x, d, n = _pow2_dim(x, dim, "topk")
     k = int(_v(k))
     if k < 1 or k > n or k & (k - 1):
         raise ValueError(f"topk: k must be a power of two between 1 and {n}, got {k}")
-    y = sort(x, d, True)
+    y = sort(x, d, bool(_v(descending)))
     while y.shape[d] > k:
         y, _ = semantic._halves(y, d)
     return y
@@ -1395,10 +1396,10 @@ def view(input, *shape, _semantic=None):
 
 
 @_method
-def ravel(input, can_reorder=False, _semantic=None):
+def ravel(x, can_reorder=False, _semantic=None):
     """The tile flattened to one dimension."""
-    input = semantic.to_tensor(input)
-    return semantic.reshape(input, (semantic._numel(input.shape),))
+    x = semantic.to_tensor(x)
+    return semantic.reshape(x, (semantic._numel(x.shape),))
 
 
 @builtin
@@ -1592,10 +1593,10 @@ class const:
 
 
 @builtin
-def condition(arg, disable_licm=False, _semantic=None):
+def condition(arg1, disable_licm=False, _semantic=None):
     """`while tl.condition(c, disable_licm=True):` — a `while` loop's condition with hints for
     the compiler; tiles reads the condition and ignores the hints."""
-    return arg
+    return arg1
 
 
 pi32_t = pointer_type(int32)

@@ -175,12 +175,30 @@ class TensorWrapper:
     def __init__(self, base: Any, dtype: Any):
         self.base = base
         self.dtype = dtype
+        self.data = getattr(base, "data", base)
         self.shape = tuple(base.shape)
         self.device = getattr(base, "device", None)
         self.is_cuda = bool(getattr(base, "is_cuda", False))
 
     def data_ptr(self) -> int:
         return self.base.data_ptr()
+
+    # The base tensor's own methods, the result wrapped again as the same dtype.
+    def new_empty(self, sizes) -> "TensorWrapper":
+        return TensorWrapper(self.base.new_empty(sizes), self.dtype)
+
+    def clone(self) -> "TensorWrapper":
+        return TensorWrapper(self.base.clone(), self.dtype)
+
+    def cpu(self) -> "TensorWrapper":
+        return TensorWrapper(self.base.cpu(), self.dtype)
+
+    def to(self, device) -> "TensorWrapper":
+        return TensorWrapper(self.base.to(device), self.dtype)
+
+    def copy_(self, other) -> "TensorWrapper":
+        self.base.copy_(other.base if isinstance(other, TensorWrapper) else other)
+        return self
 
     def stride(self, *i):
         return self.base.stride(*i)

@@ -11,8 +11,8 @@ import time
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from . import _tiles
-from .errors import CompilationError
+from .. import _tiles
+from ..errors import CompilationError
 
 
 class CompiledKernel:
@@ -49,7 +49,7 @@ class CompiledKernel:
     def load(self):
         """Assembles the PTX (driver JIT) and loads the module; returns the loaded kernel."""
         if self._loaded is None:
-            from .runtime import cache, driver
+            from ..runtime import cache, driver
 
             t0 = time.perf_counter()
             cubin = self.asm.get("cubin")
@@ -93,9 +93,9 @@ class CompiledKernel:
     def _launch(self, grid, args, stream) -> None:
         import ctypes
 
-        from .errors import LaunchError
-        from .runtime import driver
-        from .runtime.jit import _CTYPES, _pointer_info
+        from ..errors import LaunchError
+        from ..runtime import driver
+        from ..runtime.jit import _CTYPES, _pointer_info
 
         names = self.arg_names or self.params
         if len(args) != len(names):
@@ -107,7 +107,7 @@ class CompiledKernel:
             ty = self.signature[n]
             v = vals[n]
             if ty.startswith("tensordesc<"):
-                from .runtime.jit import _desc_packers
+                from ..runtime.jit import _desc_packers
 
                 cargs.extend(pack(v) for _, pack in _desc_packers(0, len(v.block_shape)))
                 continue
@@ -226,7 +226,7 @@ class ASTSource:
 
     def __init__(self, fn, signature: Dict[str, str], constexprs: Optional[Dict[Any, Any]] = None,
                  attrs: Optional[Dict[Any, Any]] = None):
-        from .runtime.jit import JITFunction
+        from ..runtime.jit import JITFunction
 
         self.fn = fn if isinstance(fn, JITFunction) else JITFunction(fn)
         self.name = self.fn.__name__
@@ -255,7 +255,7 @@ class ASTSource:
 def _target_name(target: Any) -> str:
     """`GPUTarget("cuda", 90, 32)` (or an arch string) -> the target tiles compiles for."""
     if target is None:
-        from .runtime.driver import active
+        from ..runtime.driver import active
 
         target = active.get_current_target()
     if isinstance(target, str):
@@ -296,7 +296,7 @@ class _Backend:
             setattr(self, k, v)
 
     def finish(self) -> CompiledKernel:
-        from .runtime import cache
+        from ..runtime import cache
 
         t1 = time.perf_counter()
         try:
@@ -328,8 +328,8 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
            options: Optional[Dict[str, Any]] = None):
     """`compile` up to the end of the frontend (the part that needs the GIL): a CompiledKernel
     on a disk-cache hit, else the `_Backend` that finishes it."""
-    from . import frontend
-    from .runtime.jit import JITFunction
+    from .. import frontend
+    from ..runtime.jit import JITFunction
 
     if isinstance(fn, ASTSource):
         src = fn
@@ -373,7 +373,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
     unknown = set(sig) - set(fn.param_names)
     if unknown:
         raise TypeError(f"{fn.__name__} has no parameter(s) {sorted(unknown)}")
-    from .runtime import cache
+    from ..runtime import cache
 
     dump = bool(os.environ.get("TILES_DUMP_IR"))
     key = cache.kernel_key(fn, signature=sig, spec=spec, ones=sorted(equal_to_1), constexprs=constexprs,
