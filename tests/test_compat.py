@@ -185,10 +185,11 @@ def test_named_and_nested_tuple_arguments_warmup_without_a_gpu(ptxas, monkeypatc
     dst = Strided(Dev(1 << 21, (12, 16)), (12, 16), (16, 1))
     k = named_tuple_kernel.warmup(src, dst, Epilogue(_scale_shift, (Dev(1 << 22, (1,)), 0.25)),
                                   (2.0, (None, tl.constexpr(3), 5)), BM=32, BN=32, grid=(1,))
-    # One parameter per runtime element: src (ptr, 2 shape, 2 strides), dst (5), the epilogue's
+    # One parameter per runtime element: src (ptr, 2 shape, 1 stride: the last, 1, is the constant 1
+    # as Triton specialises it), dst (4), the epilogue's
     # scale pointer and shift, opts[0] and opts[1][2]; the function, None and 3 are constants.
-    assert k.asm["ptx"].count(".param ") == 14
-    for name in ("src_0", "src_2_1", "epilogue_1_0", "opts_1_2"):
+    assert k.asm["ptx"].count(".param ") == 12
+    for name in ("src_0", "src_2_0", "epilogue_1_0", "opts_1_2"):
         assert name in k.asm["tir"]
     assemble(ptxas, k.asm["ptx"], "sm_90a")
 
@@ -517,6 +518,31 @@ def test_knobs_and_triton_environment_names(monkeypatch):
     assert major >= 12 and minor >= 0
 
 
+def test_knob_groups_scope_copy_and_reset(monkeypatch, tmp_path):
+    # What Triton's test fixtures use: `scope()` restores a group's settings, `copy().reset()`
+    # gives a fresh group, `knob_descriptors` name the environment variables behind them.
+    knobs = tiles.knobs
+    monkeypatch.delenv("TILES_CACHE_DIR", raising=False)
+    with knobs.cache.scope():
+        knobs.cache.dir = str(tmp_path)
+        knobs.cache.home_dir = "kept"
+        assert knobs.cache.dir == str(tmp_path) and os.environ["TILES_CACHE_DIR"] == str(tmp_path)
+    assert knobs.cache.dir is None and "TILES_CACHE_DIR" not in os.environ
+    with pytest.raises(AttributeError):
+        knobs.cache.home_dir  # noqa: B018
+    fusion = knobs.language.default_fp_fusion
+    with knobs.language.scope():
+        knobs.language.default_fp_fusion = not fusion
+    assert knobs.language.default_fp_fusion == fusion
+    knobs.compilation.always_compile = True
+    fresh = knobs.compilation.copy().reset()
+    assert isinstance(fresh, knobs.base_knobs) and knobs.compilation.always_compile is True
+    with pytest.raises(AttributeError):
+        fresh.always_compile  # noqa: B018
+    assert knobs.runtime.knob_descriptors["interpret"].key == "TILES_INTERPRET"
+    assert knobs.nvidia.copy().reset().ptxas.name == "ptxas" and knobs.propagate_env
+
+
 def test_extra_cuda_submodules_as_triton_lays_them_out():
     from tiles.language.extra.cuda.gdc import gdc_launch_dependents, gdc_wait
     from tiles.language.extra.cuda.utils import globaltimer, num_threads, num_warps, smid
@@ -789,3 +815,46 @@ def test_loop_hint_keywords(dev):
     out = dev.put(np.zeros(8, np.int32))
     licm_hints_kernel[(1,)](out, 5, BLOCK=8)
     np.testing.assert_array_equal(dev.get(out), np.full(8, 5, np.int32))
+
+
+@tiles.jit
+def half_scalar_kernel(out_ptr, h: tl.float16, b: tl.bfloat16):
+    tl.static_assert(h.dtype == tl.float16 and b.dtype == tl.bfloat16)
+    tl.store(out_ptr + tl.arange(0, 2), tl.join(h.to(tl.float32), b.to(tl.float32)))
+
+
+def test_half_precision_scalar_annotations(dev):
+    # `h: tl.float16` makes a float argument an fp16 kernel parameter (rounded to it), as in Triton.
+    out = dev.put(np.zeros(2, np.float32))
+    half_scalar_kernel[(1,)](out, 1.0009765625 + 2 ** -12, 3.0 + 2 ** -9)
+    # fp16 rounds 1 + 2^-10 + 2^-12 to 1 + 2^-10; bf16 rounds 3 + 2^-9 to 3 (ties to even).
+    np.testing.assert_array_equal(dev.get(out), np.array([1.0009765625, 3.0], np.float32))
+
+
+def test_half_precision_scalar_annotations_compile(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(half_scalar_kernel, signature={"out_ptr": "*fp32", "h": "fp16", "b": "bf16"},
+                      target="sm_90a")
+    assert ".param .b16" in k.asm["ptx"] or ".param .align 2 .b8" in k.asm["ptx"], k.asm["ptx"][:600]
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+    from tiles.runtime.jit import _bf16_bits, _fp16_bits
+
+    assert _fp16_bits(1.5).value == 0x3E00 and _bf16_bits(-2.0).value == 0xC000
+    assert _bf16_bits(1.0 + 2 ** -8).value == 0x3F80 and _bf16_bits(1.0 + 3 * 2 ** -8).value == 0x3F82
+    assert _bf16_bits(float("nan")).value & 0x7FC0 == 0x7FC0 and _bf16_bits(float("inf")).value == 0x7F80
+
+
+@tiles.jit
+def strides_tuple_kernel(out_ptr, strides, n):
+    # An integer tuple element equal to 1 is the constant 1 (Triton specialises it so).
+    tl.static_assert(isinstance(strides[1], tl.constexpr) and strides[1] == 1)
+    offs = tl.arange(0, 16)
+    tl.store(out_ptr + offs * strides[1], offs * strides[0] + n, mask=offs < n)
+
+
+def test_tuple_elements_equal_to_1_are_constants(dev):
+    out = dev.put(np.zeros(16, np.int32))
+    strides_tuple_kernel[(1,)](out, (3, 1), 10)
+    want = np.where(np.arange(16) < 10, np.arange(16) * 3 + 10, 0)
+    np.testing.assert_array_equal(dev.get(out), want)

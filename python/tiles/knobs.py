@@ -7,6 +7,7 @@ setting; any other knob is kept, so scripts that set it run, and has no effect h
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -111,13 +112,53 @@ def _driver_cuda_version() -> Optional[str]:
     return None
 
 
-class _Knobs:
-    """One group of knobs (`knobs.runtime`, `knobs.autotuning`, ...)."""
+class _Descriptor:
+    """What `knob_descriptors` lists for a knob tiles reads: the environment variable behind it."""
 
-    def __init__(self, group: str):
+    def __init__(self, key: str):
+        self.key = key
+
+
+class base_knobs:  # noqa: N801  (Triton's name)
+    """One group of knobs (`knobs.runtime`, `knobs.autotuning`, ...). As Triton's: `scope()`
+    restores the group's settings on exit, `copy()` and `reset()` (back to the environment's
+    values and the defaults) serve test fixtures."""
+
+    def __init__(self, group: str = ""):
         object.__setattr__(self, "_mapped", _MAPPED.get(group, {}))
         object.__setattr__(self, "_group", group)
         object.__setattr__(self, "_kept", {})
+
+    @property
+    def knob_descriptors(self) -> Dict[str, _Descriptor]:
+        return {name: _Descriptor(_ENV_KEYS.get(name, "TILES_" + name.upper())) for name in self._mapped}
+
+    def copy(self) -> "base_knobs":
+        out = type(self)(self._group)
+        out._kept.update(self._kept)
+        return out
+
+    def reset(self) -> "base_knobs":
+        """Forgets the knobs set from Python (tools found on the machine stay)."""
+        for k in [k for k, v in self._kept.items() if not isinstance(v, _NvidiaTool)]:
+            del self._kept[k]
+        return self
+
+    @contextlib.contextmanager
+    def scope(self):
+        env = {d.key: os.environ.get(d.key) for d in self.knob_descriptors.values()}
+        values = {n: get() for n, (get, _) in self._mapped.items()}
+        kept = dict(self._kept)
+        try:
+            yield self
+        finally:
+            for k, v in env.items():
+                _set_env(k, v)
+            for n, (get, put) in self._mapped.items():
+                if get() != values[n]:  # a setting held outside the environment
+                    put(values[n])
+            self._kept.clear()
+            self._kept.update(kept)
 
     def __getattr__(self, name: str) -> Any:
         if name in self._mapped:
@@ -132,6 +173,13 @@ class _Knobs:
         else:
             self._kept[name] = value
 
+
+_Knobs = base_knobs
+# The environment variable behind each knob tiles reads (the rest are TILES_<KNOB>).
+_ENV_KEYS = {"print": "TILES_PRINT_AUTOTUNING", "dir": "TILES_CACHE_DIR",
+             "default_fp_fusion": "TILES_DEFAULT_FP_FUSION"}
+# Triton's switch for knobs writing through to the environment (tiles' always do).
+propagate_env = True
 
 autotuning = _Knobs("autotuning")
 runtime = _Knobs("runtime")

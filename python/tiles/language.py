@@ -16,6 +16,7 @@ from .core import (  # noqa: F401  (re-exported names)
     bfloat16,
     block_type,
     constexpr,
+    constexpr_type,
     dtype,
     float16,
     float32,
@@ -41,22 +42,6 @@ float8e4nv = dtype("fp8e4nv")
 float8e4b15 = dtype("fp8e4b15")
 float8e4b8 = dtype("fp8e4b8")
 float8e5b16 = dtype("fp8e5b16")
-
-
-class constexpr_type:
-    """The type of a compile-time constant, as Triton names it (`constexpr_type[4]`)."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def __eq__(self, other):
-        return isinstance(other, constexpr_type) and self.value == other.value
-
-    def __hash__(self):
-        return hash(self.value)
-
-    def __repr__(self) -> str:
-        return f"constexpr_type[{self.value}]"
 
 
 class slice:

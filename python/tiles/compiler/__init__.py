@@ -492,3 +492,6 @@ def compile_many(jobs, max_workers: Optional[int] = None):
         return out
     finally:
         sys.setswitchinterval(interval)
+
+
+from . import errors  # noqa: E402,F401  (`triton.compiler.errors`, found as an attribute too)

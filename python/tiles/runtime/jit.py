@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import inspect
 import os
+import struct
 import threading
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -68,9 +69,25 @@ type_canonicalisation_dict = {
 }
 _TYPESTR = {"f2": "fp16", "f4": "fp32", "f8": "fp64", "i1": "i8", "i2": "i16", "i4": "i32", "i8": "i64",
             "u1": "u8", "u2": "u16", "u4": "u32", "u8": "u64", "b1": "i1"}
+
+
+def _fp16_bits(v: float) -> ctypes.c_uint16:
+    """A number as an fp16 kernel argument (its bits, rounded to nearest even)."""
+    return ctypes.c_uint16(struct.unpack("<H", struct.pack("<e", float(v)))[0])
+
+
+def _bf16_bits(v: float) -> ctypes.c_uint16:
+    """A number as a bf16 kernel argument: fp32's upper half, rounded to nearest even."""
+    b = struct.unpack("<I", struct.pack("<f", float(v)))[0]
+    if (b & 0x7F800000) == 0x7F800000 and b & 0x7FFFFF:  # NaN stays a (quiet) NaN
+        return ctypes.c_uint16((b >> 16) | 0x40)
+    return ctypes.c_uint16(((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF)
+
+
 _CTYPES = {"i1": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
            "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
-           "u64": ctypes.c_uint64, "fp32": ctypes.c_float, "fp64": ctypes.c_double}
+           "u64": ctypes.c_uint64, "fp16": _fp16_bits, "bf16": _bf16_bits, "fp32": ctypes.c_float,
+           "fp64": ctypes.c_double}
 
 
 class Param:
@@ -98,7 +115,7 @@ def _annotated_scalar_type(p: "Param", v: Any) -> str:
     ty = _scalar_type(v, p.name)
     if p.scalar_type is None:
         return ty
-    if isinstance(v, float) and not p.scalar_type.startswith("fp"):
+    if isinstance(v, float) and not p.scalar_type.startswith(("fp", "bf")):
         raise LaunchError(f"argument '{p.name}' is annotated {p.scalar_type} but got the float {v}")
     return p.scalar_type
 
@@ -371,6 +388,12 @@ def _tuple_spec(name: str, v: tuple, path: Tuple[int, ...] = ()):
         if type(e).__module__ == "numpy" and hasattr(e, "item"):
             e = e.item()
         ety = _scalar_type(e, where)
+        if ety in ("i32", "i64", "u64") and e == 1 and not isinstance(e, bool):
+            # As Triton specialises it: an integer element equal to 1 is the constant 1.
+            keys.append(("c", int, 1))
+            types.append("constexpr")
+            consts[tuple_path_name(name, at)] = 1
+            continue
         d = 16 if ety in ("i32", "i64", "u64") and e % 16 == 0 else 0
         keys.append(("s", ety, d))
         types.append(ety)
