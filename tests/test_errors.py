@@ -252,3 +252,51 @@ def test_misusing_the_native_builder_raises_instead_of_panicking():
                  lambda: b.enter_region(h, 5), lambda: b.arange(0, 3), lambda: b.cast(c, "fp99")):
         with pytest.raises(_tiles.IrError):
             call()
+
+
+@tiles.must_use_result("Store it.")
+@tiles.jit
+def _cube(x):
+    return x * x * x
+
+
+def test_must_use_result_is_enforced():
+    @tiles.jit
+    def drops(out_ptr):
+        x = tl.arange(0, 16).to(tl.float32)
+        _cube(x)
+        tl.store(out_ptr + tl.arange(0, 16), x)
+
+    @tiles.jit
+    def keeps(out_ptr):
+        x = _cube(tl.arange(0, 16).to(tl.float32))
+        tl.store(out_ptr + tl.arange(0, 16), x)
+
+    tiles.compile(keeps, signature={"out_ptr": "*fp32"})
+    with pytest.raises(tiles.CompilationError, match=r"The result of _cube is not being used\. Store it\."):
+        tiles.compile(drops, signature={"out_ptr": "*fp32"})
+
+
+def test_triton_compile_time_checks():
+    @tiles.jit(do_not_specialize=["N"])
+    def dns_constexpr(x_ptr, N: tl.constexpr):
+        tl.store(x_ptr, N)
+
+    with pytest.raises(tiles.CompilationError, match="N marked as constexpr and listed in do_not_specialize"):
+        tiles.compile(dns_constexpr, signature={"x_ptr": "*i32"}, constexprs={"N": 5})
+
+    @tiles.jit
+    def imprecise(out_ptr):
+        a = tl.full((64, 64), 1.0, tl.float16)
+        tl.store(out_ptr + tl.arange(0, 64), tl.sum(tl.dot(a, a, max_num_imprecise_acc=128), 1))
+
+    with pytest.raises(tiles.CompilationError, match=r"max_num_imprecise_acc \(128\) must be <= K \(64\)"):
+        tiles.compile(imprecise, signature={"out_ptr": "*fp32"})
+
+    @tiles.jit
+    def int_where(out_ptr):
+        c = tl.full((64,), 0, tl.uint32)
+        tl.store(out_ptr + tl.arange(0, 64), tl.where(c, 1.0, 2.0))
+
+    with pytest.warns(UserWarning, match="non-boolean condition"):
+        tiles.compile(int_where, signature={"out_ptr": "*fp32"})

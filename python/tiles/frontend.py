@@ -450,6 +450,14 @@ class CodeGenerator(ast.NodeVisitor):
             return  # docstring
         value = self.visit(node.value)
         call = node.value
+        if isinstance(call, ast.Call):
+            fn = self.visit(call.func)
+            # The function itself, or what a bound method or partial (an aggregate's method) wraps.
+            marked = [fn] + [getattr(fn, a) for a in ("__func__", "func", "fn") if hasattr(fn, a)]
+            why = next((m._tiles_must_use for m in marked if hasattr(m, "_tiles_must_use")), None)
+            if why is not None:
+                raise self.src.error(node, f"The result of {ast.unparse(call.func)} is not being used."
+                                     + (f" {why}" if why else ""))
         if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Name) and _is_tensor(value):
             # Triton's hints mark the value itself: a bare `tl.multiple_of(ptrs, 16)` statement
             # holds for `ptrs` from here on, so it is rebound to the hinted value.
@@ -1048,6 +1056,9 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
     scope: Dict[str, Any] = {}
     with core.use_backend(backend):
         for p in jitfn.params:
+            if p.is_constexpr and p.do_not_specialize:
+                raise CompilationError(f"{p.name} marked as constexpr and listed in do_not_specialize", src.file,
+                                       src.first_line)
             if p.name in constexprs:
                 scope[p.name] = constexpr(constexprs[p.name])
                 continue

@@ -177,6 +177,12 @@ def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None)
 @builtin
 def where(condition, x, y, _semantic=None):
     """`x` where `condition` holds, else `y`, elementwise."""
+    c = _v(condition)
+    if isinstance(c, tensor) and c.dtype != int1:
+        import warnings
+
+        warnings.warn(f"tl.where with a non-boolean condition ({c.dtype}) is deprecated in Triton: compare "
+                      "it to 0 instead", stacklevel=2)
     return semantic.where(condition, x, y)
 
 
@@ -218,6 +224,9 @@ def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_i
         out_dtype=None, _semantic=None):
     """The matrix product `input @ other`, plus `acc` when given (tensor cores where the
     dtypes allow)."""
+    imprecise = _v(max_num_imprecise_acc)
+    if imprecise is not None and isinstance(input, tensor) and input.shape and imprecise > input.shape[-1]:
+        raise ValueError(f"max_num_imprecise_acc ({imprecise}) must be <= K ({input.shape[-1]})")
     return semantic.dot(input, other, acc, input_precision, allow_tf32, out_dtype)
 
 

@@ -151,10 +151,17 @@ def constexpr_function(fn: Callable) -> Callable:
 
 
 def must_use_result(x: Any = None) -> Any:
-    """Triton's decorator asking callers to use a @jit function's result: accepted, not enforced."""
+    """Triton's decorator asking callers to use a @jit function's result: a call whose result
+    is dropped (`f(x)` as a statement) is a compile error, with the optional message added.
+    `@must_use_result` or `@must_use_result("why")`."""
+
+    def mark(fn: Any, why: str = "") -> Any:
+        fn._tiles_must_use = why
+        return fn
+
     if callable(x):
-        return x
-    return lambda fn: fn
+        return mark(x)
+    return lambda fn: mark(fn, "" if x is None else str(x))
 
 
 class MockTensor:
