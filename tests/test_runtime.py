@@ -766,6 +766,16 @@ def test_mxfp_helpers():
     assert s.to(torch.float32).tolist() == [1.0, 0.25, 4.0, 2.0 ** -10]
     s = MXScaleTensor(size=(100,), device="cpu").random(low=1 / 8, high=4)
     assert s.to(torch.float32).min() >= 1 / 8 and s.to(torch.float32).max() <= 4
+    # -0.0 keeps its sign bit (code 8), as does a negative value rounding to zero.
+    assert MXFP4Tensor(torch.tensor([0.0, -0.0, -0.1])).data.tolist() == [0, 8, 8]
+    # Odd lengths pack with a zero code at the end; unpacking drops it.
+    odd = MXFP4Tensor(size=(7, 5), device="cpu").random()
+    p = odd.to_packed_tensor(dim=1)
+    assert p.shape == (7, 3) and (p[:, 2] >> 4).eq(0).all()
+    assert torch.equal(odd.unpack_packed_tensor(p, dim=1, original_shape=(7, 5)), odd.data)
+    # Scales with no E8M0 value (zero, negative, infinite, NaN) are the NaN code.
+    bad = MXScaleTensor(torch.tensor([0.0, -1.0, float("inf"), float("nan"), 2.0]))
+    assert bad.data.tolist() == [255, 255, 255, 255, 128]
 
 
 def test_every_variable_the_compiler_reads_is_in_the_cache_key():

@@ -3,9 +3,12 @@ matmul inputs use them (`MXFP4Tensor`, `MXScaleTensor`, the names Triton's tutor
 
 - `MXFP4Tensor`: fp4 E2M1 values held as one 4-bit code per uint8 (`.data`); `.random()`,
   `.to(dtype)` to decode, `.to_packed_tensor(dim)` for two codes per byte (the first element
-  of each pair in the low nibble).
+  of each pair in the low nibble; an odd length is padded with a zero code) and
+  `.unpack_packed_tensor(packed, dim, original_shape)` back. Negative values, -0.0 included,
+  keep their sign bit.
 - `MXScaleTensor`: E8M0 scales (a power of two `2**(code - 127)`, code 255 NaN) held as uint8
-  codes; built from floats (rounded to the nearest power of two in log scale) or random.
+  codes; built from floats (rounded to the nearest power of two in log scale; zero, negative,
+  infinite and NaN scales become the NaN code) or random.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ class MXFP4Tensor:
         torch = _torch()
         mags = torch.tensor(_E2M1, device=x.device)
         tie_break = (torch.arange(8, device=x.device) % 2) * 1e-6  # odd codes lose ties
+        if x.numel() == 0:
+            return torch.zeros(tuple(x.shape), dtype=torch.uint8, device=x.device)
         code = ((x.abs().clamp(max=6.0)[..., None] - mags).abs() + tie_break).argmin(dim=-1)
-        sign = (x < 0) & (code != 0)
-        return (code + 8 * sign.to(torch.int64)).to(torch.uint8)
+        return (code + 8 * torch.signbit(x).to(torch.int64)).to(torch.uint8)
 
     def random(self) -> "MXFP4Tensor":
         """Fills with uniformly random codes (every fp4 value, both signs)."""
@@ -65,14 +69,28 @@ class MXFP4Tensor:
         return vals.to(dtype)
 
     def to_packed_tensor(self, dim: int):
-        """Two codes per byte along `dim` (which must have even length): element 2i in the low
-        nibble, element 2i+1 in the high nibble."""
-        d = dim % self.data.dim()
-        n = self.data.shape[d]
-        if n % 2:
-            raise ValueError(f"to_packed_tensor: dimension {d} has odd length {n}")
-        lo = self.data.narrow(d, 0, n).unfold(d, 2, 2)
-        return (lo[..., 0] | (lo[..., 1] << 4)).contiguous()
+        """Two codes per byte along `dim`: element 2i in the low nibble, element 2i+1 in the
+        high nibble (an odd length gets a zero code at the end)."""
+        torch = _torch()
+        nd = self.data.dim()
+        assert -nd <= dim < nd, f"to_packed_tensor: dimension {dim} is out of range for {nd} dimensions"
+        d = dim % nd
+        data = self.data
+        if data.shape[d] % 2:
+            pad = list(data.shape)
+            pad[d] = 1
+            data = torch.cat([data, torch.zeros(pad, dtype=data.dtype, device=data.device)], dim=d)
+        pairs = data.unfold(d, 2, 2)
+        return (pairs[..., 0] | (pairs[..., 1] << 4)).contiguous()
+
+    def unpack_packed_tensor(self, packed, dim: int, original_shape: Sequence[int]):
+        """The codes `to_packed_tensor(dim)` packed, in `original_shape` (padding dropped)."""
+        torch = _torch()
+        d = dim % packed.dim()
+        both = torch.stack([packed & 0xF, packed >> 4], dim=d + 1)
+        shape = list(packed.shape)
+        shape[d] *= 2
+        return both.reshape(shape).narrow(d, 0, original_shape[d]).contiguous()
 
 
 class MXScaleTensor:
@@ -88,10 +106,9 @@ class MXScaleTensor:
             self.data = data.to(device) if device is not None else data
         else:
             x = data.float().to(device) if device is not None else data.float()
-            if bool((x <= 0).any()):
-                raise ValueError("MXScaleTensor: scales must be positive")
-            e = torch.round(torch.log2(x)).clamp(-127, 127)
-            codes = torch.where(torch.isnan(x), torch.full_like(e, 255), e + 127)
+            bad = ~torch.isfinite(x) | (x <= 0)  # no E8M0 value: the NaN code
+            e = torch.round(torch.log2(torch.where(bad, torch.ones_like(x), x))).clamp(-127, 127)
+            codes = torch.where(bad, torch.full_like(e, 255), e + 127)
             self.data = codes.to(torch.uint8)
         self.device = self.data.device
 
