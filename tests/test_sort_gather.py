@@ -118,6 +118,29 @@ def test_batched_dot(dev, rng):
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-2
 
 
+@tiles.jit
+def multidim_dot_kernel(x_ptr, y_ptr, z_ptr, RANK: tl.constexpr, TRANS: tl.constexpr):
+    # Two batch dimensions; `tl.trans` with no dims swaps the last two (a batched transpose).
+    n = 256 << RANK
+    x = tl.load(x_ptr + tl.arange(0, n)).reshape([2] * (RANK - 2) + [32, 32])
+    y = tl.load(y_ptr + tl.arange(0, n)).reshape([2] * (RANK - 2) + [32, 32])
+    if TRANS:
+        x = tl.trans(x)
+    z = tl.dot(x, y, tl.full([2] * (RANK - 2) + [32, 32], 0.5, tl.float32))
+    tl.store(z_ptr + tl.arange(0, n), z.reshape([n]))
+
+
+@pytest.mark.parametrize("trans", [False, True])
+def test_dot_with_several_batch_dimensions(dev, rng, trans):
+    shape = (2, 2, 32, 32)
+    x = rng.integers(-4, 5, shape).astype(np.float16)
+    y = rng.integers(-4, 5, shape).astype(np.float16)
+    z = dev.put(np.zeros(shape, np.float32))
+    multidim_dot_kernel[(1,)](dev.put(x), dev.put(y), z, RANK=4, TRANS=trans)
+    xa = np.swapaxes(x, -1, -2) if trans else x
+    np.testing.assert_array_equal(dev.get(z), xa.astype(np.float64) @ y.astype(np.float64) + 0.5)
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_compile(ptxas, target):
     from test_compile import assemble
@@ -132,5 +155,7 @@ def test_compile(ptxas, target):
     for kern, sig, cx in [(histogram_kernel, {"x_ptr": "*i32", "h_ptr": "*i32", "n": "i32"}, dict(N=256, BINS=32)),
                           (gather_kernel, {"src_ptr": "*fp32", "idx_ptr": "*i32", "out_ptr": "*fp32"},
                            dict(N=16, M=8, P=32)),
-                          (bitonic_merge_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32"}, dict(R=4, C=64, DESC=True))]:
+                          (bitonic_merge_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32"}, dict(R=4, C=64, DESC=True)),
+                          (multidim_dot_kernel, {"x_ptr": "*fp16", "y_ptr": "*fp16", "z_ptr": "*fp32"},
+                           dict(RANK=4, TRANS=True))]:
         assemble(ptxas, tiles.compile(kern, signature=sig, constexprs=cx, target=target).asm["ptx"], target)

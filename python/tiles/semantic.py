@@ -318,10 +318,11 @@ def trans(x: Any, *dims: Any) -> tensor:
     x = to_tensor(x)
     if len(dims) == 1 and isinstance(_unwrap(dims[0]), (tuple, list)):
         dims = tuple(_unwrap(dims[0]))
-    if not dims:
-        if len(x.shape) != 2:
-            raise ValueError(f"trans without dims needs a 2-D tile, got shape {list(x.shape)}")
-        dims = (1, 0)
+    if not dims:  # the last two dimensions swapped: a (batched) transpose
+        r = len(x.shape)
+        if r < 2:
+            raise ValueError(f"trans without dims needs a tile of at least 2 dimensions, got shape {list(x.shape)}")
+        dims = tuple(range(r - 2)) + (r - 1, r - 2)
     return permute(x, dims)
 
 
@@ -726,6 +727,17 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32
         raise ValueError(f"input_precision must be one of {', '.join(_DOT_PRECISIONS)}, got {input_precision!r}")
     if len(a.shape) == 3 and len(b.shape) == 3:
         return _batched_dot(a, b, acc, input_precision, out_dtype)
+    if len(a.shape) == len(b.shape) > 3:
+        # More batch dimensions: folded into one, multiplied as a 3-D dot, unfolded.
+        lead = list(a.shape[:-2])
+        if list(b.shape[:-2]) != lead:
+            raise ValueError(f"dot: the batch dimensions differ: {list(a.shape)} @ {list(b.shape)}")
+        nb = _numel(lead)
+        a3 = reshape(a, (nb, a.shape[-2], a.shape[-1]))
+        b3 = reshape(b, (nb, b.shape[-2], b.shape[-1]))
+        acc3 = reshape(to_tensor(acc), (nb, a.shape[-2], b.shape[-1])) if isinstance(acc, tensor) else acc
+        out = _batched_dot(a3, b3, acc3, input_precision, out_dtype)
+        return reshape(out, lead + [a.shape[-2], b.shape[-1]])
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise ValueError(f"dot takes two 2-D tensors, got shapes {list(a.shape)} and {list(b.shape)}")
     if a.shape[1] != b.shape[0]:
