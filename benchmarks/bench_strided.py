@@ -1,6 +1,8 @@
 """Scalar loads at an unknown stride: a transposing copy and a column sum over a column-major
 fp32 matrix of odd size (no divisibility to specialise on), tiles against Triton in one run.
 This is where LLVM's address strength reduction (which tiles leaves out) would matter most.
+Also a true transpose of a row-major fp16 matrix (reads along rows, writes along columns: a
+coalesced kernel converts its layout through shared memory between the load and the store).
 
 Usage (GPU machine): python benchmarks/bench_strided.py [--json out.json]
 GB/s counts the input read once (and, for the copy, the output written once).
@@ -69,10 +71,24 @@ def main():
         torch.cuda.synchronize()
         torch.testing.assert_close(out, x.double().sum(0).float(), rtol=1e-4, atol=1e-2)
         res[f"{mod}_colsum_gbps"] = M * N * 4 / (triton.testing.do_bench(cs, return_mode="median") * 1e-3) / 1e9
+    T = 8192
+    xr = torch.randn(T, T, device="cuda", dtype=torch.float16)
+    for mod in ("tiles", "triton"):
+        m = load(mod)
+        yr = torch.empty(T, T, device="cuda", dtype=torch.float16)
+        tr = lambda m=m, yr=yr: m.transpose_kernel[(T // 64, T // 64)](
+            xr, yr, T, T, xr.stride(0), xr.stride(1), yr.stride(0), yr.stride(1), BM=64, BN=64)
+        tr()
+        torch.cuda.synchronize()
+        assert torch.equal(yr.t(), xr), f"{mod} row-major transpose is wrong"
+        res[f"{mod}_transpose_rowmajor_gbps"] = 2 * T * T * 2 / (triton.testing.do_bench(tr, return_mode="median")
+                                                                * 1e-3) / 1e9
     print(f"GPU: {res['gpu']}")
     for k in ("transpose", "colsum"):
         t, r = res[f"tiles_{k}_gbps"], res[f"triton_{k}_gbps"]
         print(f"{k} fp32 {M}x{N} column-major: tiles {t:.0f} GB/s, triton {r:.0f} GB/s ({t / r:.3f}x)")
+    t, r = res["tiles_transpose_rowmajor_gbps"], res["triton_transpose_rowmajor_gbps"]
+    print(f"transpose fp16 {T}x{T} row-major: tiles {t:.0f} GB/s, triton {r:.0f} GB/s ({t / r:.3f}x)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

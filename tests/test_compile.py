@@ -8,9 +8,11 @@ import subprocess
 import tempfile
 import threading
 
+import numpy as np
 import pytest
 
 import tiles
+import tiles.language as tl
 from kernels import (
     axpby_kernel,
     binary_kernel,
@@ -221,3 +223,31 @@ def test_exp2_and_rsqrt_flush_subnormals_as_triton(ptxas):
         k = compile_and_check(ptxas, unary_kernel, sig(x_ptr="*fp32", out_ptr="*fp32", n="i32"),
                               {"FN": fn, "BLOCK": 128}, "sm_90a")
         assert want in k.asm["ptx"] and unwanted not in k.asm["ptx"], fn
+
+
+@tiles.jit
+def transposed_copy_kernel(x_ptr, sxm, sxn, z_ptr, szm, szn, BM: tl.constexpr, BN: tl.constexpr):
+    om = tl.arange(0, BM)
+    on = tl.arange(0, BN)
+    tl.store(z_ptr + om[:, None] * szm + on[None, :] * szn, tl.load(x_ptr + om[:, None] * sxm + on[None, :] * sxn))
+
+
+@pytest.mark.parametrize("dt", ["fp16", "fp32"])
+def test_transposed_copy_reads_and_writes_vectors(ptxas, dt):
+    # The load runs along rows, the store along columns: each is coalesced in its own layout and
+    # the tile converts between them (through shared memory), as in Triton.
+    k = tiles.compile(transposed_copy_kernel,
+                      signature={"x_ptr": f"*{dt}:16", "sxm": "i32:16", "z_ptr": f"*{dt}:16", "szn": "i32:16"},
+                      constexprs={"sxn": 1, "szm": 1, "BM": 64, "BN": 64}, target="sm_90a")
+    ptx = k.asm["ptx"]
+    assert "ld.global.v4" in ptx and "st.global.v4" in ptx and "bar.sync" in ptx
+    assemble(ptxas, ptx, "sm_90a")
+
+
+@pytest.mark.gpu
+def test_transposed_copy_on_the_gpu(rng):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(rng.standard_normal((64, 64)).astype(np.float32)).cuda()
+    z = torch.empty_like(x)
+    transposed_copy_kernel[(1,)](x, x.stride(0), x.stride(1), z, z.stride(1), z.stride(0), BM=64, BN=64)
+    assert torch.equal(z, x.t())

@@ -453,7 +453,9 @@ impl Assigner<'_> {
                     // A load whose users all want one other layout loads in that layout directly
                     // (no conversion), as wide along its contiguous dimension as the axis info
                     // proves there (the coalesced layout's width can be narrower: a 32-element
-                    // row vector over 128 threads takes one element each).
+                    // row vector over 128 threads takes one element each). Unless that layout
+                    // runs along another dimension than the memory and reads narrower: a
+                    // transposed copy then loads coalesced and converts (through shared memory).
                     if matches!(kind, OpKind::Load(_)) {
                         let operand = |f: &Function, w: LayoutId| {
                             matches!(f.layouts[w], Layout::DotOperand { .. })
@@ -466,14 +468,20 @@ impl Assigner<'_> {
                             let mask = matches!(d.kind, OpKind::Load(m) if m.masked)
                                 .then(|| d.operands[1]);
                             let ptr = d.operands[0];
-                            vec = match self.func.layouts[want].contiguous_dim() {
+                            let want_dim = self.func.layouts[want].contiguous_dim();
+                            let want_vec = match want_dim {
                                 Some((dim, spt)) => {
                                     let p = proven_vector(self.func, self.axis, ptr, mask, dim);
                                     p.min(spt as u64).clamp(1, 255) as u8
                                 }
                                 _ => 1,
                             };
-                            l = want;
+                            let same_dim = want_dim.map(|w| w.0)
+                                == self.func.layouts[l].contiguous_dim().map(|a| a.0);
+                            if same_dim || want_vec >= vec {
+                                vec = want_vec;
+                                l = want;
+                            }
                         }
                     }
                     self.decided.set(r, Some(l));
