@@ -125,3 +125,27 @@ def test_hints_validate():
 
     with pytest.raises(tiles.CompilationError, match="2 values for a tensor of rank 1"):
         tiles.compile(bad, signature={"x_ptr": "*fp32"})
+
+
+@tiles.jit
+def hinted_statement_kernel(dst, src, off, N, BLOCK: tl.constexpr, HINT: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offsets = offsets + tl.load(off)
+    if HINT:
+        # A nest of hints as a bare statement marks `offsets` itself (Triton's semantics).
+        tl.max_contiguous(tl.multiple_of(offsets, 1024), 1024)
+    tl.store(dst + offsets, tl.load(src + offsets, mask=offsets < N), mask=offsets < N)
+
+
+@pytest.mark.parametrize("hint", [False, True])
+def test_nested_hint_statements_mark_the_value(dev, rng, ptxas, hint):
+    from test_compile import assemble
+
+    src = rng.standard_normal(1024).astype(np.float32)
+    dst = dev.put(np.zeros(1024, np.float32))
+    hinted_statement_kernel[(1,)](dst, dev.put(src), dev.put(np.zeros(1, np.int32)), 1024, BLOCK=1024, HINT=hint)
+    np.testing.assert_array_equal(dev.get(dst), src)
+    k = tiles.compile(hinted_statement_kernel, signature={"dst": "*fp32:16", "src": "*fp32:16", "off": "*i32",
+                                                          "N": "i32:16"}, constexprs={"BLOCK": 1024, "HINT": hint})
+    assert ("ld.global.v4.b32" in k.asm["ptx"]) == hint
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

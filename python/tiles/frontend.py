@@ -458,13 +458,18 @@ class CodeGenerator(ast.NodeVisitor):
             if why is not None:
                 raise self.src.error(node, f"The result of {ast.unparse(call.func)} is not being used."
                                      + (f" {why}" if why else ""))
-        if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Name) and _is_tensor(value):
+        if isinstance(call, ast.Call) and _is_tensor(value):
             # Triton's hints mark the value itself: a bare `tl.multiple_of(ptrs, 16)` statement
-            # holds for `ptrs` from here on, so it is rebound to the hinted value.
+            # holds for `ptrs` from here on, so it is rebound to the hinted value; so does a
+            # nest of hints (`tl.max_contiguous(tl.multiple_of(offs, 1024), 1024)`).
             from . import language
 
-            if self.visit(call.func) in (language.multiple_of, language.max_contiguous, language.max_constancy):
-                self._assign(call.args[0], value)
+            hints = (language.multiple_of, language.max_contiguous, language.max_constancy)
+            while isinstance(call, ast.Call) and call.args and self.visit(call.func) in hints:
+                if isinstance(call.args[0], ast.Name):
+                    self._assign(call.args[0], value)
+                    break
+                call = call.args[0]
 
     def visit_Pass(self, node: ast.Pass) -> None:
         pass
