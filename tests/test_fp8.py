@@ -362,3 +362,49 @@ def test_fp8_dot_of_a_dot_result_assembles(ptxas, M, N, warps):
     else:  # staged: `a` by descriptor
         assert "shfl.sync.idx" not in ptx and not any("}, {%r" in line for line in second)
     assemble(ptxas, ptx, "sm_90a")
+
+
+@tiles.jit
+def rtz_downcast_kernel(x_ptr, y_ptr, n, DT: tl.constexpr, R: tl.constexpr, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + o, mask=o < n)
+    tl.store(y_ptr + o, x.to(DT, fp_downcast_rounding=R).to(tl.float32), mask=o < n)
+
+
+def _toward_zero(x: np.ndarray, npdt) -> np.ndarray:
+    """Reference rounding toward zero: the nearest-even result, one step back where it grew."""
+    with np.errstate(over="ignore"):
+        y = x.astype(npdt)
+    bits = y.view(np.uint16 if np.dtype(npdt).itemsize == 2 else np.uint8)
+    grew = np.abs(y.astype(np.float64)) > np.abs(x.astype(np.float64))
+    return np.where(grew, (bits - 1).view(npdt), y).astype(np.float32)
+
+
+@pytest.mark.parametrize("dt", ["fp16", "bf16", "fp8e5"])
+def test_downcast_rounding_toward_zero(dev, rng, dt):
+    import ml_dtypes
+
+    tl_dt, npdt, big = {"fp16": (tl.float16, np.float16, 7e4), "bf16": (tl.bfloat16, ml_dtypes.bfloat16, 3e38),
+                        "fp8e5": (tl.float8e5, ml_dtypes.float8_e5m2, 6e4)}[dt]
+    x = np.concatenate([rng.standard_normal(3000) * 100, rng.standard_normal(1000) * 1e-5,
+                        rng.uniform(-big, big, 90), [0.0, -0.0, big, -big]]).astype(np.float32)
+    y = dev.put(np.zeros_like(x))
+    rtz_downcast_kernel[(4,)](dev.put(x), y, len(x), DT=tl_dt, R="rtz", BLOCK=1024)
+    got = dev.get(y)
+    np.testing.assert_array_equal(got, _toward_zero(x, npdt))
+    assert np.all(np.abs(got) <= np.abs(x))
+    near = np.zeros_like(x)
+    yn = dev.put(near)
+    rtz_downcast_kernel[(4,)](dev.put(x), yn, len(x), DT=tl_dt, R="rtne", BLOCK=1024)
+    assert not np.array_equal(dev.get(yn), got)  # the two roundings differ somewhere
+
+
+def test_downcast_rounding_compiles_and_is_checked(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(rtz_downcast_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"},
+                      constexprs={"DT": tl.bfloat16, "R": "rtz", "BLOCK": 1024}, target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+    with pytest.raises(tiles.CompilationError, match="float downcasts"):
+        tiles.compile(rtz_downcast_kernel, signature={"x_ptr": "*fp16", "y_ptr": "*fp32", "n": "i32"},
+                      constexprs={"DT": tl.float32, "R": "rtz", "BLOCK": 1024})

@@ -543,6 +543,10 @@ class tensor:
         dtype_ = _unwrap(dtype_)
         if bitcast:
             return semantic.bitcast(self, dtype_)
+        if fp_downcast_rounding is not None:
+            from . import language
+
+            return language.cast(self, dtype_, fp_downcast_rounding=fp_downcast_rounding)
         return semantic.cast(self, dtype_)
 
     def __getattr__(self, name: str):

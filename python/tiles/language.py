@@ -166,10 +166,28 @@ def broadcast(input, other, _semantic=None):
 
 @_method
 def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None):
-    """Converts `input` to `dtype` (or reinterprets its bits when `bitcast`)."""
+    """Converts `input` to `dtype` (or reinterprets its bits when `bitcast`). A float converted
+    to a narrower float rounds to nearest even, or toward zero with `fp_downcast_rounding="rtz"`."""
     if _v(bitcast):
         return semantic.bitcast(input, dtype)
-    return semantic.cast(input, dtype)
+    rounding = _v(fp_downcast_rounding)
+    if rounding not in (None, "rtne", "rtz"):
+        raise ValueError(f"fp_downcast_rounding must be 'rtne' or 'rtz', got {rounding!r}")
+    y = semantic.cast(input, dtype)
+    x, dt = semantic.to_tensor(input), _v(dtype)
+    if rounding is not None and not (x.dtype.is_floating() and dt.is_floating()
+                                     and dt.primitive_bitwidth < x.dtype.primitive_bitwidth):
+        raise ValueError(f"fp_downcast_rounding applies to float downcasts, not {x.dtype} to {dt}")
+    if rounding == "rtz":
+        # Rounded to nearest; where that went away from zero, one step back toward it (the
+        # format's bits are sign and magnitude). Past the largest finite value that is the
+        # largest finite value, as rounding toward zero gives.
+        back = semantic.cast(y, x.dtype)
+        away = semantic.greater(semantic.abs_(back), semantic.abs_(x))
+        bits = uint8 if dt.primitive_bitwidth == 8 else uint16
+        stepped = semantic.bitcast(semantic.sub(semantic.bitcast(y, bits), semantic.cast(1, bits)), dt)
+        y = semantic.where(away, stepped, y)
+    return y
 
 
 # -- arithmetic ----------------------------------------------------------------------------------
@@ -299,7 +317,7 @@ def fdiv(x, y, ieee_rounding=False, _semantic=None):
 
 @_method
 def to(x, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None):
-    return cast(x, dtype, bitcast=bitcast)
+    return cast(x, dtype, fp_downcast_rounding=fp_downcast_rounding, bitcast=bitcast)
 
 
 # -- compiler hints (accepted; facts are found by analysis) ---------------------------------------
