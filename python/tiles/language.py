@@ -175,6 +175,8 @@ def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None)
         raise ValueError(f"fp_downcast_rounding must be 'rtne' or 'rtz', got {rounding!r}")
     y = semantic.cast(input, dtype)
     x, dt = semantic.to_tensor(input), _v(dtype)
+    if x.dtype == dt:
+        return y
     if rounding is not None and not (x.dtype.is_floating() and dt.is_floating()
                                      and dt.primitive_bitwidth < x.dtype.primitive_bitwidth):
         raise ValueError(f"fp_downcast_rounding applies to float downcasts, not {x.dtype} to {dt}")
