@@ -167,3 +167,14 @@ def test_random_and_stdlib_kernels_assemble(ptxas, target):
     k = tiles.compile(philox_impl_kernel, signature={"out": "*i32", "k0": "i32", "k1": "i32"},
                       constexprs={"BLOCK": 128}, target=target)
     assemble(ptxas, k.asm["ptx"], target)
+
+
+def test_seed_must_be_an_integer():
+    @tiles.jit
+    def seeded(x_ptr, seed):
+        tl.store(x_ptr + tl.arange(0, 16), tl.rand(seed, tl.arange(0, 16)))
+
+    tiles.compile(seeded, signature={"x_ptr": "*fp32", "seed": "i64"})
+    for bad in ("fp32", "*i32"):
+        with pytest.raises(tiles.CompilationError, match="seed must be an integer"):
+            tiles.compile(seeded, signature={"x_ptr": "*fp32", "seed": bad})

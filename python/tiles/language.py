@@ -727,7 +727,10 @@ def _philox_rounds(c0, c1, c2, c3, k0, k1, n_rounds):
 @builtin
 def philox(seed, c0, c1, c2, c3, n_rounds=_PHILOX_ROUNDS, _semantic=None):
     """Philox4x32 of the counters `c0..c3` under the 64-bit key `seed`; four uint32 tiles."""
-    seed = semantic.cast(semantic.to_tensor(seed), uint64)
+    seed = semantic.to_tensor(seed)
+    if not seed.dtype.is_int():
+        raise TypeError(f"a random seed must be an integer, got {seed.dtype}")
+    seed = semantic.cast(seed, uint64)
     k_lo = semantic.cast(semantic.and_(seed, 0xFFFFFFFF), uint32)
     k_hi = semantic.cast(semantic.and_(semantic.shr(seed, 32), 0xFFFFFFFF), uint32)
     cs = [_u32(c) for c in (c0, c1, c2, c3)]
