@@ -94,6 +94,64 @@ def test_gather(dev, rng):
 
 
 @tiles.jit
+def gather_any_kernel(src_ptr, idx_ptr, out_ptr, N: tl.constexpr, M: tl.constexpr, P: tl.constexpr,
+                      Q: tl.constexpr, AXIS: tl.constexpr):
+    # src [N, M]; index and result [P, Q] (P = N along axis 1, Q = M along axis 0).
+    s = tl.load(src_ptr + tl.arange(0, N)[:, None] * M + tl.arange(0, M)[None, :])
+    i = tl.load(idx_ptr + tl.arange(0, P)[:, None] * Q + tl.arange(0, Q)[None, :])
+    tl.store(out_ptr + tl.arange(0, P)[:, None] * Q + tl.arange(0, Q)[None, :], tl.gather(s, i, AXIS))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.int64])
+def test_large_gather(dev, rng, axis, dt):
+    # 128x64 sources (Triton's test_gather sizes), any element type; -0.0 comes back as -0.0.
+    N, M = 128, 64
+    P, Q = (256, M) if axis == 0 else (N, 32)
+    src = (rng.standard_normal((N, M)) * 100).astype(dt)
+    if dt != np.int64:
+        src[3, 5] = -0.0
+    idx = rng.integers(0, src.shape[axis], (P, Q)).astype(np.int64 if dt == np.int64 else np.int32)
+    if axis == 0:
+        idx[0, 5] = 3
+    out = dev.put(np.zeros((P, Q), dt))
+    gather_any_kernel[(1,)](dev.put(src), dev.put(idx), out, N=N, M=M, P=P, Q=Q, AXIS=axis)
+    got = dev.get(out)
+    np.testing.assert_array_equal(got, np.take_along_axis(src, idx, axis))
+    if axis == 0 and dt != np.int64:
+        assert np.signbit(got[0, 5])
+
+
+def test_large_gather_compiles_small_through_shared_memory(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(gather_any_kernel, signature={"src_ptr": "*fp32", "idx_ptr": "*i32", "out_ptr": "*fp32"},
+                      constexprs=dict(N=128, M=64, P=256, Q=64, AXIS=0), target="sm_90a", num_warps=4)
+    ptx = k.asm["ptx"]
+    # One shared-memory read per result element a thread holds, not a sum over the source.
+    assert ptx.count("ld.shared") == 256 * 64 // 128 and len(ptx) < 200_000, len(ptx)
+    assemble(ptxas, ptx, "sm_90a")
+
+
+def test_gather_checks_its_operands(monkeypatch):
+    @tiles.jit
+    def bad_shape(src_ptr, out_ptr):
+        s = tl.load(src_ptr + tl.arange(0, 8)[:, None] * 4 + tl.arange(0, 4)[None, :])
+        i = tl.zeros((8, 2), tl.int32)
+        tl.store(out_ptr + tl.arange(0, 8)[:, None] * 2 + tl.arange(0, 2)[None, :], tl.gather(s, i, 0))
+
+    with pytest.raises(tiles.CompilationError, match="every dimension but axis 0"):
+        tiles.compile(bad_shape, signature={"src_ptr": "*fp32", "out_ptr": "*fp32"})
+    # The interpreter, a bounds-checked debugger, names an index outside the source.
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    src = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    idx = np.zeros((32, 8), np.int32)
+    idx[4, 2] = 16
+    with pytest.raises(Exception, match="outside the source's 16 elements"):
+        gather_kernel[(1,)](src, idx, np.zeros((32, 8), np.float32), N=16, M=8, P=32)
+
+
+@tiles.jit
 def bmm_kernel(a_ptr, b_ptr, c_ptr, B: tl.constexpr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
     bi = tl.arange(0, B)[:, None, None]
     mi = tl.arange(0, M)[None, :, None]

@@ -63,6 +63,9 @@ class IRBackend:
     def expand_dims(self, x, axis):
         return self.b.expand_dims(x.handle, axis)
 
+    def gather(self, src, index, axis):
+        return self.b.gather(src.handle, index.handle, axis)
+
     def broadcast(self, x, shape):
         return self.b.broadcast(x.handle, list(shape))
 

@@ -1236,22 +1236,8 @@ def histogram(input, num_bins, mask=None, _semantic=None):
 @_method
 def gather(src, index, axis, _semantic=None):
     """`out[i][j] = src[index[i][j]][j]` along `axis` (every other dimension of `index` as in
-    `src`): written as a masked sum over `src`'s extent, so meant for small tiles."""
-    src, index = semantic.to_tensor(src), semantic.to_tensor(index)
-    a = int(_v(axis)) % len(src.shape)
-    if len(index.shape) != len(src.shape) or not index.dtype.is_int():
-        raise ValueError("gather: index must be an integer tile of src's rank")
-    n = src.shape[a]
-    s = semantic.expand_dims(src, a)  # [.., 1, n, ..]: the new axis runs over index's extent
-    i = semantic.expand_dims(index, a + 1)  # [.., m, 1, ..]
-    r = semantic.arange(0, n)
-    for _ in _builtins.range(a + 1):
-        r = semantic.expand_dims(r, 0)
-    for _ in _builtins.range(len(src.shape) - a - 1):
-        r = semantic.expand_dims(r, len(r.shape))
-    pick = semantic.equal(semantic.cast(i, int32), r)
-    zero = semantic.cast(semantic.to_tensor(0), src.dtype)
-    return semantic.reduce([semantic.where(pick, s, zero)], a + 1, _sum_combine, False)[0]
+    `src`). Compiled, `src` is staged in shared memory and each element read at its index."""
+    return semantic.gather(src, index, axis)
 
 
 # -- `tl.extra.cuda`: grid dependency control and special registers --------------------------------

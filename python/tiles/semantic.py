@@ -249,6 +249,24 @@ def broadcast_pair(a: tensor, b: tensor):
     return _broadcast_to(a, shape), _broadcast_to(b, shape)
 
 
+def gather(src: Any, index: Any, axis: Any) -> tensor:
+    """`out[.., i, ..] = src[.., index[.., i, ..], ..]` along `axis`: the result has `index`'s
+    shape, whose other dimensions must equal `src`'s."""
+    src, index = to_tensor(src), to_tensor(index)
+    rank = len(src.shape)
+    a = int(_unwrap(axis))
+    if rank == 0 or not -rank <= a < rank:
+        raise ValueError(f"gather: axis {a} is out of range for a tile of rank {rank}")
+    a %= rank
+    if len(index.shape) != rank or not index.dtype.is_int():
+        raise ValueError(f"gather: the index must be an integer tile of the source's rank {rank}, got "
+                         f"{index.dtype}{list(index.shape)}")
+    if any(d != a and x != y for d, (x, y) in enumerate(zip(src.shape, index.shape))):
+        raise ValueError(f"gather: the index's shape {list(index.shape)} must match the source's "
+                         f"{list(src.shape)} in every dimension but axis {a}")
+    return make(_be().gather(src, index, a), src.dtype, tuple(index.shape))
+
+
 def expand_dims(x: Any, axis: Any) -> tensor:
     x = to_tensor(x)
     axes = _unwrap(axis)

@@ -857,6 +857,16 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.set(op, out);
                 }
             }
+            OpKind::Gather(axis) => {
+                let (src, index) = (data.operands[0], data.operands[1]);
+                let out = self.gather(
+                    src,
+                    index,
+                    axis as usize,
+                    &rty.expect("gather has a result"),
+                )?;
+                self.set(op, out);
+            }
             OpKind::Load(m) => {
                 let out = self.load(&data, m, &rty.expect("load has a result"))?;
                 self.set(op, out);

@@ -455,13 +455,13 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
-    /// Moves a tile to another layout through shared memory: every thread writes its elements
-    /// at their row-major index, then reads the elements the new layout gives it. Rows of 128
-    /// bytes or more are padded by 16 bytes (so column-wise accesses spread over the banks),
-    /// and runs of registers contiguous along the last dimension move as one vector of up to
-    /// 16 bytes. Like every user of the shared buffer, it starts with a barrier (the previous
-    /// user's reads are done) and needs none at the end.
-    pub fn convert_layout(&mut self, src: Value, rty: &Type) -> R<Vec<BasicValueEnum<'ctx>>> {
+    /// Writes tile `src` to the shared scratch buffer at each element's row-major index (rows
+    /// of 128 bytes or more padded by 16 bytes, so column-wise accesses spread over the banks;
+    /// runs of registers contiguous along the last dimension as one vector of up to 16
+    /// bytes), after a barrier where a previous user may still read the buffer. Returns the
+    /// buffer, its element type and each dimension's stride in elements; readers need a
+    /// barrier first.
+    fn write_row_major(&mut self, src: Value) -> R<Staged<'ctx>> {
         let sty = *self.func.ty(src);
         let regs = self.get(src)?.clone();
         let (et, ebytes): (BasicTypeEnum, u32) = match sty.elem {
@@ -488,45 +488,15 @@ impl<'ctx> Lowering<'ctx, '_> {
         let total = if rank == 0 { 1 } else { strides[0] * shape[0] };
         let smem = self.shared_scratch(total * ebytes)?;
         let sg = self.geometry(&sty)?;
-        let rg = self.geometry(rty)?;
-        // Widest vector of registers contiguous and aligned along the last dimension.
-        let widest = |regs: &[Vec<u32>]| -> usize {
-            if rank == 0 || dtype.is_none() {
-                return 1;
-            }
-            let mut v = (16 / ebytes).max(1) as usize;
-            while v > 1 {
-                let ok = regs.len().is_multiple_of(v)
-                    && regs.chunks(v).all(|ch| {
-                        ch[0][rank - 1] % v as u32 == 0
-                            && ch.iter().enumerate().all(|(k, c)| {
-                                let mut want = ch[0].clone();
-                                want[rank - 1] += k as u32;
-                                *c == want
-                            })
-                    });
-                if ok {
-                    break;
-                }
-                v /= 2;
-            }
-            v
-        };
-        let (vs, vl) = (widest(&sg.regs), widest(&rg.regs));
-        let base = |lw: &Self, thread: &[IntValue<'ctx>]| -> R<IntValue<'ctx>> {
-            let mut acc = lw.i32(0);
-            for (d, &t) in thread.iter().enumerate() {
-                let s = lw.b.build_int_mul(t, lw.i32(strides[d] as u64), "s")?;
-                acc = lw.b.build_int_add(acc, s, "s")?;
-            }
-            Ok(acc)
-        };
-        let offset =
-            |c: &[u32]| -> u64 { c.iter().zip(&strides).map(|(&x, &s)| (x * s) as u64).sum() };
+        let vs = widest_run(&sg.regs, rank, dtype.is_some(), ebytes);
         self.fence_before_shared_write()?;
-        let sb = base(self, &sg.thread)?;
+        let sb = self.row_major_base(&sg.thread, &strides, None)?;
         for (k, chunk) in sg.regs.chunks(vs).enumerate() {
-            let idx = self.b.build_int_add(sb, self.i32(offset(&chunk[0])), "i")?;
+            let idx = self.b.build_int_add(
+                sb,
+                self.i32(row_major_offset(&chunk[0], &strides, None)),
+                "i",
+            )?;
             // SAFETY of the GEP: indices stay inside the buffer sized for this tile.
             let p = unsafe { self.b.build_gep(et, smem, &[idx], "sp")? };
             let vals = &regs[k * vs..(k + 1) * vs];
@@ -546,11 +516,58 @@ impl<'ctx> Lowering<'ctx, '_> {
                 }
             }
         }
+        Ok(Staged {
+            smem,
+            et,
+            ebytes,
+            strides,
+        })
+    }
+
+    /// `sum(thread[d] * strides[d])` over the dimensions but `skip`.
+    fn row_major_base(
+        &self,
+        thread: &[IntValue<'ctx>],
+        strides: &[u32],
+        skip: Option<usize>,
+    ) -> R<IntValue<'ctx>> {
+        let mut acc = self.i32(0);
+        for (d, &t) in thread.iter().enumerate() {
+            if Some(d) == skip {
+                continue;
+            }
+            let s = self.b.build_int_mul(t, self.i32(strides[d] as u64), "s")?;
+            acc = self.b.build_int_add(acc, s, "s")?;
+        }
+        Ok(acc)
+    }
+
+    /// Moves a tile to another layout through shared memory: every thread writes its elements
+    /// at their row-major index ([`Self::write_row_major`]), then reads the elements the new
+    /// layout gives it, in vectors of up to 16 bytes where its registers run along the last
+    /// dimension. Like every user of the shared buffer, it starts with a barrier (the previous
+    /// user's reads are done) and needs none at the end.
+    pub fn convert_layout(&mut self, src: Value, rty: &Type) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let Staged {
+            smem,
+            et,
+            ebytes,
+            strides,
+        } = self.write_row_major(src)?;
+        let sty = *self.func.ty(src);
+        let dtype = sty.elem.dtype();
+        let rank = sty.shape.rank();
         self.barrier_sync()?;
-        let rb = base(self, &rg.thread)?;
+        let rg = self.geometry(rty)?;
+        let vl = widest_run(&rg.regs, rank, dtype.is_some(), ebytes);
+        let rb = self.row_major_base(&rg.thread, &strides, None)?;
         let mut out = Vec::with_capacity(rg.regs.len());
         for chunk in rg.regs.chunks(vl) {
-            let idx = self.b.build_int_add(rb, self.i32(offset(&chunk[0])), "i")?;
+            let idx = self.b.build_int_add(
+                rb,
+                self.i32(row_major_offset(&chunk[0], &strides, None)),
+                "i",
+            )?;
             // SAFETY of the GEP: as above.
             let p = unsafe { self.b.build_gep(et, smem, &[idx], "sp")? };
             match dtype {
@@ -585,6 +602,104 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.smem_busy = true;
         Ok(out)
     }
+
+    /// Triton's `gather` along `axis`: `src` is written to shared memory
+    /// ([`Self::write_row_major`]); each result element then reads the element at its own
+    /// coordinates but along `axis`, where it reads at its index. The index tile has the
+    /// result's layout, so register `k` of both is the same element.
+    pub fn gather(
+        &mut self,
+        src: Value,
+        index: Value,
+        axis: usize,
+        rty: &Type,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let Staged {
+            smem, et, strides, ..
+        } = self.write_row_major(src)?;
+        let dtype = self.func.ty(src).elem.dtype();
+        let idx_ty = *self.func.ty(index);
+        let idx_regs = self.get(index)?.clone();
+        self.barrier_sync()?;
+        let rg = self.geometry(rty)?;
+        let rb = self.row_major_base(&rg.thread, &strides, Some(axis))?;
+        let i32t = self.cx.i32_type();
+        let mut out = Vec::with_capacity(rg.regs.len());
+        for (k, c) in rg.regs.iter().enumerate() {
+            let at = self.i32(row_major_offset(c, &strides, Some(axis)));
+            let mut i = idx_regs[k].into_int_value();
+            let bits = i.get_type().get_bit_width();
+            if bits > 32 {
+                i = self.b.build_int_truncate(i, i32t, "gi")?;
+            } else if bits < 32 {
+                let signed = idx_ty.dtype().is_some_and(|d| d.is_signed());
+                i = if signed {
+                    self.b.build_int_s_extend(i, i32t, "gi")?
+                } else {
+                    self.b.build_int_z_extend(i, i32t, "gi")?
+                };
+            }
+            let along = self
+                .b
+                .build_int_mul(i, self.i32(strides[axis] as u64), "ga")?;
+            let idx = self
+                .b
+                .build_int_add(self.b.build_int_add(rb, at, "g")?, along, "g")?;
+            // SAFETY of the GEP: in the buffer for in-range indices (Triton's contract; an index
+            // outside `src` reads some other shared memory, never outside the CTA's).
+            let p = unsafe { self.b.build_gep(et, smem, &[idx], "gp")? };
+            let x = self.b.build_load(et, p, "gl")?;
+            out.push(match dtype {
+                Some(d) => self.memory_to_register(d, x)?,
+                None => x,
+            });
+        }
+        self.smem_busy = true;
+        Ok(out)
+    }
+}
+
+/// A tile written to shared memory in row-major order ([`Lowering::write_row_major`]).
+struct Staged<'ctx> {
+    smem: inkwell::values::PointerValue<'ctx>,
+    et: BasicTypeEnum<'ctx>,
+    ebytes: u32,
+    strides: Vec<u32>,
+}
+
+/// `sum(c[d] * strides[d])` over the dimensions but `skip`.
+fn row_major_offset(c: &[u32], strides: &[u32], skip: Option<usize>) -> u64 {
+    c.iter()
+        .zip(strides)
+        .enumerate()
+        .filter(|(d, _)| Some(*d) != skip)
+        .map(|(_, (&x, &s))| (x * s) as u64)
+        .sum()
+}
+
+/// The widest vector (at most 16 bytes) of registers contiguous and aligned along the last
+/// dimension, in which a tile with these register coordinates can move.
+fn widest_run(regs: &[Vec<u32>], rank: usize, numeric: bool, ebytes: u32) -> usize {
+    if rank == 0 || !numeric {
+        return 1;
+    }
+    let mut v = (16 / ebytes).max(1) as usize;
+    while v > 1 {
+        let ok = regs.len().is_multiple_of(v)
+            && regs.chunks(v).all(|ch| {
+                ch[0][rank - 1] % v as u32 == 0
+                    && ch.iter().enumerate().all(|(k, c)| {
+                        let mut want = ch[0].clone();
+                        want[rank - 1] += k as u32;
+                        *c == want
+                    })
+            });
+        if ok {
+            break;
+        }
+        v /= 2;
+    }
+    v
 }
 
 impl<'ctx> Lowering<'ctx, '_> {

@@ -530,6 +530,13 @@ impl Assigner<'_> {
                 }
                 self.demand_operands(op, l);
             }
+            // Staged in shared memory: `src` in any layout; the indices in the result's.
+            OpKind::Gather(_) => {
+                let data = self.func.ops[op].clone();
+                let l = self.first_demand_or_default(data.results[0]);
+                self.decided.set(data.results[0], Some(l));
+                self.demand(data.operands[1], l, op, 1);
+            }
             // Data movement through shared memory: any operand layout will do.
             OpKind::Permute { .. } | OpKind::Reshape | OpKind::Join | OpKind::Split => {
                 for r in self.func.ops[op].results.clone() {

@@ -211,6 +211,37 @@ impl Builder {
         Ok(self.push1(OpKind::ExpandDims(axis), vec![v], t.with_shape(shape)))
     }
 
+    /// `src` gathered along `axis` at `index` (Triton's `gather`): the result has the shape of
+    /// `index`, whose other dimensions must equal `src`'s.
+    pub fn gather(&mut self, src: Value, index: Value, axis: u8) -> R<Value> {
+        let ts = self.check(src)?;
+        let ti = self.check(index)?;
+        let (s, i) = (ts.shape.dims(), ti.shape.dims());
+        let fits = !s.is_empty()
+            && (axis as usize) < s.len()
+            && s.len() == i.len()
+            && s.iter()
+                .zip(i)
+                .enumerate()
+                .all(|(d, (a, b))| d == axis as usize || a == b)
+            && ti.dtype().is_some_and(|d| d.is_int());
+        if !fits {
+            return Err(BuildError::BadShape {
+                op: "gather",
+                message: format!(
+                    "src [{}] and integer index [{}] along axis {axis}: the index needs src's rank and \
+                     its other dimensions",
+                    ts.shape, ti.shape
+                ),
+            });
+        }
+        Ok(self.push1(
+            OpKind::Gather(axis),
+            vec![src, index],
+            ts.with_shape(ti.shape),
+        ))
+    }
+
     /// Repeats size-1 dimensions up to `shape`.
     pub fn broadcast(&mut self, v: Value, shape: Shape) -> R<Value> {
         let t = self.check(v)?;

@@ -399,6 +399,10 @@ pub enum OpKind {
     Splat,
     /// A size-1 dimension inserted at the axis.
     ExpandDims(u8),
+    /// `out[.., i, ..] = src[.., index[.., i, ..], ..]` along the axis (Triton's `gather`):
+    /// operands `src` and an integer `index` of the result's shape, every dimension but the
+    /// axis as in `src`. Indices outside `src` give unspecified values.
+    Gather(u8),
     /// Size-1 dimensions repeated to the result's shape.
     Broadcast,
     /// An elementwise binary op on two operands of one type.
@@ -573,6 +577,7 @@ impl OpKind {
             OpKind::Arange { .. } => "arange",
             OpKind::Splat => "splat",
             OpKind::ExpandDims(_) => "expand_dims",
+            OpKind::Gather(_) => "gather",
             OpKind::Broadcast => "broadcast",
             OpKind::Binary(b) => b.name(),
             OpKind::Compare(..) => "cmp",

@@ -571,6 +571,7 @@ impl Parser<'_> {
             }
             "splat" => OpKind::Splat,
             "expand_dims" => OpKind::ExpandDims(axis(self)?),
+            "gather" => OpKind::Gather(axis(self)?),
             "broadcast" => OpKind::Broadcast,
             "cmp" => {
                 let p = self.attr_word(attrs, "pred", at)?;

@@ -105,7 +105,10 @@ fn attrs(func: &Function, kind: &OpKind, rank: usize) -> String {
             if *pure { ", pure" } else { "" }
         ),
         OpKind::Constant(c) => format!(" {{value = {c}}}"),
-        OpKind::ProgramId(a) | OpKind::NumPrograms(a) | OpKind::ExpandDims(a) => {
+        OpKind::ProgramId(a)
+        | OpKind::NumPrograms(a)
+        | OpKind::ExpandDims(a)
+        | OpKind::Gather(a) => {
             format!(" {{axis = {a}}}")
         }
         OpKind::Arange { start, end } => format!(" {{start = {start}, end = {end}}}"),

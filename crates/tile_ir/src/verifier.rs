@@ -210,7 +210,9 @@ impl Verifier<'_> {
             | OpKind::Bitcast
             | OpKind::Hint { .. } => expect(1),
             OpKind::ConvertLayout => expect(1),
-            OpKind::Binary(_) | OpKind::Compare(..) | OpKind::AddPtr => expect(2),
+            OpKind::Binary(_) | OpKind::Compare(..) | OpKind::AddPtr | OpKind::Gather(_) => {
+                expect(2)
+            }
             OpKind::Fma | OpKind::Select | OpKind::Dot { .. } => expect(3),
             OpKind::AsyncCopy(a) => expect(2 + a.masked as usize),
             OpKind::AsyncCommit | OpKind::AsyncWait { .. } => expect(0),
@@ -577,6 +579,25 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
         }
         K::Splat => (!ops[0].is_scalar() || res[0].is_scalar() || res[0].elem != ops[0].elem)
             .then(|| "splat turns a scalar into a tile of its type".into()),
+        K::Gather(axis) => {
+            let (src, idx) = (ops[0].shape.dims(), ops[1].shape.dims());
+            let ok = res[0].elem == ops[0].elem
+                && res[0].shape == ops[1].shape
+                && ops[1].dtype().is_some_and(|d| d.is_int())
+                && !src.is_empty()
+                && (axis as usize) < src.len()
+                && src.len() == idx.len()
+                && src
+                    .iter()
+                    .zip(idx)
+                    .enumerate()
+                    .all(|(d, (a, b))| d == axis as usize || a == b);
+            (!ok).then(|| {
+                "gather takes a tile and integer indices of its rank, alike but along the axis, \
+                 and gives the indices' shape"
+                    .into()
+            })
+        }
         K::ExpandDims(axis) => match ops[0].shape.insert(axis as usize, 1) {
             Some(s) if res[0].shape == s && res[0].elem == ops[0].elem => None,
             _ => bad("expand_dims inserts a size-1 dimension"),

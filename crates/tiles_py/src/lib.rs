@@ -154,6 +154,15 @@ impl IrBuilder {
         Ok(self.b()?.splat(v, s).map_err(BoundaryError::from)?.0)
     }
 
+    fn gather(&mut self, src: u32, index: u32, axis: u8) -> PyResult<u32> {
+        let (src, index) = (self.v(src)?, self.v(index)?);
+        Ok(self
+            .b()?
+            .gather(src, index, axis)
+            .map_err(BoundaryError::from)?
+            .0)
+    }
+
     fn expand_dims(&mut self, v: u32, axis: u8) -> PyResult<u32> {
         let v = self.v(v)?;
         Ok(self

@@ -162,6 +162,16 @@ class NumpyBackend:
     def expand_dims(self, x, axis):
         return np.expand_dims(_arr(x.handle), axis)
 
+    def gather(self, src, index, axis):
+        s, i = _arr(src.handle), _arr(index.handle).astype(np.int64)
+        n = s.shape[axis]
+        bad = (i < 0) | (i >= n)
+        if bad.any():
+            first = tuple(int(x) for x in np.argwhere(bad)[0])
+            raise IndexError(f"gather: index {int(i[first])} at {first} is outside the source's {n} elements "
+                             f"along axis {axis}")
+        return np.take_along_axis(s, i, axis)
+
     def broadcast(self, x, shape):
         return np.broadcast_to(_arr(x.handle), tuple(shape))
 
