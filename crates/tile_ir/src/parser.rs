@@ -965,4 +965,40 @@ mod tests {
         let bad = parse(&text.replace("runs = [16]", "runs = [128]")).unwrap();
         assert!(crate::verify(&bad).is_err());
     }
+
+    #[test]
+    fn gather_and_rank_8_round_trip() {
+        let text = "kernel @k(%0: *fp32 {name = \"p\"}) num_warps = 4 {\n  \
+                    %1 = splat %0 : <16x8x*fp32>\n  \
+                    %2 = load %1 : <16x8xfp32>\n  \
+                    %3 = constant {value = 3} : i32\n  \
+                    %4 = splat %3 : <32x8xi32>\n  \
+                    %5 = gather {axis = 0} %2, %4 : <32x8xfp32>\n  \
+                    %6 = reshape %5 : <2x2x2x2x2x2x2x2xfp32>\n  \
+                    %7 = permute {perm = [7, 6, 5, 4, 3, 2, 1, 0]} %6 : <2x2x2x2x2x2x2x2xfp32>\n  \
+                    return\n}";
+        let f = parse(text).unwrap();
+        assert!(crate::verify(&f).is_ok(), "{:?}", crate::verify(&f));
+        let printed = f.to_string();
+        assert!(printed.contains("gather {axis = 0}"), "{printed}");
+        assert!(
+            printed.contains("perm = [7, 6, 5, 4, 3, 2, 1, 0]"),
+            "{printed}"
+        );
+        assert_eq!(parse(&printed).unwrap().to_string(), printed);
+        // The index must keep the source's other dimensions.
+        let gather_only = text
+            .lines()
+            .filter(|l| !l.contains("reshape") && !l.contains("permute"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(crate::verify(&parse(&gather_only).unwrap()).is_ok());
+        let bad = parse(
+            &gather_only
+                .replace("x8xi32>", "x4xi32>")
+                .replace("<32x8xfp32>", "<32x4xfp32>"),
+        )
+        .unwrap();
+        assert!(crate::verify(&bad).is_err());
+    }
 }
