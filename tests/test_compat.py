@@ -858,3 +858,21 @@ def test_tuple_elements_equal_to_1_are_constants(dev):
     strides_tuple_kernel[(1,)](out, (3, 1), 10)
     want = np.where(np.arange(16) < 10, np.arange(16) * 3 + 10, 0)
     np.testing.assert_array_equal(dev.get(out), want)
+
+
+def test_shapes_equal_lists_without_the_source(monkeypatch):
+    # Kernels built with exec (Triton's test helpers patch source text so) have no source to
+    # rewrite for the interpreter: the shape itself equals the list of its sizes.
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    ns = {"tiles": tiles, "tl": tl}
+    exec("@tiles.jit\n"
+         "def k(out):\n"
+         "    a = tl.full((), 2, tl.int8)\n"
+         "    b = tl.full((128,), 3, tl.int8)\n"
+         "    tl.static_assert(a.shape == [] and b.shape == [128] and [128] == b.shape and b.shape != [64])\n"
+         "    tl.store(out + tl.arange(0, 128), b + a)\n", ns)
+    out = np.zeros(128, np.int8)
+    ns["k"][(1,)](out)
+    assert (out == 5).all()
+    s = tl.core.shape_tuple((4, 8))
+    assert s == [4, 8] and s == (4, 8) and s != [8, 4] and hash(s) == hash((4, 8))

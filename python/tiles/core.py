@@ -331,6 +331,25 @@ def dtype_from_ir(name: str) -> dtype:
     return dtype(_FROM_IR[name])
 
 
+class shape_tuple(tuple):
+    """A tile's shape: a tuple that also equals the list of the same sizes (Triton's shapes
+    are lists, and kernels compare them with lists: `x.shape == [BLOCK]`), in compiled and
+    interpreted kernels alike."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: Any) -> Any:
+        if isinstance(other, list):
+            return sequences_equal(self, other)
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: Any) -> Any:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = tuple.__hash__
+
+
 def sequences_equal(a: Any, b: Any) -> bool:
     """Whether two kernel sequences (tuples or lists, e.g. `x.shape` and `[128]`) hold equal
     elements: in a kernel, as in Triton, a tuple and a list of the same values are equal."""
@@ -500,7 +519,7 @@ class tensor:
     def __init__(self, handle: Any, dtype_: dtype, shape: Sequence[int] = ()):
         self.handle = handle
         self.dtype = dtype_
-        self.shape = tuple(shape)
+        self.shape = shape if type(shape) is shape_tuple else shape_tuple(shape)
 
     @property
     def type(self):
