@@ -300,3 +300,18 @@ def test_triton_compile_time_checks():
 
     with pytest.warns(UserWarning, match="non-boolean condition"):
         tiles.compile(int_where, signature={"out_ptr": "*fp32"})
+
+
+@pytest.mark.parametrize("dt", ["i8", "u16", "fp8e4nv"])
+def test_atomics_on_unsupported_types_fail_alike_in_both_modes(monkeypatch, dt):
+    @tiles.jit
+    def add_one(p):
+        tl.atomic_add(p, tl.load(p))
+
+    with pytest.raises(tiles.CompilationError, match="atomic_add does not support"):
+        tiles.compile(add_one, signature={"p": f"*{dt}"})
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    npdt = {"i8": np.int8, "u16": np.uint16, "fp8e4nv": np.uint8}[dt]
+    arg = np.zeros(4, npdt) if dt != "fp8e4nv" else tiles.reinterpret(np.zeros(4, np.uint8), tl.float8e4nv)
+    with pytest.raises(tiles.TilesError, match="atomic_add does not support"):
+        add_one[(1,)](arg)

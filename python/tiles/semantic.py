@@ -1041,6 +1041,26 @@ _SEMS = {None: "acq_rel", "acq_rel": "acq_rel", "acquire": "acquire", "release":
 _SCOPES = {None: "gpu", "gpu": "gpu", "cta": "cta", "sys": "sys"}
 
 
+def _check_atomic_type(op: str, elem: dtype) -> None:
+    """The element types the GPU's atomics take (refused alike in compiled and interpreted
+    kernels): add on 32/64-bit ints, fp32, fp64, fp16 and bf16; max/min on 32/64-bit ints (and
+    fp32/fp64, by their bits); bitwise ops and exchange on 32/64-bit values; compare-and-swap
+    on 16/32/64-bit values."""
+    bits = 64 if elem.is_ptr() else elem.primitive_bitwidth
+    if op == "add":
+        ok = elem.name in ("fp32", "fp64", "fp16", "bf16") or elem.is_int() and bits in (32, 64)
+    elif op in ("max", "min"):
+        ok = (elem.is_int() or elem.name in ("fp32", "fp64")) and bits in (32, 64) or elem.is_floating()
+    elif op == "cas":
+        ok = bits in (16, 32, 64) and not elem.is_fp8()
+    else:
+        ok = bits in (32, 64)
+    if not ok:
+        raise TilesTypeError(f"atomic_{op} does not support {elem}: the GPU's atomics take "
+                             + ("32/64-bit integers, fp16, bf16, fp32 and fp64" if op == "add" else
+                                "16/32/64-bit values" if op == "cas" else "32/64-bit values"))
+
+
 def atomic(op: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope: Any = None,
            cmp: Any = None) -> tensor:
     if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():
@@ -1062,6 +1082,7 @@ def atomic(op: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope
     val = broadcast_to(cast(val, elem), shape)
     if cmp is not None:
         cmp = broadcast_to(cast(cmp, elem), shape)
+    _check_atomic_type(op, elem)
     if op in ("max", "min") and elem.is_floating():
         if elem.name not in ("fp32", "fp64"):
             raise TilesTypeError(f"atomic_{op} supports fp32 and fp64 among floats, got {elem}")
