@@ -881,3 +881,55 @@ def test_loads_by_groups_of_columns_load_each_group_once(ptxas, target, masked):
     assert " runs = [16]}" in tir and ", runs = [8, 16]}" in tir, tir
     report = assemble(ptxas, k.asm["ptx"], target)
     assert "0 bytes spill stores" in report, report
+
+
+@tiles.jit
+def int8_mm_kernel(a_ptr, b_ptr, c_ptr, K, sam, sb, scm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   B_LAYOUT: tl.constexpr):
+    pm, pn = tl.program_id(0), tl.program_id(1)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.int32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * sam + (k + rk)[None, :])
+        if B_LAYOUT == "nk":  # b stored [N, K] (K-major), used as its transpose
+            b = tl.trans(tl.load(b_ptr + rn[:, None] * sb + (k + rk)[None, :]))
+        elif B_LAYOUT == "kn_kmajor":  # b [K, N] read through pointers contiguous along K
+            b = tl.load(b_ptr + rn[None, :] * sb + (k + rk)[:, None])
+        else:  # b stored [K, N] row-major (N-major)
+            b = tl.load(b_ptr + (k + rk)[:, None] * sb + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :], acc)
+
+
+@pytest.mark.parametrize("b_layout", ["nk", "kn_kmajor", "kn"])
+@pytest.mark.parametrize("warps,bm", [(8, 128), (4, 64)])
+def test_int8_matmul_operand_layouts(dev, rng, b_layout, warps, bm):
+    # On sm_90a int8 dots whose operands are K-major run on warpgroups (wgmma .s32.s8.s8);
+    # a row-major `b` keeps mma.sync. Exact integer results either way.
+    M, N, K = 2 * bm, 256, 192
+    a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+    b = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    if b_layout == "kn":
+        bs, sb = b, N
+    else:  # both read the [N, K] storage of b (column-major b), through different pointer tiles
+        bs, sb = np.ascontiguousarray(b.T), K
+    c = dev.put(np.zeros((M, N), np.int32))
+    int8_mm_kernel[(M // bm, N // 128)](dev.put(a), dev.put(bs), c, K, K, sb, N, BM=bm, BN=128, BK=64,
+                                        B_LAYOUT=b_layout, num_warps=warps)
+    np.testing.assert_array_equal(dev.get(c), a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_int8_warpgroup_dots_assemble(ptxas):
+    from test_compile import assemble
+
+    sig = {"a_ptr": "*i8:16", "b_ptr": "*i8:16", "c_ptr": "*i32:16", "K": "i32:16", "sam": "i32:16",
+           "sb": "i32:16", "scm": "i32:16"}
+    for b_layout, wgmma in (("nk", True), ("kn_kmajor", True), ("kn", False)):
+        k = tiles.compile(int8_mm_kernel, signature=sig, constexprs=dict(BM=128, BN=128, BK=64, B_LAYOUT=b_layout),
+                          num_warps=8, target="sm_90a")
+        ptx = k.asm["ptx"]
+        assert ("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8" in ptx) == wgmma, b_layout
+        assert ("mma.sync" in ptx) != wgmma
+        assemble(ptxas, ptx, "sm_90a")

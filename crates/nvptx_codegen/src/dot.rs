@@ -138,7 +138,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 .staged
                 .get(&a)
                 .is_some_and(|&src| fp8_register_a(self.func, src, &self.func.layouts[lc]));
-        let stage_a = stage_a || (warpgroup && self.is_fp8(a) && !fp8_acc_a);
+        let stage_a = stage_a || (warpgroup && self.is_8bit(a) && !fp8_acc_a);
         let (sa, sb) = if fp8_acc_a {
             (None, stage_of(b, true))
         } else {
@@ -153,7 +153,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         for (k_dim, (v, staged)) in [(1, (a, sa)), (0, (b, sb))] {
             srcs.push(match staged {
                 Some(src) => {
-                    let k_major = (warpgroup && self.is_fp8(v)).then_some(k_dim);
+                    let k_major = (warpgroup && self.is_8bit(v)).then_some(k_dim);
                     let t = self.stage_tile(src, offset, k_major)?;
                     offset += SmemTile::bytes(t.dims, t.elem).next_multiple_of(align);
                     Src::Smem(t)
@@ -203,6 +203,16 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.wait_warpgroups(0, &carried)?;
         }
         Ok(())
+    }
+
+    /// Whether `v` is a tile of 8-bit numbers, fp8 or int8, whose warpgroup dots read it
+    /// K-major from shared memory (8-bit wgmma has no transposed operands).
+    pub(crate) fn is_8bit(&self, v: Value) -> bool {
+        self.func
+            .ty(v)
+            .elem
+            .dtype()
+            .is_some_and(|d| d.is_fp8() || matches!(d, DType::I8 | DType::U8))
     }
 
     /// Whether `v` is a tile of fp8 (whose warpgroup dots read it K-major from shared memory,
@@ -886,25 +896,33 @@ impl<'ctx> Lowering<'ctx, '_> {
             DType::BF16 => Some("bf16"),
             DType::F8E4M3 => Some("e4m3"),
             DType::F8E5M2 => Some("e5m2"),
+            DType::I8 => Some("s8"),
+            DType::U8 => Some("u8"),
             _ => None,
         };
         let (Some(a_name), Some(b_name)) = (name(din), name(tb_s.elem)) else {
             return self.unsupported(format!("a warpgroup dot of {din}"));
         };
+        let int8 = matches!(din, DType::I8 | DType::U8);
         let acc_name = match dacc {
-            DType::F32 => "f32",
+            DType::F32 if !int8 => "f32",
+            DType::I32 if int8 => "s32",
             DType::F16 if din == DType::F16 => "f16",
             _ => return self.unsupported(format!("a warpgroup dot of {din} into {dacc}")),
         };
         let Some(ob) = WgmmaOperand::new(tb_s, 0) else {
             return self.internal("dot operand tile unfit for wgmma");
         };
-        // fp8: 32 K per instruction, both operands K-major in shared memory (no transposes),
-        // or `a` in registers (see `frag_a_fp8`).
+        // fp8 and int8: 32 K per instruction, both operands K-major in shared memory (no
+        // transposes), or (fp8) `a` in registers (see `frag_a_fp8`).
         let fp8 = din.is_fp8();
-        let k_step = if fp8 { 32 } else { 16 };
-        if fp8 && (!ob.k_major || matches!(src_a, Src::Smem(t) if t.contig != 1)) {
-            return self.internal("fp8 warpgroup dot operands must be K-major in shared memory");
+        let eight_bit = fp8 || int8;
+        let k_step = if eight_bit { 32 } else { 16 };
+        if eight_bit && (!ob.k_major || matches!(src_a, Src::Smem(t) if t.contig != 1)) {
+            return self.internal("8-bit warpgroup dot operands must be K-major in shared memory");
+        }
+        if int8 && !matches!(src_a, Src::Smem(_)) {
+            return self.internal("int8 warpgroup dot with `a` outside shared memory");
         }
         let wm = m.warps_per_cta[0];
         let inst_n = m.instr_n;
@@ -956,8 +974,10 @@ impl<'ctx> Lowering<'ctx, '_> {
             "wgmma.mma_async.sync.aligned.m64n{inst_n}k{k_step}.{acc_name}.{a_name}.{b_name}"
         );
         let tb_imm = u32::from(!ob.k_major);
-        // The register form has no transpose flag for `a`; fp8 has none at all.
+        // The register form has no transpose flag for `a`; fp8 has none at all, and the
+        // integer forms no scale or transpose flags either.
         let flags = match &a_desc {
+            _ if int8 => String::new(),
             _ if fp8 => "1, 1".to_string(),
             Some((_, o)) => format!("1, 1, {}, {tb_imm}", u32::from(!o.k_major)),
             None => format!("1, 1, {tb_imm}"),
@@ -1079,8 +1099,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                         None => return self.internal("wgmma without an `a` operand"),
                     },
                 };
+                let sep = if flags.is_empty() { "" } else { ", " };
                 text.push_str(&format!(
-                    "{instr} {{{}}}, {a_text}, ${b}, p, {flags};\n",
+                    "{instr} {{{}}}, {a_text}, ${b}, p{sep}{flags};\n",
                     list(acc_at[g].clone())
                 ));
             }
@@ -1088,7 +1109,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         text.push_str(&format!(
             "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned {pending};\n}}"
         ));
-        let letter = if packed { "=r" } else { "=f" };
+        let letter = if packed || int8 { "=r" } else { "=f" };
         let mut cons: Vec<String> = (0..n_acc).map(|_| letter.to_string()).collect();
         cons.extend(in_cons.iter().map(|c| c.to_string()));
         cons.extend((0..n_acc).map(|i| i.to_string()));

@@ -206,7 +206,9 @@ fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
             // whose conversion the dot does itself, from the accumulator's registers: into
             // wgmma's register fragments by a byte exchange within each quad of lanes
             // (`frag_a_fp8`), or, where that does not apply, into a K-major shared tile.
-            let fp8 = func.ty(r).elem.dtype().is_some_and(|t| t.is_fp8());
+            let fp8 = func.ty(r).elem.dtype().is_some_and(|t| {
+                t.is_fp8() || matches!(t, tile_ir::DType::I8 | tile_ir::DType::U8)
+            });
             let from_warpgroup_result = !fp8
                 && matches!(func.layout_of(r),
                 Some(tile_ir::Layout::DotOperand { op_idx: 0, parent, .. })
@@ -390,7 +392,12 @@ pub(crate) fn deferred_dots(
                 continue;
             }
             let a = dd.operands[0];
-            if func.ty(a).elem.dtype().is_some_and(|t| t.is_fp8()) {
+            if func
+                .ty(a)
+                .elem
+                .dtype()
+                .is_some_and(|t| t.is_fp8() || matches!(t, tile_ir::DType::I8 | tile_ir::DType::U8))
+            {
                 continue;
             }
             // The earliest warpgroup dot of the body before this one whose result `a` is
@@ -832,9 +839,12 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.fence_before_shared_write()?;
                     let keep = self.scratch_base;
                     self.scratch_base = 0;
-                    // An fp8 warpgroup operand is staged K-major (`a`: along dimension 1).
+                    // An 8-bit warpgroup operand is staged K-major (`a`: along dimension 1).
                     let k_major = match self.func.layout_of(r) {
-                        Some(tile_ir::Layout::DotOperand { op_idx, .. }) if self.is_fp8(r) => {
+                        Some(tile_ir::Layout::DotOperand { op_idx, parent, .. })
+                            if self.is_8bit(r)
+                                && matches!(parent.as_ref(), tile_ir::Layout::Mma(m) if m.version == 3) =>
+                        {
                             Some(if *op_idx == 0 { 1 } else { 0 })
                         }
                         _ => None,

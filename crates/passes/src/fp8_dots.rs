@@ -63,7 +63,7 @@ fn transposed(func: &Function, v: Value) -> Option<Value> {
 /// Whether operand `v` (K is its dimension `k_dim`) can be K-major: loaded contiguous along K,
 /// computed in registers (codegen stages it K-major), or the transpose of a tile loaded
 /// contiguous along its own K where `transposed_loads` allows that (`b`: `k.T`).
-fn k_major(
+pub(crate) fn k_major(
     func: &Function,
     info: &AxisInfoMap,
     v: Value,

@@ -276,9 +276,29 @@ impl Assigner<'_> {
                         a.elem.dtype(),
                         Some(DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2)
                     );
-                    let warpgroup = (self.warpgroup_mma && sixteen_bit && k.is_multiple_of(16))
-                        .then(|| MmaLayout::warpgroup(dims[0], dims[1], self.num_warps))
-                        .flatten();
+                    // int8 runs on warpgroups where wgmma can read both operands K-major (it
+                    // has no transposed 8-bit operands), as the fp8 pass checks for fp8.
+                    let int8 = matches!(a.elem.dtype(), Some(DType::I8 | DType::U8))
+                        && ty.dtype() == Some(DType::I32)
+                        && k.is_multiple_of(32)
+                        && crate::fp8_dots::k_major(
+                            self.func,
+                            self.axis,
+                            data.operands[0],
+                            1,
+                            false,
+                        )
+                        && crate::fp8_dots::k_major(
+                            self.func,
+                            self.axis,
+                            data.operands[1],
+                            0,
+                            true,
+                        );
+                    let warpgroup =
+                        (self.warpgroup_mma && (sixteen_bit || int8) && k.is_multiple_of(16))
+                            .then(|| MmaLayout::warpgroup(dims[0], dims[1], self.num_warps))
+                            .flatten();
                     let l = if let Some(m) = warpgroup {
                         self.func.intern_layout(Layout::Mma(m))
                     } else if uses_tensor_cores(a.elem, precision)
