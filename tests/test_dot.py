@@ -933,3 +933,50 @@ def test_int8_warpgroup_dots_assemble(ptxas):
         assert ("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8" in ptx) == wgmma, b_layout
         assert ("mma.sync" in ptx) != wgmma
         assemble(ptxas, ptx, "sm_90a")
+
+
+@tiles.jit
+def tf32_mm_kernel(a_ptr, b_ptr, c_ptr, K, sam, sb, scm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   B_NK: tl.constexpr, PREC: tl.constexpr):
+    pm, pn = tl.program_id(0), tl.program_id(1)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * sam + (k + rk)[None, :])
+        if B_NK:  # b stored [N, K] (K-major), used as its transpose
+            b = tl.trans(tl.load(b_ptr + rn[:, None] * sb + (k + rk)[None, :]))
+        else:
+            b = tl.load(b_ptr + (k + rk)[:, None] * sb + rn[None, :])
+        acc = tl.dot(a, b, acc, input_precision=PREC)
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :], acc)
+
+
+@pytest.mark.parametrize("b_nk", [True, False])
+@pytest.mark.parametrize("prec", ["tf32", "tf32x3"])
+def test_fp32_matmul_operand_layouts(dev, rng, b_nk, prec):
+    # On sm_90a a tf32 dot with K-major operands runs on warpgroups (wgmma .f32.tf32.tf32).
+    M, N, K = 256, 256, 160
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    bs, sb = (np.ascontiguousarray(b.T), K) if b_nk else (b, N)
+    c = dev.put(np.zeros((M, N), np.float32))
+    tf32_mm_kernel[(M // 128, N // 128)](dev.put(a), dev.put(bs), c, K, K, sb, N, BM=128, BN=128, BK=32,
+                                         B_NK=b_nk, PREC=prec, num_warps=8)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    err = np.linalg.norm(dev.get(c) - ref) / np.linalg.norm(ref)
+    assert err < (2e-3 if prec == "tf32" else 1e-5), err
+
+
+def test_tf32_warpgroup_dots_assemble(ptxas):
+    from test_compile import assemble
+
+    sig = {"a_ptr": "*fp32:16", "b_ptr": "*fp32:16", "c_ptr": "*fp32:16", "K": "i32:16", "sam": "i32:16",
+           "sb": "i32:16", "scm": "i32:16"}
+    for b_nk, prec, wgmma in ((True, "tf32", True), (False, "tf32", False), (True, "tf32x3", False)):
+        k = tiles.compile(tf32_mm_kernel, signature=sig,
+                          constexprs=dict(BM=128, BN=128, BK=32, B_NK=b_nk, PREC=prec), num_warps=8, target="sm_90a")
+        ptx = k.asm["ptx"]
+        assert ("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ptx) == wgmma, (b_nk, prec)
+        assemble(ptxas, ptx, "sm_90a")

@@ -205,14 +205,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
-    /// Whether `v` is a tile of 8-bit numbers, fp8 or int8, whose warpgroup dots read it
-    /// K-major from shared memory (8-bit wgmma has no transposed operands).
+    /// Whether `v` is a tile whose warpgroup dots read it K-major from shared memory: fp8,
+    /// int8 and fp32 (as tf32); wgmma transposes only 16-bit operands.
     pub(crate) fn is_8bit(&self, v: Value) -> bool {
         self.func
             .ty(v)
             .elem
             .dtype()
-            .is_some_and(|d| d.is_fp8() || matches!(d, DType::I8 | DType::U8))
+            .is_some_and(|d| d.is_fp8() || matches!(d, DType::I8 | DType::U8 | DType::F32))
     }
 
     /// Whether `v` is a tile of fp8 (whose warpgroup dots read it K-major from shared memory,
@@ -898,6 +898,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             DType::F8E5M2 => Some("e5m2"),
             DType::I8 => Some("s8"),
             DType::U8 => Some("u8"),
+            // A warpgroup dot of fp32 is a tf32 one (the layout pass picks warpgroups for
+            // `tf32` precision only); wgmma reads the fp32 words, ignoring the low mantissa bits.
+            DType::F32 => Some("tf32"),
             _ => None,
         };
         let (Some(a_name), Some(b_name)) = (name(din), name(tb_s.elem)) else {
@@ -916,13 +919,21 @@ impl<'ctx> Lowering<'ctx, '_> {
         // fp8 and int8: 32 K per instruction, both operands K-major in shared memory (no
         // transposes), or (fp8) `a` in registers (see `frag_a_fp8`).
         let fp8 = din.is_fp8();
-        let eight_bit = fp8 || int8;
-        let k_step = if eight_bit { 32 } else { 16 };
-        if eight_bit && (!ob.k_major || matches!(src_a, Src::Smem(t) if t.contig != 1)) {
-            return self.internal("8-bit warpgroup dot operands must be K-major in shared memory");
+        let tf32 = din == DType::F32;
+        let k_major_only = fp8 || int8 || tf32;
+        let k_step = if tf32 {
+            8
+        } else if fp8 || int8 {
+            32
+        } else {
+            16
+        };
+        if k_major_only && (!ob.k_major || matches!(src_a, Src::Smem(t) if t.contig != 1)) {
+            return self
+                .internal("warpgroup dot operands that wgmma cannot transpose must be K-major");
         }
-        if int8 && !matches!(src_a, Src::Smem(_)) {
-            return self.internal("int8 warpgroup dot with `a` outside shared memory");
+        if (int8 || tf32) && !matches!(src_a, Src::Smem(_)) {
+            return self.internal("int8 or tf32 warpgroup dot with `a` outside shared memory");
         }
         let wm = m.warps_per_cta[0];
         let inst_n = m.instr_n;
@@ -978,7 +989,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         // integer forms no scale or transpose flags either.
         let flags = match &a_desc {
             _ if int8 => String::new(),
-            _ if fp8 => "1, 1".to_string(),
+            _ if fp8 || tf32 => "1, 1".to_string(),
             Some((_, o)) => format!("1, 1, {}, {tb_imm}", u32::from(!o.k_major)),
             None => format!("1, 1, {tb_imm}"),
         };

@@ -207,7 +207,11 @@ fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
             // wgmma's register fragments by a byte exchange within each quad of lanes
             // (`frag_a_fp8`), or, where that does not apply, into a K-major shared tile.
             let fp8 = func.ty(r).elem.dtype().is_some_and(|t| {
-                t.is_fp8() || matches!(t, tile_ir::DType::I8 | tile_ir::DType::U8)
+                t.is_fp8()
+                    || matches!(
+                        t,
+                        tile_ir::DType::I8 | tile_ir::DType::U8 | tile_ir::DType::F32
+                    )
             });
             let from_warpgroup_result = !fp8
                 && matches!(func.layout_of(r),
@@ -392,12 +396,13 @@ pub(crate) fn deferred_dots(
                 continue;
             }
             let a = dd.operands[0];
-            if func
-                .ty(a)
-                .elem
-                .dtype()
-                .is_some_and(|t| t.is_fp8() || matches!(t, tile_ir::DType::I8 | tile_ir::DType::U8))
-            {
+            if func.ty(a).elem.dtype().is_some_and(|t| {
+                t.is_fp8()
+                    || matches!(
+                        t,
+                        tile_ir::DType::I8 | tile_ir::DType::U8 | tile_ir::DType::F32
+                    )
+            }) {
                 continue;
             }
             // The earliest warpgroup dot of the body before this one whose result `a` is

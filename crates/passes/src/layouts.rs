@@ -276,29 +276,27 @@ impl Assigner<'_> {
                         a.elem.dtype(),
                         Some(DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2)
                     );
-                    // int8 runs on warpgroups where wgmma can read both operands K-major (it
-                    // has no transposed 8-bit operands), as the fp8 pass checks for fp8.
-                    let int8 = matches!(a.elem.dtype(), Some(DType::I8 | DType::U8))
-                        && ty.dtype() == Some(DType::I32)
-                        && k.is_multiple_of(32)
-                        && crate::fp8_dots::k_major(
-                            self.func,
-                            self.axis,
-                            data.operands[0],
-                            1,
-                            false,
-                        )
-                        && crate::fp8_dots::k_major(
-                            self.func,
-                            self.axis,
-                            data.operands[1],
-                            0,
-                            true,
-                        );
-                    let warpgroup =
-                        (self.warpgroup_mma && (sixteen_bit || int8) && k.is_multiple_of(16))
-                            .then(|| MmaLayout::warpgroup(dims[0], dims[1], self.num_warps))
-                            .flatten();
+                    // int8, and fp32 as tf32, run on warpgroups where wgmma can read both
+                    // operands K-major (it transposes only 16-bit operands), as the fp8 pass
+                    // checks for fp8.
+                    let k_major_only = match (a.elem.dtype(), ty.dtype()) {
+                        (Some(DType::I8 | DType::U8), Some(DType::I32)) => k.is_multiple_of(32),
+                        (Some(DType::F32), Some(DType::F32)) => {
+                            precision == DotPrecision::Tf32 && k.is_multiple_of(16)
+                        }
+                        _ => false,
+                    };
+                    let k_major = |v: Value, k_dim: usize, transposed: bool| {
+                        crate::fp8_dots::k_major(self.func, self.axis, v, k_dim, transposed)
+                    };
+                    let k_major_only = k_major_only
+                        && k_major(data.operands[0], 1, false)
+                        && k_major(data.operands[1], 0, true);
+                    let warpgroup = (self.warpgroup_mma
+                        && (sixteen_bit || k_major_only)
+                        && k.is_multiple_of(16))
+                    .then(|| MmaLayout::warpgroup(dims[0], dims[1], self.num_warps))
+                    .flatten();
                     let l = if let Some(m) = warpgroup {
                         self.func.intern_layout(Layout::Mma(m))
                     } else if uses_tensor_cores(a.elem, precision)
