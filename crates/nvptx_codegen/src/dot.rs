@@ -138,7 +138,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 .staged
                 .get(&a)
                 .is_some_and(|&src| fp8_register_a(self.func, src, &self.func.layouts[lc]));
-        let stage_a = stage_a || (warpgroup && self.is_8bit(a) && !fp8_acc_a);
+        let stage_a = stage_a || (warpgroup && self.wgmma_k_major_only(a) && !fp8_acc_a);
         let (sa, sb) = if fp8_acc_a {
             (None, stage_of(b, true))
         } else {
@@ -153,7 +153,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         for (k_dim, (v, staged)) in [(1, (a, sa)), (0, (b, sb))] {
             srcs.push(match staged {
                 Some(src) => {
-                    let k_major = (warpgroup && self.is_8bit(v)).then_some(k_dim);
+                    let k_major = (warpgroup && self.wgmma_k_major_only(v)).then_some(k_dim);
                     let t = self.stage_tile(src, offset, k_major)?;
                     offset += SmemTile::bytes(t.dims, t.elem).next_multiple_of(align);
                     Src::Smem(t)
@@ -207,7 +207,7 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// Whether `v` is a tile whose warpgroup dots read it K-major from shared memory: fp8,
     /// int8 and fp32 (as tf32); wgmma transposes only 16-bit operands.
-    pub(crate) fn is_8bit(&self, v: Value) -> bool {
+    pub(crate) fn wgmma_k_major_only(&self, v: Value) -> bool {
         self.func
             .ty(v)
             .elem

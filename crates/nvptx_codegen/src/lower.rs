@@ -847,7 +847,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     // An 8-bit warpgroup operand is staged K-major (`a`: along dimension 1).
                     let k_major = match self.func.layout_of(r) {
                         Some(tile_ir::Layout::DotOperand { op_idx, parent, .. })
-                            if self.is_8bit(r)
+                            if self.wgmma_k_major_only(r)
                                 && matches!(parent.as_ref(), tile_ir::Layout::Mma(m) if m.version == 3) =>
                         {
                             Some(if *op_idx == 0 { 1 } else { 0 })
