@@ -49,6 +49,12 @@ fn fp8_register_a(func: &tile_ir::Function, src: Value, acc: &Layout) -> bool {
         && ty.shape.dims()[0] >= 2 * 16 * s.warps_per_cta[0]
 }
 
+/// Whether warpgroup dots read operands of this type K-major only: fp8, int8 and fp32 (as
+/// tf32); `wgmma` transposes only 16-bit operands.
+pub(crate) fn wgmma_k_major_dtype(d: DType) -> bool {
+    d.is_fp8() || matches!(d, DType::I8 | DType::U8 | DType::F32)
+}
+
 /// A lane's part in [`Lowering::frag_a_fp8`]'s byte exchange within its quad.
 struct Fp8Quad<'ctx> {
     /// The lanes read by the first and the second shuffle.
@@ -212,7 +218,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             .ty(v)
             .elem
             .dtype()
-            .is_some_and(|d| d.is_fp8() || matches!(d, DType::I8 | DType::U8 | DType::F32))
+            .is_some_and(wgmma_k_major_dtype)
     }
 
     /// Whether `v` is a tile of fp8 (whose warpgroup dots read it K-major from shared memory,

@@ -205,15 +205,14 @@ fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
             // of another warpgroup dot (attention's probabilities) is not staged. Except fp8,
             // whose conversion the dot does itself, from the accumulator's registers: into
             // wgmma's register fragments by a byte exchange within each quad of lanes
-            // (`frag_a_fp8`), or, where that does not apply, into a K-major shared tile.
-            let fp8 = func.ty(r).elem.dtype().is_some_and(|t| {
-                t.is_fp8()
-                    || matches!(
-                        t,
-                        tile_ir::DType::I8 | tile_ir::DType::U8 | tile_ir::DType::F32
-                    )
-            });
-            let from_warpgroup_result = !fp8
+            // (`frag_a_fp8`), or, where that does not apply, into a K-major shared tile; int8
+            // and tf32 `a` are always staged K-major.
+            let k_major_only = func
+                .ty(r)
+                .elem
+                .dtype()
+                .is_some_and(crate::dot::wgmma_k_major_dtype);
+            let from_warpgroup_result = !k_major_only
                 && matches!(func.layout_of(r),
                 Some(tile_ir::Layout::DotOperand { op_idx: 0, parent, .. })
                     if matches!(parent.as_ref(), tile_ir::Layout::Mma(m) if m.version == 3))
@@ -396,13 +395,12 @@ pub(crate) fn deferred_dots(
                 continue;
             }
             let a = dd.operands[0];
-            if func.ty(a).elem.dtype().is_some_and(|t| {
-                t.is_fp8()
-                    || matches!(
-                        t,
-                        tile_ir::DType::I8 | tile_ir::DType::U8 | tile_ir::DType::F32
-                    )
-            }) {
+            if func
+                .ty(a)
+                .elem
+                .dtype()
+                .is_some_and(crate::dot::wgmma_k_major_dtype)
+            {
                 continue;
             }
             // The earliest warpgroup dot of the body before this one whose result `a` is
