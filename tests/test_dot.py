@@ -884,13 +884,13 @@ def test_loads_by_groups_of_columns_load_each_group_once(ptxas, target, masked):
 
 
 @tiles.jit
-def int8_mm_kernel(a_ptr, b_ptr, c_ptr, K, sam, sb, scm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                   B_LAYOUT: tl.constexpr):
+def layout_mm_kernel(a_ptr, b_ptr, c_ptr, K, sam, sb, scm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                     B_LAYOUT: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr):
     pm, pn = tl.program_id(0), tl.program_id(1)
     rm = pm * BM + tl.arange(0, BM)
     rn = pn * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), tl.int32)
+    acc = tl.zeros((BM, BN), ACC)
     for k in range(0, K, BK):
         a = tl.load(a_ptr + rm[:, None] * sam + (k + rk)[None, :])
         if B_LAYOUT == "nk":  # b stored [N, K] (K-major), used as its transpose
@@ -899,7 +899,7 @@ def int8_mm_kernel(a_ptr, b_ptr, c_ptr, K, sam, sb, scm, BM: tl.constexpr, BN: t
             b = tl.load(b_ptr + rn[None, :] * sb + (k + rk)[:, None])
         else:  # b stored [K, N] row-major (N-major)
             b = tl.load(b_ptr + (k + rk)[:, None] * sb + rn[None, :])
-        acc += tl.dot(a, b)
+        acc = tl.dot(a, b, acc, input_precision=PREC, out_dtype=ACC)
     tl.store(c_ptr + rm[:, None] * scm + rn[None, :], acc)
 
 
@@ -916,8 +916,8 @@ def test_int8_matmul_operand_layouts(dev, rng, b_layout, warps, bm):
     else:  # both read the [N, K] storage of b (column-major b), through different pointer tiles
         bs, sb = np.ascontiguousarray(b.T), K
     c = dev.put(np.zeros((M, N), np.int32))
-    int8_mm_kernel[(M // bm, N // 128)](dev.put(a), dev.put(bs), c, K, K, sb, N, BM=bm, BN=128, BK=64,
-                                        B_LAYOUT=b_layout, num_warps=warps)
+    layout_mm_kernel[(M // bm, N // 128)](dev.put(a), dev.put(bs), c, K, K, sb, N, BM=bm, BN=128, BK=64,
+                                          B_LAYOUT=b_layout, ACC=tl.int32, PREC=None, num_warps=warps)
     np.testing.assert_array_equal(dev.get(c), a.astype(np.int64) @ b.astype(np.int64))
 
 
@@ -927,30 +927,13 @@ def test_int8_warpgroup_dots_assemble(ptxas):
     sig = {"a_ptr": "*i8:16", "b_ptr": "*i8:16", "c_ptr": "*i32:16", "K": "i32:16", "sam": "i32:16",
            "sb": "i32:16", "scm": "i32:16"}
     for b_layout, wgmma in (("nk", True), ("kn_kmajor", True), ("kn", False)):
-        k = tiles.compile(int8_mm_kernel, signature=sig, constexprs=dict(BM=128, BN=128, BK=64, B_LAYOUT=b_layout),
+        k = tiles.compile(layout_mm_kernel, signature=sig,
+                          constexprs=dict(BM=128, BN=128, BK=64, B_LAYOUT=b_layout, ACC=tl.int32, PREC=None),
                           num_warps=8, target="sm_90a")
         ptx = k.asm["ptx"]
         assert ("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8" in ptx) == wgmma, b_layout
         assert ("mma.sync" in ptx) != wgmma
         assemble(ptxas, ptx, "sm_90a")
-
-
-@tiles.jit
-def tf32_mm_kernel(a_ptr, b_ptr, c_ptr, K, sam, sb, scm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                   B_NK: tl.constexpr, PREC: tl.constexpr):
-    pm, pn = tl.program_id(0), tl.program_id(1)
-    rm = pm * BM + tl.arange(0, BM)
-    rn = pn * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * sam + (k + rk)[None, :])
-        if B_NK:  # b stored [N, K] (K-major), used as its transpose
-            b = tl.trans(tl.load(b_ptr + rn[:, None] * sb + (k + rk)[None, :]))
-        else:
-            b = tl.load(b_ptr + (k + rk)[:, None] * sb + rn[None, :])
-        acc = tl.dot(a, b, acc, input_precision=PREC)
-    tl.store(c_ptr + rm[:, None] * scm + rn[None, :], acc)
 
 
 @pytest.mark.parametrize("b_nk", [True, False])
@@ -962,8 +945,8 @@ def test_fp32_matmul_operand_layouts(dev, rng, b_nk, prec):
     b = rng.standard_normal((K, N)).astype(np.float32)
     bs, sb = (np.ascontiguousarray(b.T), K) if b_nk else (b, N)
     c = dev.put(np.zeros((M, N), np.float32))
-    tf32_mm_kernel[(M // 128, N // 128)](dev.put(a), dev.put(bs), c, K, K, sb, N, BM=128, BN=128, BK=32,
-                                         B_NK=b_nk, PREC=prec, num_warps=8)
+    layout_mm_kernel[(M // 128, N // 128)](dev.put(a), dev.put(bs), c, K, K, sb, N, BM=128, BN=128, BK=32,
+                                           B_LAYOUT="nk" if b_nk else "kn", ACC=tl.float32, PREC=prec, num_warps=8)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = np.linalg.norm(dev.get(c) - ref) / np.linalg.norm(ref)
     assert err < (2e-3 if prec == "tf32" else 1e-5), err
@@ -975,8 +958,9 @@ def test_tf32_warpgroup_dots_assemble(ptxas):
     sig = {"a_ptr": "*fp32:16", "b_ptr": "*fp32:16", "c_ptr": "*fp32:16", "K": "i32:16", "sam": "i32:16",
            "sb": "i32:16", "scm": "i32:16"}
     for b_nk, prec, wgmma in ((True, "tf32", True), (False, "tf32", False), (True, "tf32x3", False)):
-        k = tiles.compile(tf32_mm_kernel, signature=sig,
-                          constexprs=dict(BM=128, BN=128, BK=32, B_NK=b_nk, PREC=prec), num_warps=8, target="sm_90a")
+        k = tiles.compile(layout_mm_kernel, signature=sig,
+                          constexprs=dict(BM=128, BN=128, BK=32, B_LAYOUT="nk" if b_nk else "kn", ACC=tl.float32,
+                                          PREC=prec), num_warps=8, target="sm_90a")
         ptx = k.asm["ptx"]
         assert ("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ptx) == wgmma, (b_nk, prec)
         assemble(ptxas, ptx, "sm_90a")

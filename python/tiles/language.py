@@ -835,6 +835,17 @@ def _known_multiple(backend, x) -> int:
     return 1
 
 
+def _descriptor_reduce(op: str):
+    """The descriptor method `atomic_<op>`: the block at `offsets` combined with `value`."""
+
+    @builtin
+    def reduce(self, offsets, value, _semantic=None):
+        self._reduce(op, offsets, value)
+
+    reduce.__name__ = f"atomic_{op}"
+    return reduce
+
+
 class tensor_descriptor:
     """A device-side tensor descriptor (what `tl.make_tensor_descriptor` returns and what a host
     `TensorDescriptor` argument becomes inside the kernel)."""
@@ -949,29 +960,13 @@ class tensor_descriptor:
         ptr, mask = self._pointers(offsets)
         semantic.atomic(op, ptr, semantic.cast(value, self.dtype), mask, "relaxed", None)
 
-    @builtin
-    def atomic_add(self, offsets, value, _semantic=None):
-        self._reduce("add", offsets, value)
-
-    @builtin
-    def atomic_min(self, offsets, value, _semantic=None):
-        self._reduce("min", offsets, value)
-
-    @builtin
-    def atomic_max(self, offsets, value, _semantic=None):
-        self._reduce("max", offsets, value)
-
-    @builtin
-    def atomic_and(self, offsets, value, _semantic=None):
-        self._reduce("and", offsets, value)
-
-    @builtin
-    def atomic_or(self, offsets, value, _semantic=None):
-        self._reduce("or", offsets, value)
-
-    @builtin
-    def atomic_xor(self, offsets, value, _semantic=None):
-        self._reduce("xor", offsets, value)
+    # `desc.atomic_add(offsets, value)` and the like (Triton's TMA reductions).
+    atomic_add = _descriptor_reduce("add")
+    atomic_min = _descriptor_reduce("min")
+    atomic_max = _descriptor_reduce("max")
+    atomic_and = _descriptor_reduce("and")
+    atomic_or = _descriptor_reduce("or")
+    atomic_xor = _descriptor_reduce("xor")
 
     def _rows(self, what, x_offsets, y_offset):
         """Pointers and in-range mask of the rows `x_offsets` (a 1-d tile), each the
