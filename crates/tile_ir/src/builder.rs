@@ -216,15 +216,7 @@ impl Builder {
     pub fn gather(&mut self, src: Value, index: Value, axis: u8) -> R<Value> {
         let ts = self.check(src)?;
         let ti = self.check(index)?;
-        let (s, i) = (ts.shape.dims(), ti.shape.dims());
-        let fits = !s.is_empty()
-            && (axis as usize) < s.len()
-            && s.len() == i.len()
-            && s.iter()
-                .zip(i)
-                .enumerate()
-                .all(|(d, (a, b))| d == axis as usize || a == b)
-            && ti.dtype().is_some_and(|d| d.is_int());
+        let fits = ts.shape.gathers_with(&ti.shape, axis) && ti.dtype().is_some_and(|d| d.is_int());
         if !fits {
             return Err(BuildError::BadShape {
                 op: "gather",

@@ -246,6 +246,19 @@ impl Shape {
         v.insert(axis, size);
         Shape::new(&v)
     }
+    /// Whether `index` can gather from a tile of this shape along `axis`: the same rank, and
+    /// every dimension but the axis the same.
+    pub fn gathers_with(&self, index: &Shape, axis: u8) -> bool {
+        let (s, i, a) = (self.dims(), index.dims(), axis as usize);
+        !s.is_empty()
+            && a < s.len()
+            && s.len() == i.len()
+            && s.iter()
+                .zip(i)
+                .enumerate()
+                .all(|(d, (x, y))| d == a || x == y)
+    }
+
     /// The shape with dimension `axis` removed.
     pub fn remove(&self, axis: usize) -> Shape {
         let mut v = self.dims().to_vec();

@@ -580,18 +580,10 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
         K::Splat => (!ops[0].is_scalar() || res[0].is_scalar() || res[0].elem != ops[0].elem)
             .then(|| "splat turns a scalar into a tile of its type".into()),
         K::Gather(axis) => {
-            let (src, idx) = (ops[0].shape.dims(), ops[1].shape.dims());
             let ok = res[0].elem == ops[0].elem
                 && res[0].shape == ops[1].shape
                 && ops[1].dtype().is_some_and(|d| d.is_int())
-                && !src.is_empty()
-                && (axis as usize) < src.len()
-                && src.len() == idx.len()
-                && src
-                    .iter()
-                    .zip(idx)
-                    .enumerate()
-                    .all(|(d, (a, b))| d == axis as usize || a == b);
+                && ops[0].shape.gathers_with(&ops[1].shape, axis);
             (!ok).then(|| {
                 "gather takes a tile and integer indices of its rank, alike but along the axis, \
                  and gives the indices' shape"

@@ -447,7 +447,9 @@ def _tuple_packers(index: int, leaves):
     out = []
     for path, t, _ in leaves:
         if t.startswith("tensordesc<"):
-            for _, f in _desc_packers(index, len(t.split("[", 1)[1].split("]", 1)[0].split(","))):
+            from ..frontend import parse_descriptor_type
+
+            for _, f in _desc_packers(index, len(parse_descriptor_type(t)[1])):
                 out.append((index, lambda v, f=f, path=path: f(_tuple_element(v, path))))
         elif t.startswith("*"):
             out.append((index, lambda v, path=path: ctypes.c_uint64(
