@@ -453,8 +453,8 @@ class CodeGenerator(ast.NodeVisitor):
             return  # docstring
         value = self.visit(node.value)
         call = node.value
-        if isinstance(call, ast.Call):
-            fn = self.visit(call.func)
+        if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute)):
+            fn = self.visit(call.func)  # a name or attribute: evaluating it again emits nothing
             # The function itself, or what a bound method or partial (an aggregate's method) wraps.
             marked = [fn] + [getattr(fn, a) for a in ("__func__", "func", "fn") if hasattr(fn, a)]
             why = next((m._tiles_must_use for m in marked if hasattr(m, "_tiles_must_use")), None)
@@ -468,7 +468,8 @@ class CodeGenerator(ast.NodeVisitor):
             from . import language
 
             hints = (language.multiple_of, language.max_contiguous, language.max_constancy)
-            while isinstance(call, ast.Call) and call.args and self.visit(call.func) in hints:
+            while isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute)) and call.args \
+                    and self.visit(call.func) in hints:
                 if isinstance(call.args[0], ast.Name):
                     self._assign(call.args[0], value)
                     break
