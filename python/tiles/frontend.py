@@ -286,6 +286,13 @@ def _is_aggregate(x: Any) -> bool:
     return hasattr(x, "_tiles_flatten") and hasattr(x, "_tiles_rebuild")
 
 
+def _same_aggregate(a: Any, b: Any) -> bool:
+    """Whether aggregates `a` and `b` can merge part by part (in a loop or an `if`): one type,
+    and equal in what they do not carry (`_tiles_static`, where the type has one)."""
+    static = getattr(type(a), "_tiles_static", None)
+    return type(a) is type(b) and (static is None or static(a) == static(b))
+
+
 class _Aggregates:
     """Loop state holding aggregates: each becomes one carried slot per part, under virtual
     names; `rebuild` and `flatten` move between the aggregate and its parts in a scope."""
@@ -315,8 +322,7 @@ class _Aggregates:
         for n, names in self.parts.items():
             v = scope[n]
             t = self.templates[n]
-            if not _is_aggregate(v) or type(v) is not type(t) or \
-                    getattr(v, "_tiles_static", lambda: None)() != getattr(t, "_tiles_static", lambda: None)():
+            if not _is_aggregate(v) or not _same_aggregate(v, t):
                 raise src.error(node, f"loop-carried `{n}` must stay the same {type(t).__name__}")
             parts = list(v._tiles_flatten())
             if len(parts) != len(names):
@@ -557,8 +563,7 @@ class CodeGenerator(ast.NodeVisitor):
             a, b = then_scope[n], else_scope[n]
             if _is_aggregate(a) or _is_aggregate(b):
                 # A block pointer, descriptor or aggregate: merged part by part.
-                if type(a) is not type(b) or getattr(a, "_tiles_static", lambda: None)() != \
-                        getattr(b, "_tiles_static", lambda: None)():
+                if not _same_aggregate(a, b):
                     raise self.src.error(node, f"`{n}` is a {type(a).__name__} in one branch and a different "
                                                f"{type(b).__name__} in the other")
                 pa, pb = list(a._tiles_flatten()), list(b._tiles_flatten())

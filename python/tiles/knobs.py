@@ -174,21 +174,20 @@ class base_knobs:  # noqa: N801  (Triton's name)
             self._kept[name] = value
 
 
-_Knobs = base_knobs
 # The environment variable behind each knob tiles reads (the rest are TILES_<KNOB>).
 _ENV_KEYS = {"print": "TILES_PRINT_AUTOTUNING", "dir": "TILES_CACHE_DIR",
              "default_fp_fusion": "TILES_DEFAULT_FP_FUSION"}
 # Triton's switch for knobs writing through to the environment (tiles' always do).
 propagate_env = True
 
-autotuning = _Knobs("autotuning")
-runtime = _Knobs("runtime")
-cache = _Knobs("cache")
-compilation = _Knobs("compilation")
-language = _Knobs("language")
-build = _Knobs("build")
-nvidia = _Knobs("nvidia")
+autotuning = base_knobs("autotuning")
+runtime = base_knobs("runtime")
+cache = base_knobs("cache")
+compilation = base_knobs("compilation")
+language = base_knobs("language")
+build = base_knobs("build")
+nvidia = base_knobs("nvidia")
 for _tool in ("ptxas", "cuobjdump", "nvdisasm"):
     nvidia._kept[_tool] = _NvidiaTool(_tool)
-amd = _Knobs("amd")
-proton = _Knobs("proton")
+amd = base_knobs("amd")
+proton = base_knobs("proton")

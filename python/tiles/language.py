@@ -171,15 +171,16 @@ def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None)
     if _v(bitcast):
         return semantic.bitcast(input, dtype)
     rounding = _v(fp_downcast_rounding)
-    if rounding not in (None, "rtne", "rtz"):
+    if rounding is None:
+        return semantic.cast(input, dtype)
+    if rounding not in ("rtne", "rtz"):
         raise ValueError(f"fp_downcast_rounding must be 'rtne' or 'rtz', got {rounding!r}")
-    y = semantic.cast(input, dtype)
     x, dt = semantic.to_tensor(input), _v(dtype)
     if x.dtype == dt:
-        return y
-    if rounding is not None and not (x.dtype.is_floating() and dt.is_floating()
-                                     and dt.primitive_bitwidth < x.dtype.primitive_bitwidth):
+        return x
+    if not (x.dtype.is_floating() and dt.is_floating() and dt.primitive_bitwidth < x.dtype.primitive_bitwidth):
         raise ValueError(f"fp_downcast_rounding applies to float downcasts, not {x.dtype} to {dt}")
+    y = semantic.cast(x, dt)
     if rounding == "rtz":
         # Rounded to nearest; where that went away from zero, one step back toward it (the
         # format's bits are sign and magnitude). Past the largest finite value that is the

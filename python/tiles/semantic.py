@@ -1050,7 +1050,7 @@ def _check_atomic_type(op: str, elem: dtype) -> None:
     if op == "add":
         ok = elem.name in ("fp32", "fp64", "fp16", "bf16") or elem.is_int() and bits in (32, 64)
     elif op in ("max", "min"):
-        ok = (elem.is_int() or elem.name in ("fp32", "fp64")) and bits in (32, 64) or elem.is_floating()
+        ok = (elem.is_int() or elem.name in ("fp32", "fp64")) and bits in (32, 64)
     elif op == "cas":
         ok = bits in (16, 32, 64) and not elem.is_fp8()
     else:
@@ -1058,6 +1058,7 @@ def _check_atomic_type(op: str, elem: dtype) -> None:
     if not ok:
         raise TilesTypeError(f"atomic_{op} does not support {elem}: the GPU's atomics take "
                              + ("32/64-bit integers, fp16, bf16, fp32 and fp64" if op == "add" else
+                                "32/64-bit integers, fp32 and fp64" if op in ("max", "min") else
                                 "16/32/64-bit values" if op == "cas" else "32/64-bit values"))
 
 
@@ -1069,6 +1070,7 @@ def atomic(op: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope
     if sem not in _SEMS or scope not in _SCOPES:
         raise ValueError(f"unknown sem {sem!r} or scope {scope!r}")
     elem = ptr.dtype.element_ty
+    _check_atomic_type(op, elem)
     val = to_tensor(val, elem if _is_literal(val) else None)
     shape = broadcast_shapes(ptr.shape, val.shape)
     if cmp is not None:
@@ -1082,10 +1084,7 @@ def atomic(op: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope
     val = broadcast_to(cast(val, elem), shape)
     if cmp is not None:
         cmp = broadcast_to(cast(cmp, elem), shape)
-    _check_atomic_type(op, elem)
     if op in ("max", "min") and elem.is_floating():
-        if elem.name not in ("fp32", "fp64"):
-            raise TilesTypeError(f"atomic_{op} supports fp32 and fp64 among floats, got {elem}")
         # Floats with the sign bit clear order like their bits as signed ints; those with it set
         # (-0.0 among them: max(-inf, -0.0) is -0.0) reversed, as unsigned.
         it, ut = (core.int32, core.uint32) if elem.name == "fp32" else (core.int64, core.uint64)

@@ -797,9 +797,6 @@ def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
         if _is_descriptor(e):
             elems.append(_descriptor_arg(mem, copies, where, e))
             continue
-        if type(e) is int and e == 1:  # the constant 1, as the compiled kernel specialises it
-            elems.append(tuple_constant_in_kernel(1))
-            continue
         if getattr(e, "is_cuda", False) and hasattr(e, "cpu"):
             host = e.detach().cpu()
             copies.append((e, host))

@@ -329,15 +329,26 @@ def _is_namedtuple(v: Any) -> bool:
 
 def tuple_constant(e: Any) -> Tuple[bool, Any]:
     """(True, value) where a tuple argument's element `e` is a compile-time constant, as in
-    Triton: None, `tl.constexpr`, a (jit) function, a string or a dtype."""
+    Triton: None, `tl.constexpr`, a (jit) function, a string, a dtype, or an integer equal to 1
+    (which Triton specialises as the constant 1)."""
     if e is None:
         return True, None
+    if _is_one(e):
+        return True, 1
     if isinstance(e, core.constexpr):
         return True, e.value
     if isinstance(e, (str, core.dtype)) or callable(e) and not hasattr(e, "__cuda_array_interface__") \
             and not hasattr(e, "data_ptr") and not hasattr(e, "__dlpack__"):
         return True, e
     return False, None
+
+
+def _is_one(e: Any) -> bool:
+    """Whether `e` is the integer 1 (Python's or numpy's; not a bool)."""
+    if type(e) is int:
+        return e == 1
+    return type(e).__module__ == "numpy" and getattr(e, "ndim", None) == 0 and type(e.item()) is int \
+        and e.item() == 1
 
 
 def tuple_constant_in_kernel(v: Any) -> Any:
@@ -395,12 +406,6 @@ def _tuple_spec(name: str, v: tuple, path: Tuple[int, ...] = ()):
         if type(e).__module__ == "numpy" and hasattr(e, "item"):
             e = e.item()
         ety = _scalar_type(e, where)
-        if ety in ("i32", "i64", "u64") and e == 1 and not isinstance(e, bool):
-            # As Triton specialises it: an integer element equal to 1 is the constant 1.
-            keys.append(("c", int, 1))
-            types.append("constexpr")
-            consts[tuple_path_name(name, at)] = 1
-            continue
         d = 16 if ety in ("i32", "i64", "u64") and e % 16 == 0 else 0
         keys.append(("s", ety, d))
         types.append(ety)
