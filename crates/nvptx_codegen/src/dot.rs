@@ -926,7 +926,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         // transposes), or (fp8) `a` in registers (see `frag_a_fp8`).
         let fp8 = din.is_fp8();
         let tf32 = din == DType::F32;
-        let k_major_only = fp8 || int8 || tf32;
+        let k_major_only = wgmma_k_major_dtype(din);
         let k_step = if tf32 {
             8
         } else if fp8 || int8 {

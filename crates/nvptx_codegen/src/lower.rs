@@ -842,7 +842,8 @@ impl<'ctx> Lowering<'ctx, '_> {
                     self.fence_before_shared_write()?;
                     let keep = self.scratch_base;
                     self.scratch_base = 0;
-                    // An 8-bit warpgroup operand is staged K-major (`a`: along dimension 1).
+                    // A warpgroup operand wgmma cannot transpose (fp8, int8, tf32) is staged
+                    // K-major (`a`: along dimension 1).
                     let k_major = match self.func.layout_of(r) {
                         Some(tile_ir::Layout::DotOperand { op_idx, parent, .. })
                             if self.wgmma_k_major_only(r)

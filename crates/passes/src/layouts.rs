@@ -279,16 +279,16 @@ impl Assigner<'_> {
                     // int8, and fp32 as tf32, run on warpgroups where wgmma can read both
                     // operands K-major (it transposes only 16-bit operands), as the fp8 pass
                     // checks for fp8.
-                    let k_major_only = match (a.elem.dtype(), ty.dtype()) {
-                        (Some(DType::I8 | DType::U8), Some(DType::I32)) => k.is_multiple_of(32),
-                        (Some(DType::F32), Some(DType::F32)) => {
-                            precision == DotPrecision::Tf32 && k.is_multiple_of(16)
-                        }
-                        _ => false,
-                    };
+                    let k_major_only = self.warpgroup_mma
+                        && match (a.elem.dtype(), ty.dtype()) {
+                            (Some(DType::I8 | DType::U8), Some(DType::I32)) => k.is_multiple_of(32),
+                            (Some(DType::F32), Some(DType::F32)) => precision == DotPrecision::Tf32,
+                            _ => false,
+                        };
                     let k_major = |v: Value, k_dim: usize, transposed: bool| {
                         crate::fp8_dots::k_major(self.func, self.axis, v, k_dim, transposed)
                     };
+                    // The operands' axis info is asked only for dots that could qualify.
                     let k_major_only = k_major_only
                         && k_major(data.operands[0], 1, false)
                         && k_major(data.operands[1], 0, true);
