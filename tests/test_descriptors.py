@@ -31,6 +31,44 @@ def test_device_descriptor_copy_with_ragged_edges(dev, rng, pad):
 
 
 @tiles.jit
+def padded_rows_kernel(x_ptr, y_ptr, M, N, ld, BM: tl.constexpr, BN: tl.constexpr):
+    # Rows of N elements `ld` apart: a row can end inside a 16-byte granule.
+    xd = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[ld, 1], block_shape=[BM, BN])
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    block = xd.load([pid_m * BM, pid_n * BN])
+    offs_m = pid_m * BM + tl.arange(0, BM)[:, None]
+    offs_n = pid_n * BN + tl.arange(0, BN)[None, :]
+    tl.store(y_ptr + offs_m * BN * 2 + offs_n, block.to(tl.float32) * 2 + 1, mask=offs_m < M)
+
+
+@pytest.mark.parametrize("N", [44, 37, 48])
+def test_device_descriptor_rows_ending_inside_a_granule(dev, rng, N):
+    # fp16 rows of N in rows of 48 (16-byte multiples, as the contract asks) whose padding is
+    # NaN: the elements past N read as zero, never the NaN beside them.
+    M, ld, BM, BN = 64, 48, 32, 32
+    x = np.full((M, ld), np.nan, np.float16)
+    x[:, :N] = rng.standard_normal((M, N))
+    y = dev.put(np.full((M, 2 * BN), -7.0, np.float32))
+    padded_rows_kernel[(M // BM, 2)](dev.put(x), y, M, N, ld, BM=BM, BN=BN)
+    want = np.ones((M, 2 * BN), np.float32)
+    want[:, :N] = x[:, :N].astype(np.float32) * 2 + 1
+    np.testing.assert_allclose(dev.get(y), want, rtol=1e-3)
+
+
+def test_padded_rows_read_whole_granules(ptxas):
+    # The compiled load reads 4 elements at once (the width its user stores) though N is
+    # unknown: the row's last granule is read whole, its elements past N selected out after.
+    from test_compile import assemble
+
+    k = tiles.compile(padded_rows_kernel, signature={"x_ptr": "*fp16:16", "y_ptr": "*fp32:16", "M": "i32",
+                                                     "N": "i32", "ld": "i32:16"},
+                      constexprs={"BM": 32, "BN": 32}, target="sm_90a")
+    assert "whole_granules" in k.asm["tir"]
+    assert "ld.global.v2.b32" in k.asm["ptx"] and "selp" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
 def padding_kernel(x_ptr, out_ptr, M, N, B: tl.constexpr, PAD: tl.constexpr):
     xd = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[B, B], padding_option=PAD)
     blk = xd.load([M - B // 2, N - B // 2])
@@ -135,9 +173,9 @@ def test_isinstance_picks_descriptor_or_pointer(dev, rng, host):
 
 
 @tiles.jit
-def desc_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def desc_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     # The modern style of Triton's matmul: descriptors made in the kernel, loaded in the loop.
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[lda, 1], block_shape=[BM, BK])
     b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
     pm = tl.program_id(0)
@@ -150,37 +188,40 @@ def desc_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.co
     c_desc.store([pm * BM, pn * BN], acc)
 
 
-@pytest.mark.parametrize("K", [96, 40])
-def test_device_descriptor_matmul_loop(dev, rng, K):
-    # K = 96: rows of whole 16-byte granules (exact masks, pipelined when compiled); K = 40:
-    # granule-wide reads with the elements past K replaced.
+@pytest.mark.parametrize("K, lda", [(96, 96), (40, 40), (44, 48)])
+def test_device_descriptor_matmul_loop(dev, rng, K, lda):
+    # K = 96: rows of whole 16-byte granules; K = 40: a K the compiler cannot know is whole
+    # granules (40 is no multiple of 16: not specialised); K = 44 in rows of 48: each row of
+    # `a` ends inside a granule whose last elements (NaN here) must not be read as data.
     M, N, BM, BN, BK = 64, 48, 32, 16, 32
-    a = rng.standard_normal((M, K)).astype(np.float16)
+    a = np.full((M, lda), np.nan, np.float16)
+    a[:, :K] = rng.standard_normal((M, K))
     b = rng.standard_normal((K, N)).astype(np.float16)
     c = dev.put(np.full((M, N), np.nan, np.float32))
-    desc_matmul_kernel[(M // BM, N // BN)](dev.put(a), dev.put(b), c, M, N, K, BM=BM, BN=BN, BK=BK)
-    ref = a.astype(np.float64) @ b.astype(np.float64)
+    desc_matmul_kernel[(M // BM, N // BN)](dev.put(a), dev.put(b), c, M, N, K, lda, BM=BM, BN=BN, BK=BK)
+    ref = a[:, :K].astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(dev.get(c), ref, rtol=1e-2, atol=1e-2)
 
 
-def test_device_descriptor_loads_are_pipelined_when_rows_are_whole_granules(ptxas):
+def test_device_descriptor_loads_are_pipelined_with_rows_of_any_length(ptxas):
     from test_compile import assemble
 
     sig = {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp32:16", "M": "i32:16", "N": "i32:16"}
     cx = {"BM": 128, "BN": 128, "BK": 64}
-    whole = tiles.compile(desc_matmul_kernel, signature=dict(sig, K="i32:16"), constexprs=cx, target="sm_90a",
-                          num_warps=8)
-    ragged = tiles.compile(desc_matmul_kernel, signature=dict(sig, K="i32"), constexprs=cx, target="sm_90a",
-                           num_warps=8)
-    assert "cp.async.cg.shared.global" in whole.asm["ptx"] and "wgmma.mma_async" in whole.asm["ptx"]
-    # With K unknown, `a` (whose rows are K long) is read in granules and not pipelined; `b`
-    # (rows of N) still is.
-    copies = [k.asm["ptx"].count("cp.async.cg.shared.global") for k in (whole, ragged)]
-    assert copies[0] > copies[1] > 0 and "ld.global.v4" in ragged.asm["ptx"]
-    # Bounds-checked copies take their mask as cp.async's ignore-src predicate, not as a
-    # source size picked by `selp` chains.
-    masked = [line.split() for line in whole.asm["ptx"].splitlines() if "cp.async.cg.shared.global" in line]
-    assert all(len(c) == 5 and c[-1].startswith("%p") for c in masked), masked[:2]
+    whole = tiles.compile(desc_matmul_kernel, signature=dict(sig, K="i32:16", lda="i32:16"), constexprs=cx,
+                          target="sm_90a", num_warps=8)
+    ragged = tiles.compile(desc_matmul_kernel, signature=dict(sig, K="i32", lda="i32"), constexprs=cx,
+                           target="sm_90a", num_warps=8)
+    copies = [[line.split() for line in k.asm["ptx"].splitlines() if "cp.async.cg.shared.global" in line]
+              for k in (whole, ragged)]
+    assert "wgmma.mma_async" in whole.asm["ptx"] and "wgmma.mma_async" in ragged.asm["ptx"]
+    # Both operands are pipelined either way. Bounds-checked copies take a mask uniform over
+    # the copy as cp.async's ignore-src predicate (not a source size picked by `selp` chains);
+    # with K unknown, `a`'s rows may end inside a copy, which then reads a source size.
+    assert len(copies[0]) == len(copies[1]) > 0
+    assert all(len(c) == 5 and c[-1].startswith("%p") for c in copies[0]), copies[0][:2]
+    sizes = [c for c in copies[1] if c[-1].startswith("%r")]
+    assert 0 < len(sizes) < len(copies[1])
     for k in (whole, ragged):
         assemble(ptxas, k.asm["ptx"], "sm_90a")
 

@@ -103,9 +103,9 @@ class IRBackend:
     def addptr(self, p, o):
         return self.b.addptr(p.handle, o.handle)
 
-    def load(self, ptr, mask, other, volatile):
+    def load(self, ptr, mask, other, volatile, whole_granules=False):
         return self.b.load(ptr.handle, None if mask is None else mask.handle,
-                           None if other is None else other.handle, volatile)
+                           None if other is None else other.handle, volatile, whole_granules)
 
     def store(self, ptr, value, mask):
         self.b.store(ptr.handle, value.handle, None if mask is None else mask.handle)

@@ -825,17 +825,6 @@ def randn4x(seed, offset, n_rounds=_PHILOX_ROUNDS, _semantic=None):
 # outside the tensor read as zeros (padding "zero") or NaN (padding "nan") and are not written.
 
 
-def _known_multiple(backend, x) -> int:
-    """A number `x` is known to be a multiple of while compiling: an integer's own value, what
-    the specialisation says of a parameter, else 1."""
-    x = _v(x)
-    if isinstance(x, _builtins.int):
-        return _builtins.abs(x) or 1 << 30
-    if isinstance(x, tensor):
-        return getattr(backend, "divisibility", {}).get(x.handle, 1)
-    return 1
-
-
 def _descriptor_reduce(op: str):
     """The descriptor method `atomic_<op>`: the block at `offsets` combined with `value`."""
 
@@ -889,15 +878,13 @@ class tensor_descriptor:
             base, strides = _aligned_descriptor_parts(base, strides)
         return tensor_descriptor(base, shape, strides, self.block_shape, self.padding, self.assume_aligned)
 
-    def _pointers(self, offsets, granule: int = 1):
-        """The block's pointers and in-range mask. With `granule` > 1 a second mask is returned
-        that is true for every element of a `granule`-element run holding an in-range element
-        of the last dimension (what a vector load may read: see `load`)."""
+    def _pointers(self, offsets):
+        """The block's pointers and in-range mask."""
         offsets = list(_v(offsets)) if isinstance(_v(offsets), (list, tuple)) else [offsets]
         rank = len(self.block_shape)
         if len(offsets) != rank:
             raise ValueError(f"this descriptor takes {rank} offsets, got {len(offsets)}")
-        ptr, mask, coarse = self.base, None, None
+        ptr, mask = self.base, None
         for d in _builtin_range(rank):
             rel = semantic.arange(0, self.block_shape[d])
             idx = semantic.add(rel, offsets[d])
@@ -913,34 +900,17 @@ class tensor_descriptor:
             ptr = semantic.add(semantic.add(ptr, start), semantic.mul(semantic.cast(rel, int64), stride))
             inside = semantic.logical_and(semantic.greater_equal(idx, 0), semantic.less(idx, self.shape[d]))
             mask = inside if mask is None else semantic.logical_and(mask, inside)
-            if granule > 1:
-                if d == rank - 1:  # the extent rounded up to whole granules
-                    g = semantic.to_tensor(granule)
-                    ext = semantic.mul(semantic.floordiv(semantic.add(self.shape[d], granule - 1), g), g)
-                    inside = semantic.logical_and(semantic.greater_equal(idx, 0), semantic.less(idx, ext))
-                coarse = inside if coarse is None else semantic.logical_and(coarse, inside)
-        return (ptr, mask, coarse) if granule > 1 else (ptr, mask)
+        return ptr, mask
 
     @builtin
     def load(self, offsets, _semantic=None):
         """The block at `offsets` (out-of-range elements per the padding)."""
         other = float("nan") if self.padding == "nan" else 0
-        from .core import current_backend
-
-        be = current_backend()
-        granule = _builtins.max(16 // _builtins.max(self.dtype.primitive_bitwidth // 8, 1), 1)
-        if self.assume_aligned and not getattr(be, "interpreter", False) and \
-                _known_multiple(be, self.shape[-1]) % granule:
-            # A descriptor's base is 16-byte aligned and its rows 16-byte multiples (Triton's
-            # contract for TMA), so each 16-byte granule of a row lies in its allocation when
-            # any element of it does: the load reads whole granules (vector loads) and the
-            # elements outside the tensor are replaced after it. (When the row length is known
-            # to be whole granules, the exact mask below vectorises as it is, and the plain load
-            # can be software-pipelined.)
-            ptr, mask, coarse = self._pointers(offsets, granule)
-            return semantic.where(mask, semantic.load(ptr, coarse, other), other)
         ptr, mask = self._pointers(offsets)
-        return semantic.load(ptr, mask, other)
+        # A descriptor made in the kernel promises Triton's TMA contract (16-byte aligned base
+        # and rows), so whole 16-byte granules of a row may be read: the compiler then reads
+        # the row's last, partly selected granule at once and selects its elements after.
+        return semantic.load(ptr, mask, other, whole_granules=self.assume_aligned)
 
     @builtin
     def store(self, offsets, value, _semantic=None):

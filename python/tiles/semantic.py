@@ -898,7 +898,10 @@ def num_programs(axis: Any) -> tensor:
 
 # -- memory -------------------------------------------------------------------------------------
 
-def load(ptr: Any, mask: Any = None, other: Any = None, volatile: bool = False) -> tensor:
+def load(ptr: Any, mask: Any = None, other: Any = None, volatile: bool = False, whole_granules: bool = False) -> tensor:
+    """`whole_granules`: the rows read are a tensor descriptor's, 16-byte aligned, so any aligned
+    16-byte granule holding a selected element may be read whole (what lets a vector load run
+    past the end of a row whose length is unknown; the elements past it are not selected)."""
     if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():
         raise TypeError(f"load needs a pointer or a tile of pointers, got {ptr!r}")
     elem = ptr.dtype.element_ty
@@ -911,6 +914,8 @@ def load(ptr: Any, mask: Any = None, other: Any = None, volatile: bool = False) 
             other = None
         else:
             other = broadcast_to(cast(to_tensor(other, elem if _is_literal(other) else None), elem), ptr.shape)
+    if whole_granules and mask is not None:
+        return make(_be().load(ptr, mask, other, bool(_unwrap(volatile)), whole_granules=True), elem, ptr.shape)
     return make(_be().load(ptr, mask, other, bool(_unwrap(volatile))), elem, ptr.shape)
 
 

@@ -211,6 +211,18 @@ impl<'ctx> Lowering<'ctx, '_> {
             for l in loaded {
                 out.extend(l);
             }
+            if let (true, Some(mr)) = (m.prefix_mask && vec > 1, &mask) {
+                // The vector was read when its first element is selected; the mask holds on a
+                // prefix of it, so the rest are selected one by one.
+                for (i, x) in out.iter_mut().enumerate().filter(|(i, _)| i % vec != 0) {
+                    let keep = mr[i.min(mr.len() - 1)].into_int_value();
+                    let alt = match &other {
+                        Some(o) => o[i.min(o.len() - 1)],
+                        None => x.get_type().const_zero(),
+                    };
+                    *x = self.b.build_select(keep, *x, alt, "pick")?;
+                }
+            }
         } else {
             // One element per load (`vec` is 1): element k is its run's first element's value.
             let mut next = loaded.into_iter();

@@ -661,17 +661,36 @@ impl<'ctx> Lowering<'ctx, '_> {
         // (PTX 7.5), which ptxas folds into the copy. A source size chosen by `select` per copy
         // became chains of `selp` on the conjunction's terms (4 per copy in a two-sided
         // bounds check) and a compare back to a predicate.
+        // A mask true on a prefix of each copy's elements (`prefix_mask`) gives the copy a
+        // source size in place of the predicate: it reads the selected elements and
+        // zero-fills the rest.
         let kind = if bytes == 16 { "cg" } else { "ca" };
         let template = match mask {
             Some(_) => format!("cp.async.{kind}.shared.global [$0], [$1], {bytes}, $2;"),
             None => format!("cp.async.{kind}.shared.global [$0], [$1], {bytes};"),
         };
+        let i32t = self.cx.i32_type();
+        let eb = i32t.const_int(t.elem.bytes() as u64, false);
         let sptrs =
             self.smem_ptrs_of_regs(&t, &geo, geo.regs.chunks(vec).map(|ch| ch[0].as_slice()))?;
         for (ci, &sp) in sptrs.iter().enumerate() {
             let saddr = self.b.build_ptr_to_int(sp, self.cx.i32_type(), "sa")?;
             let g = ptrs[ci * vec];
             match &mask {
+                Some(m) if a.prefix_mask => {
+                    let mut n = i32t.const_zero();
+                    for k in 0..vec {
+                        let on = m[ci * vec + k].into_int_value();
+                        let one = self.b.build_int_z_extend(on, i32t, "on")?;
+                        n = self.b.build_int_add(n, one, "n")?;
+                    }
+                    let size = self.b.build_int_mul(n, eb, "src_size")?;
+                    self.asm_void(
+                        &template,
+                        "r,l,r,~{memory}",
+                        &[saddr.into(), g, size.into()],
+                    )?;
+                }
                 Some(m) => {
                     let on = m[ci * vec].into_int_value();
                     let off = self.b.build_not(on, "ignore")?;

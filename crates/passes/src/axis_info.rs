@@ -12,7 +12,10 @@
 //! - `contiguity[d]`: the values come in runs of this many consecutive integers (step +1);
 //! - `divisibility[d]`: the first value of every such run is a multiple of this (bytes, for
 //!   pointers);
-//! - `constancy[d]`: the values come in runs of this many equal values.
+//! - `constancy[d]`: the values come in runs of this many equal values;
+//! - `prefix[d]` (masks): in runs of this many elements the mask is true on a prefix of the run,
+//!   then false (at least `constancy[d]`: a uniform run is a prefix). `x < n` over a run of
+//!   consecutive `x` and a uniform `n` is one; conjunctions and disjunctions keep it.
 //!
 //! As in Triton's analysis, the rules for `%`, `//`, `>>` and comparisons take integer index
 //! values to be non-negative (offsets built from program ids, `arange` and sizes): C division
@@ -37,6 +40,8 @@ pub struct AxisInfo {
     pub divisibility: [u64; MAX_RANK],
     /// Runs of equal values, per dimension.
     pub constancy: [u64; MAX_RANK],
+    /// Masks: runs true on a prefix, then false, per dimension (at least `constancy`).
+    pub prefix: [u64; MAX_RANK],
     /// The value, when it is one known integer everywhere.
     pub constant: Option<i64>,
 }
@@ -47,6 +52,7 @@ impl Default for AxisInfo {
             contiguity: [1; MAX_RANK],
             divisibility: [1; MAX_RANK],
             constancy: [1; MAX_RANK],
+            prefix: [1; MAX_RANK],
             constant: None,
         }
     }
@@ -134,6 +140,7 @@ fn meet(a: &AxisInfo, b: &AxisInfo) -> AxisInfo {
         out.contiguity[d] = gcd(a.contiguity[d], b.contiguity[d]).max(1);
         out.divisibility[d] = gcd(a.divisibility[d], b.divisibility[d]).max(1);
         out.constancy[d] = gcd(a.constancy[d], b.constancy[d]).max(1);
+        out.prefix[d] = gcd(a.prefix[d], b.prefix[d]).max(1);
     }
     out.constant = if a.constant == b.constant {
         a.constant
@@ -287,6 +294,7 @@ fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
                     out.contiguity[d] = a.contiguity[k];
                     out.divisibility[d] = a.divisibility[k];
                     out.constancy[d] = a.constancy[k];
+                    out.prefix[d] = a.prefix[k];
                     k += 1;
                 }
             }
@@ -300,6 +308,7 @@ fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
                 if src.dims()[d] == 1 && shape[d] != 1 {
                     out.contiguity[d] = 1;
                     out.constancy[d] = shape[d] as u64;
+                    out.prefix[d] = shape[d] as u64;
                 }
             }
             out
@@ -319,7 +328,10 @@ fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
             out.constant = None;
             out
         }
-        OpKind::Compare(pred, _) => compare(pred, &get(0), &get(1), rank),
+        OpKind::Compare(pred, _) => {
+            let signed = matches!(func.ty(data.operands[0]).elem, Elem::Num(t) if t.is_signed());
+            compare(pred, &get(0), &get(1), rank, signed)
+        }
         OpKind::Hint { kind, values } => {
             // The user's promise replaces what the analysis found (as in Triton).
             let mut a = get(0);
@@ -376,6 +388,10 @@ fn visit(func: &Function, op: Op, infos: &mut SecondaryMap<Value, AxisInfo>) {
         }
         _ => AxisInfo::default(),
     };
+    let mut info = info;
+    for d in 0..MAX_RANK {
+        info.prefix[d] = info.prefix[d].max(info.constancy[d]);
+    }
     infos.set(res, info);
 }
 
@@ -384,6 +400,10 @@ fn binary(op: BinaryOp, a: &AxisInfo, b: &AxisInfo, rank: usize) -> AxisInfo {
     let known = a.constant.zip(b.constant);
     for d in 0..rank.max(1) {
         out.constancy[d] = gcd(a.constancy[d], b.constancy[d]);
+        if matches!(op, BinaryOp::And | BinaryOp::Or) {
+            // Of two masks true on prefixes of a run, both and either are too.
+            out.prefix[d] = gcd(a.prefix[d], b.prefix[d]);
+        }
         match op {
             BinaryOp::Add | BinaryOp::Sub => {
                 let from_a = gcd(a.contiguity[d], b.constancy[d]);
@@ -463,9 +483,19 @@ fn binary(op: BinaryOp, a: &AxisInfo, b: &AxisInfo, rank: usize) -> AxisInfo {
     out
 }
 
-fn compare(pred: CmpPred, a: &AxisInfo, b: &AxisInfo, rank: usize) -> AxisInfo {
+fn compare(pred: CmpPred, a: &AxisInfo, b: &AxisInfo, rank: usize, signed: bool) -> AxisInfo {
     let mut out = AxisInfo::default();
     for d in 0..rank.max(1) {
+        // `x < n`, `x <= n`, `n > x`, `n >= x` with x consecutive over a run and n uniform
+        // there hold on a prefix of the run: signed only (unsigned, a run through zero wraps).
+        let (inc, bound) = match pred {
+            CmpPred::Lt | CmpPred::Le => (a, b),
+            CmpPred::Gt | CmpPred::Ge => (b, a),
+            _ => (a, a),
+        };
+        if signed && !std::ptr::eq(inc, bound) {
+            out.prefix[d] = gcd(inc.contiguity[d], bound.constancy[d]).max(1);
+        }
         let mut k = gcd(a.constancy[d], b.constancy[d]);
         // `x < n` (or `x >= n`) with x in aligned runs of consecutive values and n a uniform
         // multiple of the run length is uniform over each such run; `n > x`, `n <= x` likewise.
@@ -527,6 +557,44 @@ mod tests {
         assert_eq!(info.get(offs).contiguity[0], 1024);
         assert_eq!(info.get(offs).divisibility[0], 1024);
         assert_eq!(info.get(mask).constancy[0], 16);
+    }
+
+    #[test]
+    fn bounds_checks_of_consecutive_offsets_hold_on_prefixes() {
+        // offs = pid * 64 + arange(64) against n of unknown alignment: `offs < n` is true on a
+        // prefix of the run (not uniform), as is its conjunction with `offs >= 0`; `offs > n`
+        // holds on a suffix, and unsigned compares of a run can wrap: neither is a prefix.
+        let mut b = Builder::new("k", 4);
+        let n = b.param("n", Elem::Num(DType::I32), 1);
+        let u = b.param("u", Elem::Num(DType::U32), 1);
+        let i32t = tile_ir::Type::num(DType::I32);
+        let pid = b.program_id(0).unwrap();
+        let c64 = b.constant(Const::Int(64), i32t).unwrap();
+        let zero = b.constant(Const::Int(0), i32t).unwrap();
+        let start = b.binary(BinaryOp::Mul, pid, c64).unwrap();
+        let r = b.arange(0, 64).unwrap();
+        let shape = b.func.ty(r).shape;
+        let s = b.splat(start, shape).unwrap();
+        let offs = b.binary(BinaryOp::Add, s, r).unwrap();
+        let ns = b.splat(n, shape).unwrap();
+        let zs = b.splat(zero, shape).unwrap();
+        let below = b.compare(CmpPred::Lt, offs, ns).unwrap();
+        let above = b.compare(CmpPred::Ge, offs, zs).unwrap();
+        let inside = b.binary(BinaryOp::And, below, above).unwrap();
+        let past = b.compare(CmpPred::Gt, offs, ns).unwrap();
+        let bound = b.compare(CmpPred::Gt, ns, offs).unwrap();
+        let uoffs = b.cast(offs, Elem::Num(DType::U32)).unwrap();
+        let us = b.splat(u, shape).unwrap();
+        let unsigned = b.compare(CmpPred::Lt, uoffs, us).unwrap();
+        let f = b.finish();
+        let info = analyze(&f);
+        assert_eq!(info.get(below).constancy[0], 1);
+        assert_eq!(info.get(below).prefix[0], 64);
+        assert_eq!(info.get(above).constancy[0], 64);
+        assert_eq!(info.get(inside).prefix[0], 64);
+        assert_eq!(info.get(bound).prefix[0], 64);
+        assert_eq!(info.get(past).prefix[0], 1);
+        assert_eq!(info.get(unsigned).prefix[0], 1);
     }
 
     #[test]

@@ -66,7 +66,7 @@ fn coalesced(
     func: &Function,
     axis: &AxisInfoMap,
     ptr: Value,
-    mask: Option<Value>,
+    mask: Option<Mask>,
     num_warps: u32,
 ) -> (BlockedLayout, u8) {
     let ty = *func.ty(ptr);
@@ -89,13 +89,47 @@ fn coalesced(
     )
 }
 
+/// An access's mask, and whether a vector may read past its selected elements (a load of
+/// [`MemAttrs::whole_granules`]): then a mask true on a prefix of the vector is enough.
+#[derive(Copy, Clone)]
+struct Mask {
+    value: Value,
+    whole_granules: bool,
+}
+
+impl Mask {
+    fn of(func: &Function, op: Op) -> Option<Mask> {
+        let d = &func.ops[op];
+        let (value, whole_granules) = match d.kind {
+            OpKind::Load(m) if m.masked => (d.operands[1], m.whole_granules),
+            OpKind::Store(m) if m.masked => (d.operands[2], false),
+            OpKind::Atomic(a) if a.masked => (*d.operands.last()?, false),
+            _ => return None,
+        };
+        Some(Mask {
+            value,
+            whole_granules,
+        })
+    }
+
+    /// The runs along `d` a vector access may span under this mask.
+    fn runs(&self, axis: &AxisInfoMap, d: usize) -> u64 {
+        let info = axis.get(self.value);
+        if self.whole_granules {
+            info.prefix[d]
+        } else {
+            info.constancy[d]
+        }
+    }
+}
+
 /// The widest access along dimension `d` of a pointer tile that its axis info proves
 /// contiguous, aligned and uniformly masked (at most 16 bytes), whatever the layout.
 fn proven_vector(
     func: &Function,
     axis: &AxisInfoMap,
     ptr: Value,
-    mask: Option<Value>,
+    mask: Option<Mask>,
     d: usize,
 ) -> u64 {
     let ty = func.ty(ptr);
@@ -109,7 +143,7 @@ fn proven_vector(
         .min((info.divisibility[d] / eb).max(1))
         .min((16 / eb).max(1));
     if let Some(m) = mask {
-        vec = vec.min(axis.get(m).constancy[d].max(1));
+        vec = vec.min(m.runs(axis, d).max(1));
     }
     floor_pow2(vec)
 }
@@ -231,16 +265,12 @@ impl Assigner<'_> {
     fn find_anchors(&mut self) {
         for op in self.func.ops_in_order() {
             let data = &self.func.ops[op];
-            let (ptr, mask, atomic) = match data.kind {
-                OpKind::Load(m) => (data.operands[0], m.masked.then(|| data.operands[1]), false),
-                OpKind::Store(m) => (data.operands[0], m.masked.then(|| data.operands[2]), false),
-                OpKind::Atomic(a) => (
-                    data.operands[0],
-                    a.masked.then(|| *data.operands.last().expect("mask")),
-                    true,
-                ),
+            let (ptr, atomic) = match data.kind {
+                OpKind::Load(_) | OpKind::Store(_) => (data.operands[0], false),
+                OpKind::Atomic(_) => (data.operands[0], true),
                 _ => continue,
             };
+            let mask = Mask::of(self.func, op);
             if self.func.ty(ptr).is_scalar() {
                 continue;
             }
@@ -482,10 +512,8 @@ impl Assigner<'_> {
                             .single_demand(r)
                             .filter(|&w| w != l && !operand(self.func, w))
                         {
-                            let d = &self.func.ops[op];
-                            let mask = matches!(d.kind, OpKind::Load(m) if m.masked)
-                                .then(|| d.operands[1]);
-                            let ptr = d.operands[0];
+                            let mask = Mask::of(self.func, op);
+                            let ptr = self.func.ops[op].operands[0];
                             let want_dim = self.func.layouts[want].contiguous_dim();
                             let want_vec = match want_dim {
                                 Some((dim, spt)) => {
@@ -504,8 +532,15 @@ impl Assigner<'_> {
                     }
                     self.decided.set(r, Some(l));
                 }
+                // A vector wider than the mask's uniform runs reads whole granules under a
+                // prefix mask (`proven_vector`): the lowering then selects element by element.
+                let prefix_mask = Mask::of(self.func, op).is_some_and(|m| {
+                    let dim = self.func.layouts[l].contiguous_dim().map_or(0, |c| c.0);
+                    m.whole_granules && self.axis.get(m.value).constancy[dim] < vec as u64
+                });
                 if let OpKind::Load(m) | OpKind::Store(m) = &mut self.func.ops[op].kind {
                     m.vector = vec;
+                    m.prefix_mask = prefix_mask;
                 }
                 self.demand_operands(op, l);
             }

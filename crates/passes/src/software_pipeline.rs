@@ -352,7 +352,10 @@ impl Cursor {
                 ..pty
             };
             let v = self.push(func, OpKind::Splat, vec![valid], Some(mty));
-            let masked = matches!(d.kind, OpKind::Load(m) if m.masked);
+            let (masked, prefix_mask) = match d.kind {
+                OpKind::Load(m) => (m.masked, m.prefix_mask),
+                _ => (false, false),
+            };
             let mask = if masked {
                 let m = *env.get(&d.operands[1]).unwrap_or(&d.operands[1]);
                 self.push(func, OpKind::Binary(BinaryOp::And), vec![m, v], Some(mty))
@@ -364,6 +367,7 @@ impl Cursor {
                 stages: stages as u8,
                 masked: true,
                 vector: vec,
+                prefix_mask,
             };
             self.push(func, OpKind::AsyncCopy(attrs), vec![ptr, slot, mask], None);
         }

@@ -456,6 +456,17 @@ impl Builder {
         other: Option<Value>,
         volatile: bool,
     ) -> R<Value> {
+        self.load_with(ptr, mask, other, volatile, false)
+    }
+
+    fn load_with(
+        &mut self,
+        ptr: Value,
+        mask: Option<Value>,
+        other: Option<Value>,
+        volatile: bool,
+        whole_granules: bool,
+    ) -> R<Value> {
         let tp = self.check(ptr)?;
         let Elem::Ptr(d) = tp.elem else {
             return Err(BuildError::OperandType {
@@ -485,8 +496,21 @@ impl Builder {
             vector: 0,
             volatile,
             runs: [0; crate::MAX_RANK],
+            whole_granules,
+            prefix_mask: false,
         };
         Ok(self.push1(OpKind::Load(attrs), operands, result))
+    }
+
+    /// A masked load whose selected elements lie in rows that any aligned 16-byte granule
+    /// of may be read whole ([`MemAttrs::whole_granules`]: a tensor descriptor's block).
+    pub fn load_whole_granules(
+        &mut self,
+        ptr: Value,
+        mask: Value,
+        other: Option<Value>,
+    ) -> R<Value> {
+        self.load_with(ptr, Some(mask), other, false, true)
     }
 
     /// Stores `value` through `ptr` where `mask` holds.

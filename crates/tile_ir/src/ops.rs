@@ -349,6 +349,9 @@ pub struct AsyncCopyAttrs {
     pub masked: bool,
     /// Elements per copy instruction (4, 8 or 16 bytes).
     pub vector: u8,
+    /// The mask is true on a prefix of each copy's elements, not on all or none: the copy
+    /// reads that many and zero-fills the rest (from the load's [`MemAttrs::prefix_mask`]).
+    pub prefix_mask: bool,
 }
 
 /// Attributes of a load or a store.
@@ -366,6 +369,14 @@ pub struct MemAttrs {
     /// under one mask (a power of two; 0 or 1: none known), set with the layouts. A thread
     /// holding several elements of a run loads it once.
     pub runs: [u8; 8],
+    /// Loads: any aligned 16-byte granule holding an element the mask selects may be read
+    /// whole (the rows of a tensor descriptor: 16-byte aligned, as Triton's TMA contract
+    /// says). Lets a vector run whose mask is true on a prefix only be read at once.
+    pub whole_granules: bool,
+    /// Loads: the mask is true on a prefix of each vector's elements, not uniform over it
+    /// (set with the layouts, for `whole_granules` loads): the vector is read when its first
+    /// element is selected and the rest are selected one by one.
+    pub prefix_mask: bool,
 }
 
 // `runs` spells its length out: naming `MAX_RANK` there made rustc 1.95 ICE on closures that

@@ -612,6 +612,8 @@ impl Parser<'_> {
                     vector,
                     volatile: flag("volatile"),
                     runs,
+                    whole_granules: flag("whole_granules"),
+                    prefix_mask: flag("prefix_mask"),
                 };
                 if name == "load" {
                     OpKind::Load(m)
@@ -636,6 +638,7 @@ impl Parser<'_> {
                 stages: self.small(self.attr_int(attrs, "stages", at)?, at)?,
                 masked: flag("masked"),
                 vector: self.small(self.attr_int(attrs, "vector", at)?, at)?,
+                prefix_mask: flag("prefix_mask"),
             }),
             "async_commit" => OpKind::AsyncCommit,
             "async_wait" => OpKind::AsyncWait {

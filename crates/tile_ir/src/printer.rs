@@ -117,11 +117,12 @@ fn attrs(func: &Function, kind: &OpKind, rank: usize) -> String {
         OpKind::Reduce { axis } => format!(" {{axis = {axis}}}"),
         OpKind::For { stages } if *stages > 0 => format!(" {{stages = {stages}}}"),
         OpKind::AsyncCopy(a) => format!(
-            " {{buf = {}, stages = {}{}, vector = {}}}",
+            " {{buf = {}, stages = {}{}, vector = {}{}}}",
             a.buf,
             a.stages,
             if a.masked { ", masked" } else { "" },
-            a.vector
+            a.vector,
+            if a.prefix_mask { ", prefix_mask" } else { "" }
         ),
         OpKind::AsyncWait { pending } => format!(" {{pending = {pending}}}"),
         OpKind::LocalView { buf, stages, trans } => format!(
@@ -158,6 +159,12 @@ fn attrs(func: &Function, kind: &OpKind, rank: usize) -> String {
             }
             if m.volatile {
                 parts.push("volatile".to_string());
+            }
+            if m.whole_granules {
+                parts.push("whole_granules".to_string());
+            }
+            if m.prefix_mask {
+                parts.push("prefix_mask".to_string());
             }
             if m.has_runs() {
                 let n = m.runs.iter().rposition(|&r| r > 1).map_or(0, |i| i + 1);

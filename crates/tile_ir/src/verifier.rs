@@ -304,6 +304,15 @@ impl Verifier<'_> {
             OpKind::Load(m) if m.masked && ty(operands[1]).elem != Elem::Num(DType::I1) => {
                 self.err(op, "a mask must be i1".into());
             }
+            OpKind::Load(m) if (m.prefix_mask || m.whole_granules) && !m.masked => {
+                self.err(
+                    op,
+                    "whole_granules and prefix_mask describe a mask: the load has none".into(),
+                );
+            }
+            OpKind::AsyncCopy(a) if a.prefix_mask && !a.masked => {
+                self.err(op, "prefix_mask describes a mask: the copy has none".into());
+            }
             OpKind::For { .. } => {
                 let body = f.region_block(op, 0);
                 let args = &f.blocks[body].args;

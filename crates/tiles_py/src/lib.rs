@@ -239,22 +239,25 @@ impl IrBuilder {
         Ok(self.b()?.addptr(p, o).map_err(BoundaryError::from)?.0)
     }
 
-    #[pyo3(signature = (ptr, mask=None, other=None, volatile=false))]
+    /// `whole_granules`: a tensor descriptor's block (see `MemAttrs::whole_granules`).
+    #[pyo3(signature = (ptr, mask=None, other=None, volatile=false, whole_granules=false))]
     fn load(
         &mut self,
         ptr: u32,
         mask: Option<u32>,
         other: Option<u32>,
         volatile: bool,
+        whole_granules: bool,
     ) -> PyResult<u32> {
         let p = self.v(ptr)?;
         let m = mask.map(|m| self.v(m)).transpose()?;
         let o = other.map(|o| self.v(o)).transpose()?;
-        Ok(self
-            .b()?
-            .load(p, m, o, volatile)
-            .map_err(BoundaryError::from)?
-            .0)
+        let b = self.b()?;
+        let v = match m {
+            Some(m) if whole_granules && !volatile => b.load_whole_granules(p, m, o),
+            _ => b.load(p, m, o, volatile),
+        };
+        Ok(v.map_err(BoundaryError::from)?.0)
     }
 
     #[pyo3(signature = (ptr, value, mask=None))]
