@@ -12,7 +12,7 @@
 
 use crate::lower::{int_type, Geometry, Lowering, R};
 use inkwell::types::BasicTypeEnum;
-use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
+use inkwell::values::{BasicValueEnum, InstructionOpcode, IntValue, PointerValue};
 use std::collections::HashMap;
 use tile_ir::{DType, Elem, Op, OpKind, Value};
 
@@ -625,6 +625,56 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// `cp.async` of each thread's chunks into the ring slot; masked-off chunks are zero-filled
     /// (source size 0, nothing read).
+    /// The bytes a copy under a prefix mask reads: `eb` per selected element. Each element's
+    /// mask is a conjunction; the terms every element shares (a row's bounds check, the
+    /// iteration's validity) decide the copy as a whole and the rest (the column's bounds
+    /// check) are counted: `shared ? count(rest) * eb : 0`. Copies of one thread along a
+    /// column read the same `rest` values, so the count is computed once for them.
+    fn prefix_source_size(
+        &mut self,
+        mask: &[BasicValueEnum<'ctx>],
+        eb: IntValue<'ctx>,
+    ) -> R<IntValue<'ctx>> {
+        let terms: Vec<Vec<IntValue<'ctx>>> =
+            mask.iter().map(|m| conjuncts(m.into_int_value())).collect();
+        let shared: Vec<IntValue<'ctx>> = terms[0]
+            .iter()
+            .copied()
+            .filter(|t| terms[1..].iter().all(|ts| ts.contains(t)))
+            .collect();
+        let i32t = self.cx.i32_type();
+        let mut n = i32t.const_zero();
+        for ts in &terms {
+            let mut on: Option<IntValue<'ctx>> = None;
+            for t in ts.iter().filter(|t| !shared.contains(t)) {
+                on = Some(match on {
+                    Some(x) => self.b.build_and(x, *t, "on")?,
+                    None => *t,
+                });
+            }
+            let one = match on {
+                Some(x) => self.b.build_int_z_extend(x, i32t, "one")?,
+                None => i32t.const_int(1, false),
+            };
+            n = self.b.build_int_add(n, one, "n")?;
+        }
+        let bytes = self.b.build_int_mul(n, eb, "bytes")?;
+        let mut all: Option<IntValue<'ctx>> = None;
+        for t in shared {
+            all = Some(match all {
+                Some(x) => self.b.build_and(x, t, "all")?,
+                None => t,
+            });
+        }
+        Ok(match all {
+            Some(c) => self
+                .b
+                .build_select(c, bytes, i32t.const_zero(), "src_size")?
+                .into_int_value(),
+            None => bytes,
+        })
+    }
+
     pub fn lower_async_copy(
         &mut self,
         data: &tile_ir::OpData,
@@ -678,13 +728,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             let g = ptrs[ci * vec];
             match &mask {
                 Some(m) if a.prefix_mask => {
-                    let mut n = i32t.const_zero();
-                    for k in 0..vec {
-                        let on = m[ci * vec + k].into_int_value();
-                        let one = self.b.build_int_z_extend(on, i32t, "on")?;
-                        n = self.b.build_int_add(n, one, "n")?;
-                    }
-                    let size = self.b.build_int_mul(n, eb, "src_size")?;
+                    let size = self.prefix_source_size(&m[ci * vec..(ci + 1) * vec], eb)?;
                     self.asm_void(
                         &template,
                         "r,l,r,~{memory}",
@@ -701,6 +745,32 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         Ok(())
     }
+}
+
+/// The terms of a conjunction of i1 values (`and` instructions, flattened; `v` itself when it
+/// is no conjunction), each once, in a fixed order.
+fn conjuncts(v: IntValue<'_>) -> Vec<IntValue<'_>> {
+    let mut out: Vec<IntValue> = Vec::new();
+    let mut stack = vec![v];
+    while let Some(x) = stack.pop() {
+        let and = x.as_instruction().filter(|i| {
+            i.get_opcode() == InstructionOpcode::And && x.get_type().get_bit_width() == 1
+        });
+        let ops = and.and_then(|i| {
+            let a = i.get_operand(0)?.value()?;
+            let b = i.get_operand(1)?.value()?;
+            Some([a.into_int_value(), b.into_int_value()])
+        });
+        match ops {
+            Some([a, b]) => {
+                stack.push(b);
+                stack.push(a);
+            }
+            None if !out.contains(&x) => out.push(x),
+            None => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]
