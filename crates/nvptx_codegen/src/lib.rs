@@ -411,6 +411,13 @@ pub fn generate_ptx_with(
     init_llvm();
     let t0 = std::time::Instant::now();
     let cx = Context::create();
+    if !options.keep_llvm_ir && std::env::var_os("TILES_LLVM_ARGS").is_none() {
+        // Values keep their names only for someone reading the IR (`keep_llvm_ir`, or LLVM
+        // printing it through `TILES_LLVM_ARGS`): naming them cost 3-4 % of a matmul's
+        // compile (23.1 against 24.0 ms to PTX, same PTX).
+        // SAFETY: `cx` is a live context that no other thread uses.
+        unsafe { inkwell::llvm_sys::core::LLVMContextSetDiscardValueNames(cx.raw(), 1) };
+    }
     let lowered = lower::lower_kernel(&cx, func, target, options)?;
     let t_lower = t0.elapsed().as_secs_f64();
     let module = lowered.module;

@@ -79,6 +79,7 @@ pub(crate) struct Lowering<'ctx, 'f> {
     warp: IntValue<'ctx>,
     pub tid: IntValue<'ctx>,
     geometry: HashMap<(LayoutId, Shape), Rc<Geometry<'ctx>>>,
+    thread_terms: HashMap<tile_ir::DimThreadMap, IntValue<'ctx>>,
     pub smem: Option<GlobalValue<'ctx>>,
     pub smem_bytes: u32,
     pub cur_line: u32,
@@ -506,6 +507,7 @@ pub(crate) fn lower_kernel<'ctx>(
         warp,
         tid,
         geometry: HashMap::new(),
+        thread_terms: HashMap::new(),
         smem: None,
         smem_bytes: 0,
         cur_line: 0,
@@ -679,7 +681,12 @@ impl<'ctx> Lowering<'ctx, '_> {
                     .build_int_compare(IntPredicate::ULT, raw, self.i32(size), "own")?;
                 and(self, c)?;
             }
-            thread.push(self.b.build_and(raw, self.i32(size - 1), "toff")?);
+            // Offsets past the tile wrap (a thread then holds a copy); others are in range.
+            thread.push(if covered > size {
+                self.b.build_and(raw, self.i32(size - 1), "toff")?
+            } else {
+                raw
+            });
             let most =
                 m.lane_mask as u64 * m.lane_mul as u64 + m.warp_mask as u64 * m.warp_mul as u64;
             thread_bound.push((most + 1).min(size) as u32);
@@ -724,20 +731,38 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(p)
     }
 
-    fn thread_term(&self, m: &tile_ir::DimThreadMap) -> R<IntValue<'ctx>> {
-        let part = |id: IntValue<'ctx>, shift: u32, mask: u32, mul: u32| -> R<IntValue<'ctx>> {
-            if mask == 0 {
-                return Ok(self.i32(0));
-            }
-            let s = self
-                .b
-                .build_right_shift(id, self.i32(shift as u64), false, "t")?;
-            let a = self.b.build_and(s, self.i32(mask as u64), "t")?;
-            Ok(self.b.build_int_mul(a, self.i32(mul as u64), "t")?)
-        };
+    /// A dimension's thread offset (in the prologue, once per distinct map: layouts of one
+    /// kernel share most of theirs; the trivial shifts, masks and products are not emitted).
+    fn thread_term(&mut self, m: &tile_ir::DimThreadMap) -> R<IntValue<'ctx>> {
+        if let Some(&t) = self.thread_terms.get(m) {
+            return Ok(t);
+        }
+        let part =
+            |id: IntValue<'ctx>, shift: u32, mask: u32, mul: u32| -> R<Option<IntValue<'ctx>>> {
+                if mask == 0 {
+                    return Ok(None);
+                }
+                let mut x = id;
+                if shift > 0 {
+                    x = self
+                        .b
+                        .build_right_shift(x, self.i32(shift as u64), false, "t")?;
+                }
+                x = self.b.build_and(x, self.i32(mask as u64), "t")?;
+                if mul != 1 {
+                    x = self.b.build_int_mul(x, self.i32(mul as u64), "t")?;
+                }
+                Ok(Some(x))
+            };
         let l = part(self.lane, m.lane_shift, m.lane_mask, m.lane_mul)?;
         let w = part(self.warp, m.warp_shift, m.warp_mask, m.warp_mul)?;
-        Ok(self.b.build_int_add(l, w, "t")?)
+        let t = match (l, w) {
+            (Some(l), Some(w)) => self.b.build_int_add(l, w, "t")?,
+            (Some(x), None) | (None, Some(x)) => x,
+            (None, None) => self.i32(0),
+        };
+        self.thread_terms.insert(*m, t);
+        Ok(t)
     }
 
     /// The predicate "this thread holds the first copy": `None` when every copy is unique.
@@ -799,16 +824,17 @@ impl<'ctx> Lowering<'ctx, '_> {
             OpKind::Arange { start, .. } => {
                 let ty = rty.expect("arange has a result");
                 let g = self.geometry(&ty)?;
-                let base =
-                    self.b
-                        .build_int_add(g.thread[0], self.i32(start as i64 as u64), "ar")?;
+                let add = |lw: &Self, x: IntValue<'ctx>, c: u64| -> R<IntValue<'ctx>> {
+                    Ok(if c == 0 {
+                        x
+                    } else {
+                        lw.b.build_int_add(x, lw.i32(c), "ar")?
+                    })
+                };
+                let base = add(self, g.thread[0], start as i64 as u64)?;
                 let mut out = Vec::with_capacity(g.regs.len());
                 for r in g.regs.iter() {
-                    out.push(
-                        self.b
-                            .build_int_add(base, self.i32(r[0] as u64), "ar")?
-                            .into(),
-                    );
+                    out.push(add(self, base, r[0] as u64)?.into());
                 }
                 self.set(op, out);
             }

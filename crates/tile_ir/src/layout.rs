@@ -207,7 +207,7 @@ fn push_unique(
 
 /// How one dimension's thread offset is formed from the lane and warp ids:
 /// `((lane >> lane_shift) & lane_mask) * lane_mul + ((warp >> warp_shift) & warp_mask) * warp_mul`.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct DimThreadMap {
     /// Shift applied to the lane id.
     pub lane_shift: u32,
