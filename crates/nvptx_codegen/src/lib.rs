@@ -59,6 +59,7 @@
 #![deny(missing_docs)]
 
 mod debug;
+mod demand;
 mod dot;
 mod inline_asm;
 mod lower;

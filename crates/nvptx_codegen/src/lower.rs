@@ -80,6 +80,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub tid: IntValue<'ctx>,
     geometry: HashMap<(LayoutId, Shape), Rc<Geometry<'ctx>>>,
     thread_terms: HashMap<tile_ir::DimThreadMap, IntValue<'ctx>>,
+    /// The registers of each tile that some op reads ([`crate::demand`]).
+    demand: crate::demand::Demand,
     pub smem: Option<GlobalValue<'ctx>>,
     pub smem_bytes: u32,
     pub cur_line: u32,
@@ -508,6 +510,7 @@ pub(crate) fn lower_kernel<'ctx>(
         tid,
         geometry: HashMap::new(),
         thread_terms: HashMap::new(),
+        demand: HashMap::new(),
         smem: None,
         smem_bytes: 0,
         cur_line: 0,
@@ -537,6 +540,7 @@ pub(crate) fn lower_kernel<'ctx>(
         lw.deferred = deferred_dots(func, &lw.async_dots);
     }
     lw.plan_rings()?;
+    lw.demand = lw.analyze_demand()?;
     for (i, &a) in entry_args.iter().enumerate() {
         let p = kernel
             .get_nth_param(i as u32)
@@ -983,8 +987,20 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let ty = rty.expect("elementwise ops have a result");
                 let n = self.nregs(&ty)?;
                 let leaders = self.uniform_run_leaders(data.kind, &ty)?;
+                // Registers no op reads are zeros (comparisons over uniform runs, which copy
+                // their runs' first registers, are built whole).
+                let want = match (&leaders, self.demand.get(&data.results[0])) {
+                    (None, Some(w)) if w.len() == n => Some(w.clone()),
+                    (None, None) => Some(vec![false; n]),
+                    _ => None,
+                };
+                let zero = llvm_type(self.cx, ty.elem).const_zero();
                 let mut out: Vec<BasicValueEnum<'ctx>> = Vec::with_capacity(n);
                 for i in 0..n {
+                    if want.as_ref().is_some_and(|w| !w[i]) {
+                        out.push(zero);
+                        continue;
+                    }
                     if let Some(&l) = leaders.as_ref().and_then(|ls| ls.get(i)) {
                         if l < i {
                             out.push(out[l]);

@@ -24,7 +24,7 @@ enum Loaded<'ctx> {
 impl<'ctx> Lowering<'ctx, '_> {
     /// The vector width usable for a tile access: the op's `vector` if every run of that many
     /// registers is contiguous along the layout's fastest dimension, else 1.
-    fn usable_vector(&mut self, ty: &Type, m: MemAttrs) -> R<usize> {
+    pub(crate) fn usable_vector(&mut self, ty: &Type, m: MemAttrs) -> R<usize> {
         let vec = (m.vector as usize).max(1);
         if ty.is_scalar() || vec == 1 {
             return Ok(1);
