@@ -22,6 +22,8 @@ UNARY = {
     "normcdfinv": (None, (0.01, 0.99)), "logb": (lambda x: np.frexp(x)[1] - 1.0, (-1e4, 1e4)),
     "erfcx": (None, (-3, 10)), "lgamma": (None, (-8.7, 30)), "tgamma": (None, (-5.5, 20)),
     "rsqrt_rn": (lambda x: 1 / np.sqrt(x), (1e-2, 1e4)),
+    "j0": (None, (-30, 30)), "j1": (None, (-30, 30)), "y0": (None, (0.05, 30)), "y1": (None, (0.05, 30)),
+    "cyl_bessel_i0": (None, (-20, 20)), "cyl_bessel_i1": (None, (-20, 20)),
 }
 BINARY = {
     "pow": (np.power, (0.1, 10), (-4, 4)), "atan2": (np.arctan2, (-5, 5), (-5, 5)),
@@ -60,10 +62,48 @@ def _math(name):
     return np.vectorize(getattr(math, name))
 
 
+def _gauss(lo, hi, n=256):
+    """Gauss-Legendre nodes and weights on [lo, hi] (columns broadcast against inputs)."""
+    t, w = np.polynomial.legendre.leggauss(n)
+    return (hi - lo) / 2 * t[:, None] + (hi + lo) / 2, (hi - lo) / 2 * w[:, None]
+
+
+def _bessel_j(nu):
+    # Bessel's integral: J_nu(x) = (1/pi) int_0^pi cos(nu t - x sin t) dt (no scipy needed).
+    def ref(x):
+        t, w = _gauss(0.0, np.pi)
+        return (w * np.cos(nu * t - x[None, :] * np.sin(t))).sum(0) / np.pi
+    return ref
+
+
+def _bessel_y(nu):
+    # Y_nu(x) = (1/pi) int_0^pi sin(x sin t - nu t) dt
+    #           - (1/pi) int_0^inf (e^(nu t) + (-1)^nu e^(-nu t)) e^(-x sinh t) dt  (x > 0)
+    def ref(x):
+        t, w = _gauss(0.0, np.pi)
+        first = (w * np.sin(x[None, :] * np.sin(t) - nu * t)).sum(0)
+        top = np.arcsinh(60.0 / x) + 1.0  # e^(-x sinh t) < e^-60 past it
+        u, v = np.polynomial.legendre.leggauss(256)
+        s, ws = (u[:, None] + 1) / 2 * top[None, :], v[:, None] / 2 * top[None, :]
+        second = (ws * (np.exp(nu * s) + (-1) ** nu * np.exp(-nu * s)) * np.exp(-x[None, :] * np.sinh(s))).sum(0)
+        return (first - second) / np.pi
+    return ref
+
+
+def _bessel_i(nu):
+    # I_nu(x) = (1/pi) int_0^pi e^(x cos t) cos(nu t) dt
+    def ref(x):
+        t, w = _gauss(0.0, np.pi)
+        return (w * np.exp(x[None, :] * np.cos(t)) * np.cos(nu * t)).sum(0) / np.pi
+    return ref
+
+
 REFS = {"round": _round_away, "erfc": _erfc, "erfinv": _erfinv, "erfcinv": lambda y: _erfinv(1 - y),
         "erfcx": lambda x: np.exp(x * x) * _erfc(x), "lgamma": _math("lgamma"), "tgamma": _math("gamma"),
         "remainder": _math("remainder"),
-        "normcdf": lambda x: 0.5 * _erfc(-x / np.sqrt(2)), "normcdfinv": lambda p: np.sqrt(2) * _erfinv(2 * p - 1)}
+        "normcdf": lambda x: 0.5 * _erfc(-x / np.sqrt(2)), "normcdfinv": lambda p: np.sqrt(2) * _erfinv(2 * p - 1),
+        "j0": _bessel_j(0), "j1": _bessel_j(1), "y0": _bessel_y(0), "y1": _bessel_y(1),
+        "cyl_bessel_i0": _bessel_i(0), "cyl_bessel_i1": _bessel_i(1)}
 
 
 @tiles.jit
@@ -281,6 +321,22 @@ def test_float_to_unsigned_conversions(dev, rng):
     got = dev.get(out).reshape(n, 4)
     xd = x.astype(np.float64)
     np.testing.assert_array_equal(got, np.stack([np.rint(xd), np.trunc(xd), np.floor(xd), np.ceil(xd)], 1))
+
+
+def test_bessel_edges(dev):
+    # Y is -inf at 0 and NaN below; J0 and I0 are even, J1 and I1 odd; I0 at 700 is finite
+    # (e^700 / sqrt(1400 pi): no overflow on the way).
+    x = np.array([0.0, -1.5, 1.5, -1e-9, 700.0, 12.0, 15.0, -12.0], np.float64)
+    out = {}
+    for name in ("j0", "j1", "y0", "y1", "cyl_bessel_i0", "cyl_bessel_i1"):
+        y = dev.put(np.full(8, 7.0, np.float64))
+        unary_kernel[(1,)](dev.put(x), y, 8, FN=name, BLOCK=8)
+        out[name] = dev.get(y)
+    assert out["y0"][0] == -np.inf and out["y1"][0] == -np.inf
+    assert np.isnan(out["y0"][[1, 3, 7]]).all() and np.isnan(out["y1"][[1, 3, 7]]).all()
+    assert out["j0"][1] == out["j0"][2] and out["j1"][1] == -out["j1"][2]
+    assert out["cyl_bessel_i0"][1] == out["cyl_bessel_i0"][2] and out["cyl_bessel_i1"][1] == -out["cyl_bessel_i1"][2]
+    assert np.isfinite(out["cyl_bessel_i0"][4]) and abs(out["cyl_bessel_i0"][4] / 1.5295933476718737e302 - 1) < 1e-9
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])

@@ -1094,6 +1094,171 @@ def rsqrt_rn(x, _semantic=None):
     return _back(semantic.cast(1.0 / semantic.unary_math("sqrt", w), core.float32), dt)
 
 
+
+# -- Bessel functions -----------------------------------------------------------------------------
+# From their definitions (Abramowitz & Stegun 9.1.10-13, 9.2.5-10, 9.6.10, 9.7.1), in fp64:
+# power series in z = x^2/4 below a switch point, Hankel's asymptotic expansions above it.
+# fp32 inputs are computed in fp64 and rounded once.
+
+_EULER = 0.5772156649015329
+_SERIES_TERMS = 31  # (x/2)^(2k) / (k!)^2 has fallen below 1e-17 of the sum by k = 30 up to the switch
+_J_SWITCH = 12.0    # at 12, the asymptotic series' smallest terms are near 1e-11
+_I_SWITCH = 15.0
+
+
+def _harmonic(n):
+    return sum(1.0 / j for j in range(1, n + 1))
+
+
+def _series(z, coeff):
+    """sum_k coeff(k) z^k for k < _SERIES_TERMS (Horner)."""
+    return _poly(z, [coeff(k) for k in range(_SERIES_TERMS - 1, -1, -1)])
+
+
+def _hankel_terms(nu, n):
+    """a_m = prod_{j<=m} (4 nu^2 - (2j - 1)^2) / (m! 8^m), m < n: the asymptotic expansions'
+    coefficients in powers of 1/x."""
+    mu, out, a = 4.0 * nu * nu, [], 1.0
+    for m in range(n):
+        out.append(a)
+        a *= (mu - (2 * m + 1) ** 2) / ((m + 1) * 8.0)
+    return out
+
+
+def _bessel_pq(nu, x):
+    """Hankel's P(nu, x) and Q(nu, x) for large x."""
+    a = _hankel_terms(nu, 22)
+    t = 1.0 / x
+    t2 = t * t
+    p = _poly(t2, [(-1) ** k * a[2 * k] for k in range(10, -1, -1)])
+    q = t * _poly(t2, [(-1) ** k * a[2 * k + 1] for k in range(10, -1, -1)])
+    return p, q
+
+
+def _bessel_phase(nu, x):
+    """(cos, sin) of x - (nu/2 + 1/4) pi, from sin x and cos x (no inexact pi/4 subtracted)."""
+    c, s = semantic.unary_math("cos", x), semantic.unary_math("sin", x)
+    h = 0.7071067811865476
+    if nu == 0:
+        return (c + s) * h, (s - c) * h
+    return (s - c) * h, -(s + c) * h
+
+
+def _bessel_large(nu, x):
+    """(J_nu(x), Y_nu(x)) for x >= _J_SWITCH."""
+    p, q = _bessel_pq(nu, x)
+    cos_chi, sin_chi = _bessel_phase(nu, x)
+    amp = semantic.unary_math("sqrt", (2.0 / _m.pi) / x)
+    return amp * (p * cos_chi - q * sin_chi), amp * (p * sin_chi + q * cos_chi)
+
+
+def _bessel_in(x, body):
+    """`body` on x in fp64, returned in x's dtype."""
+    x, dt = _float(x)
+    w = x if _f64(x) else semantic.cast(x, core.float64)
+    r = body(w)
+    return _back(r if _f64(x) else semantic.cast(r, core.float32), dt)
+
+
+def _j0_f64(w):
+    a = _abs(w)
+    s = semantic.minimum(a, semantic.full(a.shape, _J_SWITCH, a.dtype))
+    small = _series(s * s * 0.25, lambda k: (-1) ** k / _m.factorial(k) ** 2)
+    large, _ = _bessel_large(0, semantic.maximum(a, semantic.full(a.shape, _J_SWITCH, a.dtype)))
+    return _where(a < _J_SWITCH, small, large)
+
+
+def _j1_f64(w):
+    a = _abs(w)
+    s = semantic.minimum(a, semantic.full(a.shape, _J_SWITCH, a.dtype))
+    small = s * 0.5 * _series(s * s * 0.25, lambda k: (-1) ** k / (_m.factorial(k) * _m.factorial(k + 1)))
+    large, _ = _bessel_large(1, semantic.maximum(a, semantic.full(a.shape, _J_SWITCH, a.dtype)))
+    r = _where(a < _J_SWITCH, small, large)
+    return _where(w < 0, -r, r)
+
+
+def _y_edges(w, r):
+    """Y at 0 is -inf; below 0 it is NaN (as libdevice and torch)."""
+    r = _where(w == 0.0, semantic.full(w.shape, float("-inf"), w.dtype), r)
+    return _where(w < 0, semantic.full(w.shape, float("nan"), w.dtype), r)
+
+
+def _y0_f64(w):
+    s = semantic.minimum(_abs(w), semantic.full(w.shape, _J_SWITCH, w.dtype))
+    z = s * s * 0.25
+    j0 = _series(z, lambda k: (-1) ** k / _m.factorial(k) ** 2)
+    rest = z * _series(z, lambda k: (-1) ** k * _harmonic(k + 1) / _m.factorial(k + 1) ** 2)
+    small = (2.0 / _m.pi) * ((semantic.unary_math("log", s) + (_EULER - _m.log(2.0))) * j0 + rest)
+    _, large = _bessel_large(0, semantic.maximum(w, semantic.full(w.shape, _J_SWITCH, w.dtype)))
+    return _y_edges(w, _where(w < _J_SWITCH, small, large))
+
+
+def _y1_f64(w):
+    s = semantic.minimum(_abs(w), semantic.full(w.shape, _J_SWITCH, w.dtype))
+    z = s * s * 0.25
+    j1 = s * 0.5 * _series(z, lambda k: (-1) ** k / (_m.factorial(k) * _m.factorial(k + 1)))
+    # psi(k + 1) + psi(k + 2) = 2 H_k + 1/(k + 1) - 2 gamma
+    psi = _series(z, lambda k: (-1) ** k * (2.0 * _harmonic(k) + 1.0 / (k + 1) - 2.0 * _EULER)
+                  / (_m.factorial(k) * _m.factorial(k + 1)))
+    log_half = semantic.unary_math("log", s) - _m.log(2.0)
+    small = (2.0 / _m.pi) * log_half * j1 - (2.0 / _m.pi) / s - (0.5 / _m.pi) * s * psi
+    # Below ~1e-300, j1 (x/2) underflows where the log is large: Y1 is -2/(pi x) there.
+    small = _where(s < 1e-300, -(2.0 / _m.pi) / s, small)
+    _, large = _bessel_large(1, semantic.maximum(w, semantic.full(w.shape, _J_SWITCH, w.dtype)))
+    return _y_edges(w, _where(w < _J_SWITCH, small, large))
+
+
+def _i_f64(nu, w):
+    a = _abs(w)
+    s = semantic.minimum(a, semantic.full(a.shape, _I_SWITCH, a.dtype))
+    if nu == 0:
+        small = _series(s * s * 0.25, lambda k: 1.0 / _m.factorial(k) ** 2)
+    else:
+        small = s * 0.5 * _series(s * s * 0.25, lambda k: 1.0 / (_m.factorial(k) * _m.factorial(k + 1)))
+    big = semantic.maximum(a, semantic.full(a.shape, _I_SWITCH, a.dtype))
+    c = _hankel_terms(nu, 16)
+    expansion = _poly(1.0 / big, [(-1) ** m * c[m] for m in range(15, -1, -1)])
+    # e^x / sqrt(2 pi x) as one exponential: finite wherever I is.
+    large = semantic.unary_math("exp", big - 0.5 * semantic.unary_math("log", (2.0 * _m.pi) * big)) * expansion
+    r = _where(a < _I_SWITCH, small, large)
+    return _where(w < 0, -r, r) if nu == 1 else r
+
+
+@_export
+def j0(x, _semantic=None):
+    """Bessel function of the first kind of order 0."""
+    return _bessel_in(x, _j0_f64)
+
+
+@_export
+def j1(x, _semantic=None):
+    """Bessel function of the first kind of order 1."""
+    return _bessel_in(x, _j1_f64)
+
+
+@_export
+def y0(x, _semantic=None):
+    """Bessel function of the second kind of order 0 (NaN below 0, -inf at 0)."""
+    return _bessel_in(x, _y0_f64)
+
+
+@_export
+def y1(x, _semantic=None):
+    """Bessel function of the second kind of order 1 (NaN below 0, -inf at 0)."""
+    return _bessel_in(x, _y1_f64)
+
+
+@_export
+def cyl_bessel_i0(x, _semantic=None):
+    """Modified Bessel function of the first kind of order 0."""
+    return _bessel_in(x, lambda w: _i_f64(0, w))
+
+
+@_export
+def cyl_bessel_i1(x, _semantic=None):
+    """Modified Bessel function of the first kind of order 1."""
+    return _bessel_in(x, lambda w: _i_f64(1, w))
+
 for _src, _sname in (("float", "fp32"), ("double", "fp64")):
     for _dst, _dt, _dname in (("uint", core.uint32, "uint32"), ("ull", core.uint64, "uint64")):
         for _mode, _fn, _how in (("rn", rint, "rounding to nearest even"), ("rz", None, "rounding toward zero"),
