@@ -476,6 +476,73 @@ def test_warmup_then_launch_the_compiled_kernel_with_every_argument():
 
 
 @pytest.mark.gpu
+def test_options_python_ignores_keep_launches_on_the_native_path(monkeypatch):
+    # Tutorial 05 launches with `num_ctas=1`: after the first launch teaches the dispatcher,
+    # later launches with it (or `extern_libs`) do not come back to the Python launcher.
+    import torch
+
+    x = torch.randn(37, 50, device="cuda")
+    y = torch.empty_like(x)
+    launch = lambda **kw: persistent_softmax_kernel[(4,)](y, x, 50, 50, 37, 50, BLOCK_SIZE=64, num_stages=2, **kw)  # noqa: E731
+    launch(num_ctas=1)
+    calls = []
+    run = persistent_softmax_kernel.run
+    monkeypatch.setattr(persistent_softmax_kernel, "run", lambda *a, **k: calls.append(1) or run(*a, **k))
+    y.zero_()
+    launch(num_ctas=1)
+    launch(num_ctas=1, extern_libs={"libdevice": "/nowhere"})
+    torch.testing.assert_close(y, torch.softmax(x, dim=1))
+    assert calls == []
+
+
+@tiles.autotune(configs=[tiles.Config({"BLOCK": 128}, num_warps=4), tiles.Config({"BLOCK": 256}, num_warps=2)],
+                key=["n"])
+@tiles.heuristics(values={"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})
+@tiles.jit
+def tuned_scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 3)
+    else:
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 3, mask=offs < n)
+
+
+@pytest.mark.gpu
+def test_autotuned_launches_take_the_native_path(monkeypatch):
+    # Once a key's config is chosen, the autotuner and heuristics launch through the kernel's
+    # native dispatcher: the Python launcher (`run`) is not called again.
+    import torch
+
+    x = torch.randn(1000, device="cuda")
+    y = torch.empty_like(x)
+    grid = lambda meta: (triton_cdiv(1000, meta["BLOCK"]),)  # noqa: E731
+    tuned_scale_kernel[grid](x, y, 1000)
+    tuned_scale_kernel[grid](x, y, 1000)  # the chosen config's first launch teaches it
+    jit_fn = tuned_scale_kernel.fn.fn
+    calls = []
+    run = jit_fn.run
+    monkeypatch.setattr(jit_fn, "run", lambda *a, **k: calls.append(1) or run(*a, **k))
+    y.zero_()
+    tuned_scale_kernel[grid](x, y, 1000)
+    torch.testing.assert_close(y, x * 3)
+    assert calls == []
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+@pytest.mark.parametrize("n", [1000, 1024])
+def test_autotuned_heuristic_kernel(dev, rng, n):
+    # The native path's twin: the same kernel's values, both modes (EVEN taken and not).
+    x = rng.standard_normal(n).astype(np.float32)
+    y = dev.put(np.full(n, np.nan, np.float32))
+    for _ in range(2):
+        tuned_scale_kernel[lambda meta: (triton_cdiv(n, meta["BLOCK"]),)](dev.put(x), y, n)
+    np.testing.assert_allclose(dev.get(y), x * 3, rtol=1e-6)
+
+
+@pytest.mark.gpu
 def test_interpreter_takes_gpu_tensors(monkeypatch):
     # As Triton's interpreter: CUDA tensors are copied to the host, and results copied back.
     import torch

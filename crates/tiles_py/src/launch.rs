@@ -213,6 +213,9 @@ impl Dispatcher {
                     continue;
                 }
                 match name.as_str() {
+                    // Accepted and ignored, as the Python launcher does: one CTA per cluster,
+                    // libdevice built in. (Tutorial 05's launch passes `num_ctas=1`.)
+                    "num_ctas" | "extern_libs" => {}
                     "num_warps" | "num_stages" => {
                         let Ok(x) = v.extract::<i64>() else {
                             return Ok(None);

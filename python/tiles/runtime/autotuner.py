@@ -275,7 +275,9 @@ class Autotuner(KernelInterface):
         if cfg.pre_hook:
             cfg.pre_hook({**all_args, **cfg.all_kwargs()})
         try:
-            return self.fn.run(*args, grid=grid, **kwargs, **cfg.all_kwargs())
+            # Through `fn[grid]`: a JITFunction's native dispatcher launches the chosen config
+            # without the Python launcher once it has seen it.
+            return self.fn[grid](*args, **kwargs, **cfg.all_kwargs())
         finally:
             self.nargs = None
 
@@ -343,7 +345,10 @@ class Heuristics(KernelInterface):
         for name, f in self.values.items():
             kwargs[name] = f(all_args)
             all_args[name] = kwargs[name]
-        return self.fn.run(*args, **kwargs)
+        grid = kwargs.pop("grid", None)
+        if grid is None:
+            return self.fn.run(*args, **kwargs)
+        return self.fn[grid](*args, **kwargs)  # the native dispatcher, as in Autotuner.run
 
     def warmup(self, *args, **kwargs):
         all_args = {**dict(zip(self.arg_names, args)), **kwargs}

@@ -43,8 +43,8 @@ def remove_launch_hook(hook: Any) -> None:
     _tiles.set_launch_hooked(bool(_launch_hooks))
 
 
-# Launches with these options always take the Python path (the native dispatcher knows only
-# num_warps and num_stages).
+# Launches with these options always take the Python path (the native dispatcher knows
+# num_warps and num_stages, and ignores num_ctas and extern_libs as `run` does).
 _UNTAUGHT_OPTIONS = frozenset(("stream", "enable_fp_fusion", "maxnreg", "launch_cooperative_grid", "launch_pdl"))
 
 _TORCH_DTYPES = {
