@@ -310,6 +310,10 @@ impl Verifier<'_> {
                     "whole_granules and prefix_mask describe a mask: the load has none".into(),
                 );
             }
+            OpKind::Load(m) if m.prefix_mask && !m.whole_granules => {
+                // A vector under a prefix mask is read whole: only rows of whole granules allow it.
+                self.err(op, "prefix_mask needs whole_granules".into());
+            }
             OpKind::AsyncCopy(a) if a.prefix_mask && !a.masked => {
                 self.err(op, "prefix_mask describes a mask: the copy has none".into());
             }
