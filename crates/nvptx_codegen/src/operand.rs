@@ -623,8 +623,6 @@ impl<'ctx> Lowering<'ctx, '_> {
         })
     }
 
-    /// `cp.async` of each thread's chunks into the ring slot; masked-off chunks are zero-filled
-    /// (source size 0, nothing read).
     /// The bytes a copy under a prefix mask reads: `eb` per selected element. Each element's
     /// mask is a conjunction; the terms every element shares (a row's bounds check, the
     /// iteration's validity) decide the copy as a whole and the rest (the column's bounds
@@ -675,6 +673,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         })
     }
 
+    /// `cp.async` of each thread's chunks into the ring slot; masked-off chunks are zero-filled
+    /// (source size 0, nothing read).
     pub fn lower_async_copy(
         &mut self,
         data: &tile_ir::OpData,
