@@ -68,6 +68,10 @@ def _key_part(v: Any) -> Any:
     return repr(v)
 
 
+# Argument types that carry no dtype.
+_PLAIN = frozenset((int, float, bool, str, type(None)))
+
+
 def _hashable(v: Any) -> Any:
     try:
         hash(v)
@@ -253,10 +257,15 @@ class Autotuner(KernelInterface):
             _tuning.active = False
 
     def _key(self, all_args: Dict[str, Any]):
-        """Triton's key: the `key` arguments' values, then every argument's dtype."""
-        named = {k: v for k, v in all_args.items() if k in self.arg_names}
-        key = [_hashable(named[k]) for k in self.keys if k in named]
-        key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        """Triton's key: the `key` arguments' values, then every argument's dtype (on every
+        launch: numbers are passed over without asking them for a dtype)."""
+        key = [_hashable(all_args[k]) for k in self.keys if k in all_args]
+        for name in self.arg_names:
+            v = all_args.get(name)
+            if type(v) not in _PLAIN:
+                dt = getattr(v, "dtype", None)
+                if dt is not None:
+                    key.append(str(dt))
         return tuple(key)
 
     def run(self, *args, grid=None, **kwargs):
@@ -272,12 +281,13 @@ class Autotuner(KernelInterface):
             if cfg is None:
                 cfg = self.cache[key] = self._choose(args, kwargs, grid, all_args)
         self.best_config = cfg
+        cfg_kwargs = cfg.all_kwargs()
         if cfg.pre_hook:
-            cfg.pre_hook({**all_args, **cfg.all_kwargs()})
+            cfg.pre_hook({**all_args, **cfg_kwargs})
         try:
             # Through `fn[grid]`: a JITFunction's native dispatcher launches the chosen config
             # without the Python launcher once it has seen it.
-            return self.fn[grid](*args, **kwargs, **cfg.all_kwargs())
+            return self.fn[grid](*args, **kwargs, **cfg_kwargs)
         finally:
             self.nargs = None
 
