@@ -635,7 +635,10 @@ impl<'ctx> Lowering<'ctx, '_> {
     ) -> R<IntValue<'ctx>> {
         let terms: Vec<Vec<IntValue<'ctx>>> =
             mask.iter().map(|m| conjuncts(m.into_int_value())).collect();
-        let shared: Vec<IntValue<'ctx>> = terms[0]
+        let Some(first) = terms.first() else {
+            return self.internal("a copy of no elements");
+        };
+        let shared: Vec<IntValue<'ctx>> = first
             .iter()
             .copied()
             .filter(|t| terms[1..].iter().all(|ts| ts.contains(t)))
@@ -728,7 +731,11 @@ impl<'ctx> Lowering<'ctx, '_> {
             let g = ptrs[ci * vec];
             match &mask {
                 Some(m) if a.prefix_mask => {
-                    let size = self.prefix_source_size(&m[ci * vec..(ci + 1) * vec], eb)?;
+                    let Some(chunk) = m.get(ci * vec..(ci + 1) * vec) else {
+                        return self
+                            .internal("async_copy mask has fewer registers than its pointers");
+                    };
+                    let size = self.prefix_source_size(chunk, eb)?;
                     self.asm_void(
                         &template,
                         "r,l,r,~{memory}",
