@@ -204,15 +204,31 @@ impl Dispatcher {
             // Launch options (num_warps, ...) or unknown keywords.
             let Some(kw) = kwargs else { return Ok(None) };
             for (k, v) in kw.iter() {
-                let name: String = k.extract()?;
-                if self
-                    .params
-                    .iter()
-                    .any(|p| p.name.bind(py).to_cow().map(|s| s == name).unwrap_or(false))
+                // Keyword names at call sites are interned, as are the parameters' names and
+                // the options' here: identity settles most without reading the text.
+                if self.params.iter().any(|p| k.is(p.name.bind(py))) {
+                    continue;
+                }
+                let option = if k.is(pyo3::intern!(py, "num_warps")) {
+                    Some("num_warps")
+                } else if k.is(pyo3::intern!(py, "num_stages")) {
+                    Some("num_stages")
+                } else {
+                    None
+                };
+                let name: std::borrow::Cow<'_, str> = match option {
+                    Some(o) => o.into(),
+                    None => k.extract::<String>()?.into(),
+                };
+                if option.is_none()
+                    && self
+                        .params
+                        .iter()
+                        .any(|p| p.name.bind(py).to_cow().map(|s| s == name).unwrap_or(false))
                 {
                     continue;
                 }
-                match name.as_str() {
+                match &*name {
                     // Accepted and ignored, as the Python launcher does: one CTA per cluster,
                     // libdevice built in. (Tutorial 05's launch passes `num_ctas=1`.)
                     "num_ctas" | "extern_libs" => {}
@@ -414,7 +430,7 @@ impl Dispatcher {
             .into_iter()
             .map(
                 |(name, constexpr, has_default, default, specialize)| ParamDecl {
-                    name: PyString::new(py, &name).unbind(),
+                    name: PyString::intern(py, &name).unbind(),
                     constexpr,
                     default: has_default.then_some(default),
                     specialize,
