@@ -315,3 +315,54 @@ def test_atomics_on_unsupported_types_fail_alike_in_both_modes(monkeypatch, dt):
     arg = np.zeros(4, npdt) if dt != "fp8e4nv" else tiles.reinterpret(np.zeros(4, np.uint8), tl.float8e4nv)
     with pytest.raises(tiles.TilesError, match="atomic_add does not support"):
         add_one[(1,)](arg)
+
+
+@tiles.jit
+def _pick(a, b, choose_b):
+    if choose_b:
+        return b
+    else:
+        return a
+
+
+@tiles.jit
+def const_store(src: tl.const, out, choose, MODE: tl.constexpr):
+    # Triton's `tl.const`: the kernel may read `src` but not write it, and a const pointer is
+    # another type than a plain one where branches or returns meet.
+    offs = tl.arange(0, 16)
+    val = tl.load(src + offs)
+    if MODE == "direct":
+        dst = src
+    elif MODE == "plain":
+        dst = out
+    elif MODE == "call":
+        dst = _pick(out, src, choose)
+    elif MODE == "ternary":
+        dst = src if choose else out
+    else:
+        if choose:
+            dst = src
+        else:
+            dst = out
+    tl.store(dst + offs, val + 1)
+
+
+@pytest.mark.parametrize("mode, error", [
+    ("direct", "Cannot store to a constant pointer"),
+    ("call", "Return type mismatch"),
+    ("ternary", "Ternary expression with dynamic condition has inconsistent type"),
+    ("if", "Mismatched type for dst between then block"),
+])
+def test_const_pointers_are_not_written(mode, error):
+    sig = {"src": "*fp32", "out": "*fp32", "choose": "i32"}
+    e = compile_error(const_store, sig, {"MODE": mode})
+    assert error in e.error_message and error in str(e)
+
+
+def test_const_pointers_are_read(dev, rng):
+    x = rng.standard_normal(16).astype(np.float32)
+    out = dev.put(np.zeros(16, np.float32))
+    const_store[(1,)](dev.put(x), out, 0, MODE="plain")
+    np.testing.assert_allclose(dev.get(out), x + 1)
+    with pytest.raises(Exception, match="Cannot store to a constant pointer"):
+        const_store[(1,)](dev.put(x), out, 0, MODE="direct")

@@ -249,10 +249,15 @@ class pointer_type(dtype):
         if not isinstance(element_ty, dtype):
             raise TypeError(f"pointer_type needs a dtype, got {element_ty!r}")
         self.element_ty = element_ty
+        # A `tl.const` parameter's pointer: stores through it are refused.
+        self.const = bool(const)
         self.name = f"pointer<{element_ty.name}>"
 
     def is_ptr(self) -> bool:
         return True
+
+    def is_const(self) -> bool:
+        return self.const
 
     def is_floating(self) -> bool:
         return False
@@ -283,16 +288,16 @@ class pointer_type(dtype):
     def __eq__(self, other: Any) -> bool:
         if isinstance(other, constexpr):
             other = other.value
-        return isinstance(other, pointer_type) and other.element_ty == self.element_ty
+        return isinstance(other, pointer_type) and other.element_ty == self.element_ty and other.const == self.const
 
     def __hash__(self) -> int:
-        return hash(("ptr", self.element_ty.name))
+        return hash(("ptr", self.element_ty.name, self.const))
 
     def __repr__(self) -> str:
-        return f"pointer<{self.element_ty!r}>"
+        return f"pointer<{self.element_ty!r}{', const' if self.const else ''}>"
 
     def __str__(self) -> str:
-        return "*" + self.element_ty.name
+        return ("const *" if self.const else "*") + self.element_ty.name
 
 
 class block_type:

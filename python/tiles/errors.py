@@ -15,6 +15,7 @@ class CompilationError(TilesError):
     def __init__(self, message: str, file: str = "<unknown>", line: int = 0, col: int = 0,
                  source_line: Optional[str] = None, kernel: str = ""):
         self.message, self.file, self.line, self.col = message, file, line, col
+        self.error_message = message  # Triton's name for the message alone
         self.source_line, self.kernel = source_line, kernel
         where = f"{file}:{line}:{col + 1}" + (f" in {kernel}" if kernel else "")
         text = f"at {where}:\n"

@@ -608,8 +608,15 @@ class CodeGenerator(ast.NodeVisitor):
         elif not _is_tensor(b):
             b = self._in_region(handle, 1, lambda a=a, b=b: self._like(b, a))
         if a.dtype != b.dtype or a.shape != b.shape:
-            raise self.src.error(node, f"`{n}` has type {a.dtype}{list(a.shape)} in one branch and "
-                                       f"{b.dtype}{list(b.shape)} in the other")
+            ta, tb = f"{a.dtype}{list(a.shape)}", f"{b.dtype}{list(b.shape)}"
+            # Triton's wording, which its tests read.
+            if n == _RETURN:
+                msg = f"Return type mismatch: {ta} in one branch, {tb} in the other"
+            elif n.startswith("\0ifexp"):
+                msg = f"Ternary expression with dynamic condition has inconsistent type: {ta} and {tb}"
+            else:
+                msg = f"Mismatched type for {n} between then block ({ta}) and else block ({tb})"
+            raise self.src.error(node, msg)
         return a, b
 
     def _tensor_pair(self, node, n, a, b, handle):
@@ -1092,6 +1099,8 @@ def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], nu
             except (KeyError, ValueError):
                 raise CompilationError(f"parameter '{p.name}' has an unknown type {ty!r}", src.file,
                                        src.first_line) from None
+            if getattr(p, "is_const", False) and dt.is_ptr():
+                dt = core.pointer_type(dt.element_ty, const=True)
             h = builder.param(p.name, dt.ir, specialization.get(p.name, 1))
             backend.divisibility[h] = specialization.get(p.name, 1)
             if p.name in equal_to_1:

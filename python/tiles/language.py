@@ -1557,8 +1557,9 @@ def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None,
 
 
 class const:
-    """A parameter annotation marking a pointer to constant data (Triton's `tl.const`); tiles
-    accepts it and treats the pointer like any other."""
+    """A parameter annotation marking a pointer to constant data (Triton's `tl.const`): storing
+    through it is a compile error, and it differs in type from a plain pointer where branches
+    or returns meet."""
 
 
 @builtin

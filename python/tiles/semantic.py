@@ -922,6 +922,8 @@ def load(ptr: Any, mask: Any = None, other: Any = None, volatile: bool = False, 
 def store(ptr: Any, value: Any, mask: Any = None) -> None:
     if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():
         raise TypeError(f"store needs a pointer or a tile of pointers, got {ptr!r}")
+    if ptr.dtype.is_const():
+        raise TypeError("Cannot store to a constant pointer (a `tl.const` parameter)")
     elem = ptr.dtype.element_ty
     value = to_tensor(value, elem if _is_literal(value) else None)
     if mask is not None:

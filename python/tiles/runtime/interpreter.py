@@ -841,7 +841,8 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4) -> None:
         arr = _host_array(v, p.name) if v is not None else None
         if arr is not None:
             addr = _register(mem, arr, p.name)
-            args.append(tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(arr.dtype)), ()))
+            ptr_ty = pointer_type(from_numpy(arr.dtype), const=getattr(p, "is_const", False))
+            args.append(tensor(np.array(addr, dtype=np.int64), ptr_ty, ()))
         elif v is None:
             args.append(None)
         else:

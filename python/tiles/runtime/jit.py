@@ -101,6 +101,9 @@ class Param:
         self.default = p.default
         ann = p.annotation
         self.is_constexpr = ann is core.constexpr or (isinstance(ann, str) and ann.split(".")[-1] == "constexpr")
+        # `p: tl.const`: a pointer to data the kernel must not write (Triton's `tl.const`).
+        named = ann.split(".")[-1] if isinstance(ann, str) else getattr(ann, "__qualname__", None)
+        self.is_const = named == "const" and (isinstance(ann, str) or ann.__module__.startswith("tiles"))
         self.do_not_specialize = do_not_specialize
         # `n: tl.int64` (or the string "tl.int64") fixes a scalar parameter's type, as in Triton.
         if isinstance(ann, str):
