@@ -251,3 +251,50 @@ def test_transposed_copy_on_the_gpu(rng):
     z = torch.empty_like(x)
     transposed_copy_kernel[(1,)](x, x.stride(0), x.stride(1), z, z.stride(1), z.stride(0), BM=64, BN=64)
     assert torch.equal(z, x.t())
+
+
+@tiles.jit
+def cache_hint_kernel(dst, src, n, LC: tl.constexpr, SC: tl.constexpr, LE: tl.constexpr, SE: tl.constexpr):
+    offs = tl.arange(0, 512)
+    x = tl.load(src + offs, cache_modifier=LC, eviction_policy=LE)
+    y = tl.load(src + offs, mask=offs < n, other=1.0, cache_modifier=LC, eviction_policy=LE)
+    tl.store(dst + offs, x + y, mask=offs < n, cache_modifier=SC, eviction_policy=SE)
+    tl.store(dst + 512 + offs, x, cache_modifier=SC, eviction_policy=SE)
+
+
+@pytest.mark.parametrize("lc, sc, le, se, want", [
+    ("", "", "", "", ["ld.global.v4.b32", "st.global.v4.b32"]),
+    (".cg", ".wt", "", "", ["ld.global.cg.v4.b32", "st.global.wt.v4.b32"]),
+    (".ca", ".cs", "", "evict_first", ["ld.global.ca.v4.b32", "st.global.cs.v4.b32"]),
+    (".cv", ".wb", "evict_last", "evict_last", ["ld.global.cv.v4.b32", "st.global.wb.v4.b32"]),
+    ("", "", "evict_last", "evict_first", ["ld.global.L1::evict_last.v4.b32", "st.global.L1::evict_first.v4.b32"]),
+])
+def test_cache_modifiers_and_eviction_policies_reach_the_ptx(ptxas, lc, sc, le, se, want):
+    # Triton's `cache_modifier` / `eviction_policy`: PTX takes a cache operator or an L1
+    # eviction priority, not both, so the operator wins where both are given.
+    k = tiles.compile(cache_hint_kernel, signature={"dst": "*fp32:16", "src": "*fp32:16", "n": "i32"},
+                      constexprs=dict(LC=lc, SC=sc, LE=le, SE=se), target="sm_90a")
+    ptx = k.asm["ptx"]
+    for w in want:
+        assert w in ptx, w
+    if not (le or se):
+        assert "evict" not in ptx
+    if not (lc or sc):
+        assert not any(f".global.{c}." in ptx for c in ("ca", "cg", "cs", "cv", "wb", "wt"))
+    assemble(ptxas, ptx, "sm_90a")
+
+
+def test_unknown_cache_modifier_is_a_clear_error():
+    with pytest.raises(tiles.CompilationError, match="cache modifier '.xx' not supported"):
+        tiles.compile(cache_hint_kernel, signature={"dst": "*fp32", "src": "*fp32", "n": "i32"},
+                      constexprs=dict(LC=".xx", SC="", LE="", SE=""))
+
+
+def test_cache_hinted_accesses_compute_the_same(dev, rng):
+    x = rng.standard_normal(512).astype(np.float32)
+    out = dev.put(np.zeros(1024, np.float32))
+    cache_hint_kernel[(1,)](out, dev.put(x), 300, LC=".cg", SC=".cs", LE="", SE="evict_last")
+    got = dev.get(out)
+    np.testing.assert_allclose(got[:300], 2 * x[:300], rtol=1e-6)
+    np.testing.assert_allclose(got[512:], x, rtol=1e-6)
+    assert not got[300:512].any()

@@ -103,12 +103,12 @@ class IRBackend:
     def addptr(self, p, o):
         return self.b.addptr(p.handle, o.handle)
 
-    def load(self, ptr, mask, other, volatile, whole_granules=False):
+    def load(self, ptr, mask, other, volatile, whole_granules=False, cache=0, evict=0):
         return self.b.load(ptr.handle, None if mask is None else mask.handle,
-                           None if other is None else other.handle, volatile, whole_granules)
+                           None if other is None else other.handle, volatile, whole_granules, cache, evict)
 
-    def store(self, ptr, value, mask):
-        self.b.store(ptr.handle, value.handle, None if mask is None else mask.handle)
+    def store(self, ptr, value, mask, cache=0, evict=0):
+        self.b.store(ptr.handle, value.handle, None if mask is None else mask.handle, cache, evict)
 
     def call_function(self, fn, args):
         if isinstance(fn, _jit_function_class()):

@@ -117,14 +117,15 @@ def load(pointer, mask=None, other=None, boundary_check=(), padding_option="", c
          eviction_policy="", volatile=False, _semantic=None):
     """Loads through a pointer, a tile of pointers or a block pointer; masked-off lanes (and
     out-of-bounds ones of a block pointer's checked dimensions) take `other` / the padding."""
+    hints = {"cache_modifier": _v(cache_modifier), "eviction_policy": _v(eviction_policy)}
     if isinstance(pointer, block_ptr):
         ptr, m = pointer._pointers(_v(boundary_check))
         pad = _v(padding_option)
         other = float("nan") if pad == "nan" else (0 if m is not None else None)
-        return semantic.load(ptr, m, other, _v(volatile))
+        return semantic.load(ptr, m, other, _v(volatile), **hints)
     if _v(boundary_check):
         raise ValueError("boundary_check applies to block pointers (tl.make_block_ptr)")
-    return semantic.load(pointer, _v(mask), _v(other), volatile)
+    return semantic.load(pointer, _v(mask), _v(other), volatile, **hints)
 
 
 @_method
@@ -132,12 +133,13 @@ def store(pointer, value, mask=None, boundary_check=(), cache_modifier="", evict
           _semantic=None):
     """Stores `value` through a pointer, a tile of pointers or a block pointer where `mask`
     holds (a block pointer: inside its checked dimensions)."""
+    hints = {"cache_modifier": _v(cache_modifier), "eviction_policy": _v(eviction_policy)}
     if isinstance(pointer, block_ptr):
         ptr, m = pointer._pointers(_v(boundary_check))
-        return semantic.store(ptr, value, m)
+        return semantic.store(ptr, value, m, **hints)
     if _v(boundary_check):
         raise ValueError("boundary_check applies to block pointers (tl.make_block_ptr)")
-    return semantic.store(pointer, value, _v(mask))
+    return semantic.store(pointer, value, _v(mask), **hints)
 
 
 # -- shapes --------------------------------------------------------------------------------------

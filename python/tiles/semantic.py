@@ -898,10 +898,31 @@ def num_programs(axis: Any) -> tensor:
 
 # -- memory -------------------------------------------------------------------------------------
 
-def load(ptr: Any, mask: Any = None, other: Any = None, volatile: bool = False, whole_granules: bool = False) -> tensor:
+_LOAD_CACHE = {"": 0, ".ca": 1, ".cg": 2, ".cs": 3, ".lu": 4, ".cv": 5}  # tile_ir::CACHE_MODIFIERS
+_STORE_CACHE = {"": 0, ".cg": 2, ".cs": 3, ".wb": 6, ".wt": 7}
+_EVICTION = {"": 0, "evict_normal": 0, "evict_first": 1, "evict_last": 2}  # tile_ir::EVICTION_POLICIES
+
+
+def _cache_hints(table, cache_modifier, eviction_policy, what):
+    """The (cache operator, eviction priority) codes of an access, as the IR numbers them."""
+    cache = _unwrap(cache_modifier) or ""
+    evict = _unwrap(eviction_policy) or ""
+    if cache not in table:
+        raise ValueError(f"{what}: cache modifier {cache!r} not supported (one of {sorted(k for k in table if k)})")
+    if evict not in _EVICTION:
+        raise ValueError(f"{what}: eviction policy {evict!r} not supported (evict_first, evict_last)")
+    return table[cache], _EVICTION[evict]
+
+
+def load(ptr: Any, mask: Any = None, other: Any = None, volatile: bool = False, whole_granules: bool = False,
+         cache_modifier: str = "", eviction_policy: str = "") -> tensor:
     """`whole_granules`: the rows read are a tensor descriptor's, 16-byte aligned, so any aligned
     16-byte granule holding a selected element may be read whole (what lets a vector load run
-    past the end of a row whose length is unknown; the elements past it are not selected)."""
+    past the end of a row whose length is unknown; the elements past it are not selected).
+    `cache_modifier` (`.ca`, `.cg`, `.cs`, `.lu`, `.cv`) and `eviction_policy` (`evict_first`,
+    `evict_last`) become the PTX load's qualifiers (a cache operator wins where both are given:
+    PTX takes one)."""
+    cache, evict = _cache_hints(_LOAD_CACHE, cache_modifier, eviction_policy, "load")
     if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():
         raise TypeError(f"load needs a pointer or a tile of pointers, got {ptr!r}")
     elem = ptr.dtype.element_ty
@@ -914,12 +935,15 @@ def load(ptr: Any, mask: Any = None, other: Any = None, volatile: bool = False, 
             other = None
         else:
             other = broadcast_to(cast(to_tensor(other, elem if _is_literal(other) else None), elem), ptr.shape)
+    hints = {"cache": cache, "evict": evict} if cache or evict else {}
     if whole_granules and mask is not None:
-        return make(_be().load(ptr, mask, other, bool(_unwrap(volatile)), whole_granules=True), elem, ptr.shape)
-    return make(_be().load(ptr, mask, other, bool(_unwrap(volatile))), elem, ptr.shape)
+        return make(_be().load(ptr, mask, other, bool(_unwrap(volatile)), whole_granules=True, **hints), elem,
+                    ptr.shape)
+    return make(_be().load(ptr, mask, other, bool(_unwrap(volatile)), **hints), elem, ptr.shape)
 
 
-def store(ptr: Any, value: Any, mask: Any = None) -> None:
+def store(ptr: Any, value: Any, mask: Any = None, cache_modifier: str = "", eviction_policy: str = "") -> None:
+    """`cache_modifier` (`.wb`, `.cg`, `.cs`, `.wt`) and `eviction_policy` as for `load`."""
     if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():
         raise TypeError(f"store needs a pointer or a tile of pointers, got {ptr!r}")
     if ptr.dtype.is_const():
@@ -934,7 +958,11 @@ def store(ptr: Any, value: Any, mask: Any = None) -> None:
         shape = broadcast_shapes(ptr.shape, value.shape)
     ptr = broadcast_to(ptr, shape)
     value = broadcast_to(cast(value, elem), shape)
-    _be().store(ptr, value, mask)
+    cache, evict = _cache_hints(_STORE_CACHE, cache_modifier, eviction_policy, "store")
+    if cache or evict:
+        _be().store(ptr, value, mask, cache=cache, evict=evict)
+    else:
+        _be().store(ptr, value, mask)
 
 
 # -- debugging ------------------------------------------------------------------------------------

@@ -199,7 +199,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     .map(|i| o[(at + i).min(o.len() - 1)])
                     .collect::<Vec<_>>()
             });
-            issued.push(self.load_vector(d, vec, addr, pred, others, m.volatile)?);
+            issued.push(self.load_vector(d, vec, addr, pred, others, m)?);
         }
         // Every load of the tile is issued before any result is unpacked, so they are all in
         // flight together (ptxas keeps independent loads in this order).
@@ -264,11 +264,13 @@ impl<'ctx> Lowering<'ctx, '_> {
         addr: PointerValue<'ctx>,
         pred: Option<IntValue<'ctx>>,
         others: Option<Vec<BasicValueEnum<'ctx>>>,
-        volatile: bool,
+        m: MemAttrs,
     ) -> R<Loaded<'ctx>> {
+        let volatile = m.volatile;
+        let hint = cache_hint(m);
         let mt = memory_type(self.cx, d);
         let bytes = d.bytes() * vec as u32;
-        if pred.is_none() && !volatile {
+        if pred.is_none() && !volatile && hint.is_empty() {
             self.address_next_to_use(addr);
             let ty = if vec == 1 {
                 mt
@@ -305,8 +307,9 @@ impl<'ctx> Lowering<'ctx, '_> {
             String::new()
         };
         let vol = if volatile { ".volatile" } else { "" };
+        let hint = if volatile { "" } else { hint.as_str() };
         t += &format!(
-            "@${} ld{vol}.global{v}.b{wbits} {dst}, [ ${} + 0 ];",
+            "@${} ld{vol}.global{hint}{v}.b{wbits} {dst}, [ ${} + 0 ];",
             nw + 1,
             nw
         );
@@ -394,7 +397,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     None => o,
                 });
             }
-            self.store_vector(d, addr, &chunk, pred)?;
+            self.store_vector(d, addr, &chunk, pred, &cache_hint(m))?;
         }
         Ok(())
     }
@@ -405,10 +408,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         addr: PointerValue<'ctx>,
         vals: &[BasicValueEnum<'ctx>],
         pred: Option<IntValue<'ctx>>,
+        hint: &str,
     ) -> R<()> {
         let vec = vals.len();
         let mt = memory_type(self.cx, d);
         let bytes = d.bytes() * vec as u32;
+        // Cache hints need the instruction spelled out: an always-true predicate then.
+        let pred = match pred {
+            None if !hint.is_empty() => Some(self.cx.bool_type().const_all_ones()),
+            p => p,
+        };
         let Some(pred) = pred else {
             let st = if vec == 1 {
                 let x = self.register_to_memory(d, vals[0])?;
@@ -443,7 +452,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         } else {
             String::new()
         };
-        let t = format!("@$0 st.global{v}.b{wbits} [ $1 + 0 ], {src};");
+        let t = format!("@$0 st.global{hint}{v}.b{wbits} [ $1 + 0 ], {src};");
         let mut cons = vec!["b".to_string(), "l".to_string()];
         cons.extend((0..nw).map(|_| c.to_string()));
         cons.push("~{memory}".into());
@@ -893,5 +902,25 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         self.smem_busy = true;
         Ok(out)
+    }
+}
+
+/// The PTX qualifier of an access's cache operator (`.cg`) or, without one, its L1 eviction
+/// priority (`.L1::evict_last`): PTX takes one or the other.
+fn cache_hint(m: MemAttrs) -> String {
+    let cache = tile_ir::CACHE_MODIFIERS
+        .get(usize::from(m.cache))
+        .copied()
+        .unwrap_or("");
+    let evict = tile_ir::EVICTION_POLICIES
+        .get(usize::from(m.evict))
+        .copied()
+        .unwrap_or("");
+    if !cache.is_empty() {
+        format!(".{cache}")
+    } else if !evict.is_empty() {
+        format!(".L1::{evict}")
+    } else {
+        String::new()
     }
 }

@@ -7,6 +7,15 @@ use crate::ops::{
 };
 use crate::types::{DType, Elem, Shape, Type};
 
+/// The access [`Builder::set_cache_hints`] annotates.
+#[derive(Copy, Clone, Debug)]
+pub enum CacheTarget {
+    /// A load, named by its result.
+    Load(Value),
+    /// A store.
+    Store(Op),
+}
+
 /// Why an op could not be built. Each names the op and what was wrong.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BuildError {
@@ -498,6 +507,8 @@ impl Builder {
             runs: [0; crate::MAX_RANK],
             whole_granules,
             prefix_mask: false,
+            cache: 0,
+            evict: 0,
         };
         Ok(self.push1(OpKind::Load(attrs), operands, result))
     }
@@ -511,6 +522,52 @@ impl Builder {
         other: Option<Value>,
     ) -> R<Value> {
         self.load_with(ptr, Some(mask), other, false, true)
+    }
+
+    /// Gives a load (named by its value) or a store its cache operator and eviction priority:
+    /// indices into [`crate::CACHE_MODIFIERS`] and [`crate::EVICTION_POLICIES`] (0: none).
+    pub fn set_cache_hints(&mut self, access: CacheTarget, cache: u8, evict: u8) -> R<()> {
+        let (op, is_load) = match access {
+            CacheTarget::Load(v) => {
+                self.check(v)?;
+                match self.func.values[v].def {
+                    crate::function::ValueDef::Result(op, _) => (op, true),
+                    _ => return Err(BuildError::Misuse("cache hints on a value no load made")),
+                }
+            }
+            CacheTarget::Store(op) if self.func.ops.is_valid(op) => (op, false),
+            CacheTarget::Store(_) => return Err(BuildError::Misuse("unknown op")),
+        };
+        let allowed: &[u8] = if is_load {
+            &[0, 1, 2, 3, 4, 5]
+        } else {
+            &[0, 2, 3, 6, 7]
+        };
+        let what = if is_load { "load" } else { "store" };
+        if !allowed.contains(&cache) || usize::from(evict) >= crate::EVICTION_POLICIES.len() {
+            return Err(BuildError::OperandType {
+                op: what,
+                message: format!(
+                    "no cache operator {:?} or eviction policy {:?} for a {what}",
+                    crate::CACHE_MODIFIERS
+                        .get(usize::from(cache))
+                        .unwrap_or(&"?"),
+                    crate::EVICTION_POLICIES
+                        .get(usize::from(evict))
+                        .unwrap_or(&"?"),
+                ),
+            });
+        }
+        match &mut self.func.ops[op].kind {
+            OpKind::Load(m) | OpKind::Store(m) => {
+                m.cache = cache;
+                m.evict = evict;
+                Ok(())
+            }
+            _ => Err(BuildError::Misuse(
+                "cache hints on an op that is no load or store",
+            )),
+        }
     }
 
     /// Stores `value` through `ptr` where `mask` holds.

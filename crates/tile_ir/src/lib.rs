@@ -38,13 +38,13 @@ pub mod printer;
 pub mod types;
 pub mod verifier;
 
-pub use builder::{BuildError, Builder, ForHandle, ReduceHandle, WhileHandle};
+pub use builder::{BuildError, Builder, CacheTarget, ForHandle, ReduceHandle, WhileHandle};
 pub use entities::{Block, EntityRef, LayoutId, Op, PrimaryMap, Region, SecondaryMap, Value};
 pub use function::{BlockData, Function, Loc, OpData, Param, RegionData, ValueData, ValueDef};
 pub use layout::{BlockedLayout, DimThreadMap, Layout, MmaLayout};
 pub use ops::{
     AsyncCopyAttrs, AtomicAttrs, AtomicOp, BinaryOp, CmpPred, Const, DotPrecision, HintKind,
-    MemAttrs, MemScope, MemSem, OpKind, UnaryOp,
+    MemAttrs, MemScope, MemSem, OpKind, UnaryOp, CACHE_MODIFIERS, EVICTION_POLICIES,
 };
 pub use parser::{parse, ParseError};
 pub use types::{f64_to_fp8, DType, Elem, Shape, Type, MAX_RANK};

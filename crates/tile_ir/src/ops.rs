@@ -377,7 +377,18 @@ pub struct MemAttrs {
     /// (set with the layouts, for `whole_granules` loads): the vector is read when its first
     /// element is selected and the rest are selected one by one.
     pub prefix_mask: bool,
+    /// Triton's `cache_modifier`: an index into [`CACHE_MODIFIERS`] (0: none).
+    pub cache: u8,
+    /// Triton's `eviction_policy`: an index into [`EVICTION_POLICIES`] (0: none).
+    pub evict: u8,
 }
+
+/// Cache operators a load (`ca`, `cg`, `cs`, `lu`, `cv`) or a store (`wb`, `cg`, `cs`, `wt`)
+/// may name, as PTX spells them; index 0 is none.
+pub const CACHE_MODIFIERS: [&str; 8] = ["", "ca", "cg", "cs", "lu", "cv", "wb", "wt"];
+
+/// L1 eviction priorities an access may name; index 0 is none.
+pub const EVICTION_POLICIES: [&str; 3] = ["", "evict_first", "evict_last"];
 
 // `runs` spells its length out: naming `MAX_RANK` there made rustc 1.95 ICE on closures that
 // capture a `MemAttrs` in another crate.

@@ -606,6 +606,16 @@ impl Parser<'_> {
                         *r = self.small(x, at)?;
                     }
                 }
+                let index_of = |key: &str, table: &[&str]| -> R<u8> {
+                    match attrs.get(key) {
+                        None => Ok(0),
+                        Some(Attr::Word(w)) => match table.iter().position(|t| t == w) {
+                            Some(i) if i > 0 => Ok(i as u8),
+                            _ => self.err_at(at, format!("unknown `{key}` {w}")),
+                        },
+                        Some(_) => self.err_at(at, format!("`{key}` must be a word")),
+                    }
+                };
                 let m = MemAttrs {
                     masked: flag("masked"),
                     has_other: flag("other"),
@@ -614,6 +624,8 @@ impl Parser<'_> {
                     runs,
                     whole_granules: flag("whole_granules"),
                     prefix_mask: flag("prefix_mask"),
+                    cache: index_of("cache", &crate::CACHE_MODIFIERS)?,
+                    evict: index_of("evict", &crate::EVICTION_POLICIES)?,
                 };
                 if name == "load" {
                     OpKind::Load(m)

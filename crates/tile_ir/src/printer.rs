@@ -166,6 +166,18 @@ fn attrs(func: &Function, kind: &OpKind, rank: usize) -> String {
             if m.prefix_mask {
                 parts.push("prefix_mask".to_string());
             }
+            if let Some(c) = crate::CACHE_MODIFIERS
+                .get(m.cache as usize)
+                .filter(|c| !c.is_empty())
+            {
+                parts.push(format!("cache = {c}"));
+            }
+            if let Some(e) = crate::EVICTION_POLICIES
+                .get(m.evict as usize)
+                .filter(|e| !e.is_empty())
+            {
+                parts.push(format!("evict = {e}"));
+            }
             if m.has_runs() {
                 let n = m.runs.iter().rposition(|&r| r > 1).map_or(0, |i| i + 1);
                 let runs: Vec<u8> = m.runs[..n].iter().map(|&r| r.max(1)).collect();

@@ -314,6 +314,12 @@ impl Verifier<'_> {
                 // A vector under a prefix mask is read whole: only rows of whole granules allow it.
                 self.err(op, "prefix_mask needs whole_granules".into());
             }
+            OpKind::Load(m) if !matches!(m.cache, 0..=5) || m.evict > 2 => {
+                self.err(op, "a load's cache operator is ca, cg, cs, lu or cv".into());
+            }
+            OpKind::Store(m) if !matches!(m.cache, 0 | 2 | 3 | 6 | 7) || m.evict > 2 => {
+                self.err(op, "a store's cache operator is wb, cg, cs or wt".into());
+            }
             OpKind::AsyncCopy(a) if a.prefix_mask && !a.masked => {
                 self.err(op, "prefix_mask describes a mask: the copy has none".into());
             }

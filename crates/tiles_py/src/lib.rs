@@ -239,8 +239,10 @@ impl IrBuilder {
         Ok(self.b()?.addptr(p, o).map_err(BoundaryError::from)?.0)
     }
 
-    /// `whole_granules`: a tensor descriptor's block (see `MemAttrs::whole_granules`).
-    #[pyo3(signature = (ptr, mask=None, other=None, volatile=false, whole_granules=false))]
+    /// `whole_granules`: a tensor descriptor's block (see `MemAttrs::whole_granules`);
+    /// `cache`, `evict`: indices into `tile_ir::CACHE_MODIFIERS` / `EVICTION_POLICIES`.
+    #[pyo3(signature = (ptr, mask=None, other=None, volatile=false, whole_granules=false, cache=0, evict=0))]
+    #[allow(clippy::too_many_arguments)]
     fn load(
         &mut self,
         ptr: u32,
@@ -248,6 +250,8 @@ impl IrBuilder {
         other: Option<u32>,
         volatile: bool,
         whole_granules: bool,
+        cache: u8,
+        evict: u8,
     ) -> PyResult<u32> {
         let p = self.v(ptr)?;
         let m = mask.map(|m| self.v(m)).transpose()?;
@@ -256,15 +260,32 @@ impl IrBuilder {
         let v = match m {
             Some(m) if whole_granules && !volatile => b.load_whole_granules(p, m, o),
             _ => b.load(p, m, o, volatile),
-        };
-        Ok(v.map_err(BoundaryError::from)?.0)
+        }
+        .map_err(BoundaryError::from)?;
+        if cache != 0 || evict != 0 {
+            b.set_cache_hints(tile_ir::CacheTarget::Load(v), cache, evict)
+                .map_err(BoundaryError::from)?;
+        }
+        Ok(v.0)
     }
 
-    #[pyo3(signature = (ptr, value, mask=None))]
-    fn store(&mut self, ptr: u32, value: u32, mask: Option<u32>) -> PyResult<()> {
+    #[pyo3(signature = (ptr, value, mask=None, cache=0, evict=0))]
+    fn store(
+        &mut self,
+        ptr: u32,
+        value: u32,
+        mask: Option<u32>,
+        cache: u8,
+        evict: u8,
+    ) -> PyResult<()> {
         let (p, v) = (self.v(ptr)?, self.v(value)?);
         let m = mask.map(|m| self.v(m)).transpose()?;
-        self.b()?.store(p, v, m).map_err(BoundaryError::from)?;
+        let b = self.b()?;
+        let op = b.store(p, v, m).map_err(BoundaryError::from)?;
+        if cache != 0 || evict != 0 {
+            b.set_cache_hints(tile_ir::CacheTarget::Store(op), cache, evict)
+                .map_err(BoundaryError::from)?;
+        }
         Ok(())
     }
 

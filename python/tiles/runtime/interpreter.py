@@ -319,7 +319,7 @@ class NumpyBackend:
             out[sel] = np.ascontiguousarray(buf.bytes[offs]).view(npdt).reshape(-1)
         return out
 
-    def load(self, ptr, mask, other, volatile, whole_granules=False):
+    def load(self, ptr, mask, other, volatile, whole_granules=False, cache=0, evict=0):
         addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ())
         npdt = numpy_dtype(ptr.dtype.element_ty)
         m = np.ones(addrs.shape, dtype=bool) if mask is None else np.broadcast_to(_arr(mask.handle), addrs.shape)
@@ -335,7 +335,7 @@ class NumpyBackend:
             out = o.reshape(addrs.shape)
         return out
 
-    def store(self, ptr, value, mask):
+    def store(self, ptr, value, mask, cache=0, evict=0):
         addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ())
         npdt = numpy_dtype(ptr.dtype.element_ty)
         vals = np.broadcast_to(_arr(value.handle), addrs.shape).astype(npdt)
