@@ -138,6 +138,9 @@ def test_unary(dev, rng, name, dt):
     x = rng.uniform(lo, hi, n).astype(dt)
     if name in ("rint", "round", "trunc"):
         x[:200] = np.round(x[:200] * 2) / 2  # exact halves: the tie rules
+    if name in ("lgamma", "tgamma"):
+        # A float32 sample can land on a pole (-3.0): the reference (math) raises there.
+        x[(x <= 0) & (x == np.round(x))] += dt(0.5)
     y = dev.put(np.full(n, np.nan, dt))
     unary_kernel[(triton_cdiv(n, 512),)](dev.put(x), y, n, FN=name, BLOCK=512)
     _check(dev.get(y), ref_fn(x.astype(np.float64)), dt)
