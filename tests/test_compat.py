@@ -302,6 +302,29 @@ def test_map_elementwise_and_constexpr_functions(dev, rng):
 
 
 @tiles.jit
+def _divmod2(a0, a1, b0, b1):
+    # pack=2: two elements of each argument in, two of each result out (result after result).
+    return a0 // b0, a1 // b1, a0 % b0, a1 % b1
+
+
+@tiles.jit
+def packed_map_kernel(a_ptr, b_ptr, q_ptr, r_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    q, r = tl.map_elementwise(_divmod2, tl.load(a_ptr + offs), tl.load(b_ptr + offs), pack=2)
+    tl.store(q_ptr + offs, q)
+    tl.store(r_ptr + offs, r)
+
+
+def test_map_elementwise_with_pack(dev, rng):
+    a = rng.integers(0, 2**32, 256, dtype=np.uint32)
+    b = rng.integers(1, 2**20, 256, dtype=np.uint32)
+    q, r = dev.put(np.zeros(256, np.uint32)), dev.put(np.zeros(256, np.uint32))
+    packed_map_kernel[(1,)](dev.put(a), dev.put(b), q, r, BLOCK=256)
+    np.testing.assert_array_equal(dev.get(q), a // b)
+    np.testing.assert_array_equal(dev.get(r), a % b)
+
+
+@tiles.jit
 def _mul(a, b):
     return a * b
 

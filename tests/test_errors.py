@@ -366,3 +366,11 @@ def test_const_pointers_are_read(dev, rng):
     np.testing.assert_allclose(dev.get(out), x + 1)
     with pytest.raises(Exception, match="Cannot store to a constant pointer"):
         const_store[(1,)](dev.put(x), out, 0, MODE="direct")
+
+
+def test_num_warps_must_be_a_power_of_two():
+    # A ValueError, and an AssertionError as Triton's (its tests and users catch that).
+    for exc in (ValueError, AssertionError):
+        with pytest.raises(exc, match="must be a power of 2"):
+            tiles.compile(copy_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+                          constexprs={"BLOCK": 128}, num_warps=3)

@@ -38,6 +38,11 @@ class OutOfBoundsError(TilesError, IndexError):
     """The interpreter caught a load or store outside the buffer its pointer came from."""
 
 
+class BadOptionError(TilesError, ValueError, AssertionError):
+    """A compile option out of range (`num_warps=3`). A ValueError, and an AssertionError as
+    Triton's check is (code written for Triton catches that)."""
+
+
 class LaunchError(TilesError):
     """A kernel could not be launched (bad arguments, no GPU, driver error)."""
 

@@ -354,7 +354,9 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
     if not isinstance(fn, JITFunction):
         fn = JITFunction(fn)
     if num_warps <= 0 or num_warps & (num_warps - 1):
-        raise ValueError(f"num_warps must be a power of two, got {num_warps}")
+        from ..errors import BadOptionError
+
+        raise BadOptionError(f"num_warps must be a power of 2, got {num_warps}")
     constexprs = dict(constexprs or {})
     spec = dict(specialization or {})
     sig: Dict[str, str] = {}
