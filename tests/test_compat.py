@@ -3,6 +3,7 @@ cache/eviction hints, bitcasting casts, `static_range`, `tl.range` options, tupl
 `do_not_specialize`."""
 
 import os
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -322,6 +323,73 @@ def test_map_elementwise_with_pack(dev, rng):
     packed_map_kernel[(1,)](dev.put(a), dev.put(b), q, r, BLOCK=256)
     np.testing.assert_array_equal(dev.get(q), a // b)
     np.testing.assert_array_equal(dev.get(r), a % b)
+
+
+@tiles.jit
+def _sign_of_difference(x, y):
+    # Branches on its arguments' values, as Triton's scalar functions may.
+    if x < y:
+        return -1
+    elif x == y:
+        return 0
+    else:
+        return 1
+
+
+@tiles.jit
+def _clip_scaled(x, lo):
+    y = x * 2.0
+    if y < lo:
+        y = lo
+    return y
+
+
+@tiles.jit
+def branching_map_kernel(x_ptr, y_ptr, s_ptr, c_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x, y = tl.load(x_ptr + offs), tl.load(y_ptr + offs)
+    tl.store(s_ptr + offs, tl.map_elementwise(_sign_of_difference, x, y))
+    tl.store(c_ptr + offs, tl.map_elementwise(_clip_scaled, x.to(tl.float32), -3.0))
+
+
+def test_map_elementwise_functions_that_branch(dev, rng):
+    x = rng.integers(-5, 5, 256).astype(np.int32)
+    y = rng.integers(-5, 5, 256).astype(np.int32)
+    s, c = dev.put(np.full(256, 7, np.int32)), dev.put(np.zeros(256, np.float32))
+    branching_map_kernel[(1,)](dev.put(x), dev.put(y), s, c, BLOCK=256)
+    np.testing.assert_array_equal(dev.get(s), np.sign(x - y))
+    np.testing.assert_array_equal(dev.get(c), np.maximum(x * 2.0, -3.0).astype(np.float32))
+
+
+def test_branching_map_elementwise_compiles_to_selects(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(branching_map_kernel, signature={"x_ptr": "*i32", "y_ptr": "*i32", "s_ptr": "*i32",
+                                                       "c_ptr": "*fp32"}, constexprs={"BLOCK": 256}, target="sm_90a")
+    ptx = k.asm["ptx"]
+    assert "selp" in ptx and not re.search(r"^\s*(@%p\d+\s+)?bra", ptx, re.M)  # selects, no branches
+    assemble(ptxas, ptx, "sm_90a")
+
+
+@tiles.jit
+def _returns_on_one_side(x):
+    if x > 0:
+        return x
+    return -x
+
+
+@tiles.jit
+def one_sided_map_kernel(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.map_elementwise(_returns_on_one_side, tl.load(x_ptr + offs)))
+
+
+def test_map_elementwise_function_with_an_early_return(dev, rng):
+    # `if c: return a` then more code: the rest is the `else` side, selected element by element.
+    x = rng.integers(-50, 50, 64).astype(np.int32)
+    xd = dev.put(x)
+    one_sided_map_kernel[(1,)](xd, BLOCK=64)
+    np.testing.assert_array_equal(dev.get(xd), np.abs(x))
 
 
 @tiles.jit

@@ -115,6 +115,12 @@ class IRBackend:
             return inline_call(fn, self.b, list(args), {})
         return fn(*args)
 
+    def map_function(self, fn, args):
+        """`map_elementwise`'s call: `fn` on whole tiles, its `if`s on them as selects."""
+        if isinstance(fn, _jit_function_class()):
+            return inline_call(fn, self.b, list(args), {}, elementwise=True)
+        return fn(*args)
+
     def reduce(self, inputs, axis, combine):
         handle, lhs, rhs = self.b.begin_reduce([t.handle for t in inputs], axis)
         a = [tensor(h, t.dtype, ()) for h, t in zip(lhs, inputs)]
@@ -396,12 +402,15 @@ class CodeGenerator(ast.NodeVisitor):
     """Visits one function's body. Callees get their own generator sharing the builder."""
 
     def __init__(self, src: FunctionSource, builder: "_tiles.IrBuilder", scope: Dict[str, Any],
-                 is_kernel: bool):
+                 is_kernel: bool, elementwise: bool = False):
         self.src = src
         self.builder = builder
         self.scope = scope
         self.globals = src.globals()
         self.is_kernel = is_kernel
+        # A `map_elementwise` function, run on whole tiles: an `if` on its arguments' values
+        # evaluates both sides and selects element by element.
+        self.elementwise = elementwise
 
     # -- errors and locations ------------------------------------------------------------------------
     def visit(self, node: ast.AST) -> Any:
@@ -549,6 +558,8 @@ class CodeGenerator(ast.NodeVisitor):
         if not _is_tensor(cond):
             self.visit_stmts(node.body if _unwrap(cond) else node.orelse)
             return
+        if self.elementwise and cond.shape and semantic._numel(cond.shape) != 1:
+            return self._select_if(node, cond)
         cond = self._scalar_condition(node.test, cond, "`if`")
         cond = semantic.cast(cond, core.int1)
         before = dict(self.scope)
@@ -589,6 +600,29 @@ class CodeGenerator(ast.NodeVisitor):
         for n in list(self.scope):
             if n not in then_scope or n not in else_scope:
                 self.scope.pop(n, None)
+
+    def _select_if(self, node: ast.If, cond: tensor) -> None:
+        """An `if` on a tile in a `map_elementwise` function: both sides run (they compute, they
+        do not store) and each name, the return value included, takes the side its element's
+        condition picks."""
+        cond = semantic.cast(cond, core.int1)
+        before = dict(self.scope)
+        then_scope = self._visit_branch(node.body, before)
+        else_scope = self._visit_branch(node.orelse, before)
+        merged = dict(before)
+        for n in set(then_scope) | set(else_scope):
+            a, b = then_scope.get(n, before.get(n)), else_scope.get(n, before.get(n))
+            if n == _RETURN and (a is None) != (b is None):
+                raise self.src.error(node, "in a map_elementwise function, an `if` on the arguments' values must "
+                                           "return in both branches or in neither")
+            if a is b or (not _is_tensor(a) and not _is_tensor(b) and _unwrap(a) == _unwrap(b)):
+                merged[n] = a
+            elif a is None or b is None:
+                merged.pop(n, None)  # defined on one side only: not defined after the `if`
+            else:
+                merged[n] = semantic.where(cond, _unwrap(a) if not _is_tensor(a) else a,
+                                           _unwrap(b) if not _is_tensor(b) else b)
+        self.scope = merged
 
     def _scalar_condition(self, node: ast.expr, cond: Any, what: str) -> Any:
         """A condition as a scalar: a one-element tile converts (as in Triton), others refuse."""
@@ -1039,8 +1073,9 @@ class CodeGenerator(ast.NodeVisitor):
         return fn(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
 
 
-def inline_call(jitfn, builder, args: List[Any], kwargs: Dict[str, Any]) -> Any:
-    """Inlines a call to another @jit function: its body is visited with the arguments bound."""
+def inline_call(jitfn, builder, args: List[Any], kwargs: Dict[str, Any], elementwise: bool = False) -> Any:
+    """Inlines a call to another @jit function: its body is visited with the arguments bound
+    (`elementwise`: a `map_elementwise` function, see `CodeGenerator._select_if`)."""
     src = jitfn.source()
     params = jitfn.params
     if len(args) > len(params):
@@ -1061,7 +1096,7 @@ def inline_call(jitfn, builder, args: List[Any], kwargs: Dict[str, Any]) -> Any:
             # A tensor given for a constexpr-annotated parameter of a device function stays a
             # tensor (as Triton allows: its attention tutorial passes offset tiles that way).
             scope[p.name] = constexpr(scope[p.name])
-    gen = CodeGenerator(src, builder, scope, is_kernel=False)
+    gen = CodeGenerator(src, builder, scope, is_kernel=False, elementwise=elementwise)
     gen.visit(src.node)
     return gen.scope.get(_RETURN)
 

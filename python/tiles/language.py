@@ -577,20 +577,24 @@ TRITON_MAX_TENSOR_NUMEL = 1048576
 def map_elementwise(scalar_fn, *args, pack=1, _semantic=None):
     """Applies `scalar_fn` (a @jit function) to the elements of `args` (broadcast together).
 
-    tiles calls `scalar_fn` on whole tiles, so it must be written with elementwise ops (no
-    `if` on its arguments' values). With `pack` > 1, `scalar_fn` takes `pack` elements of each
-    argument (argument after argument) and returns `pack` of each result (result after
-    result), as in Triton: tiles hands it every argument's whole tile `pack` times and keeps
-    each result's first copy (one element's result depends on that element alone)."""
+    tiles calls `scalar_fn` on whole tiles: an `if` on its arguments' values computes both sides
+    and selects element by element (both sides must return, or neither). With `pack` > 1,
+    `scalar_fn` takes `pack` elements of each argument (argument after argument) and returns
+    `pack` of each result (result after result), as in Triton: tiles hands it every argument's
+    whole tile `pack` times and keeps each result's first copy (one element's result depends
+    on that element alone)."""
     tiles_ = [semantic.to_tensor(a) for a in args]
     shape = ()
     for t in tiles_:
         shape = semantic.broadcast_shapes(shape, t.shape)
     tiles_ = [semantic.broadcast_to(t, shape) for t in tiles_]
+    from .core import current_backend
+
+    call = lambda *a: current_backend().map_function(scalar_fn, a)  # noqa: E731
     pack = int(_v(pack))
     if pack <= 1:
-        return _call(scalar_fn)(*tiles_)
-    out = _call(scalar_fn)(*[t for t in tiles_ for _ in _builtins.range(pack)])
+        return call(*tiles_)
+    out = call(*[t for t in tiles_ for _ in _builtins.range(pack)])
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if len(outs) % pack:
         raise ValueError(f"map_elementwise: {getattr(scalar_fn, '__name__', 'the function')} returned {len(outs)} "

@@ -361,6 +361,34 @@ class NumpyBackend:
             return interpreted_function(fn)(*args)
         return fn(*args)
 
+    def map_function(self, fn, args):
+        """`map_elementwise`'s call: `fn` on whole tiles, or, when it branches on their values,
+        on one element at a time (as the compiled kernel selects element by element)."""
+        from ..core import tensor
+        from .jit import JITFunction
+
+        f = interpreted_function(fn) if isinstance(fn, JITFunction) else fn
+        try:
+            return f(*args)
+        except ValueError as e:
+            if "truth value of a tile" not in str(e):
+                raise
+        shape = tuple(args[0].shape) if args else ()
+        flat = [np.asarray(_arr(a.handle)).reshape(-1) for a in args]
+        outs: List[List[Any]] = []
+        dtypes: List[Any] = []
+        for i in range(int(np.prod(shape))):
+            r = f(*[tensor(np.asarray(x[i]), a.dtype, ()) for x, a in zip(flat, args)])
+            rs = list(r) if isinstance(r, (tuple, list)) else [r]
+            if not outs:
+                outs = [[] for _ in rs]
+                dtypes = [v.dtype if isinstance(v, tensor) else
+                          (core.float32 if isinstance(core._unwrap(v), float) else core.int32) for v in rs]
+            for o, v in zip(outs, rs):
+                o.append(np.asarray(_arr(v.handle)).reshape(()) if isinstance(v, tensor) else core._unwrap(v))
+        res = [tensor(np.array(o, dtype=numpy_dtype(dt)).reshape(shape), dt, shape) for o, dt in zip(outs, dtypes)]
+        return res[0] if len(res) == 1 else tuple(res)
+
     def reduce(self, inputs, axis, combine):
         """Pairwise (tree) reduction: log2(n) vectorised calls of the combine function."""
         from .. import semantic
