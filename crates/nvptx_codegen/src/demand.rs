@@ -87,13 +87,17 @@ impl<'ctx> Lowering<'ctx, '_> {
                 break;
             }
         }
-        // The bounds and step are scalars; each init provides what its iterations read.
-        for (k, &o) in data.operands.iter().enumerate() {
-            match carried.get(k.wrapping_sub(3)).filter(|_| k >= 3) {
-                Some(Some(w)) => self.demand(d, o, Some(&|i| w.get(i).copied().unwrap_or(true)))?,
-                Some(None) => self.demand(d, o, Some(&|_| false))?,
-                None => self.demand(d, o, None)?,
-            }
+        // The bounds and step are read whole; each init provides what its iterations read.
+        let (bounds, inits) = data.operands.split_at(3.min(data.operands.len()));
+        for &o in bounds {
+            self.demand(d, o, None)?;
+        }
+        for (&o, w) in inits.iter().zip(&carried) {
+            let read = |i: usize| {
+                w.as_ref()
+                    .is_some_and(|w| w.get(i).copied().unwrap_or(true))
+            };
+            self.demand(d, o, Some(&read))?;
         }
         Ok(())
     }

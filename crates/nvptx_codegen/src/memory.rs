@@ -267,7 +267,12 @@ impl<'ctx> Lowering<'ctx, '_> {
         m: MemAttrs,
     ) -> R<Loaded<'ctx>> {
         let volatile = m.volatile;
-        let hint = cache_hint(m);
+        // Volatile loads take no cache hints.
+        let hint = if volatile {
+            CacheHint::NONE
+        } else {
+            CacheHint::of(m)
+        };
         let mt = memory_type(self.cx, d);
         let bytes = d.bytes() * vec as u32;
         if pred.is_none() && !volatile && hint.is_empty() {
@@ -307,7 +312,6 @@ impl<'ctx> Lowering<'ctx, '_> {
             String::new()
         };
         let vol = if volatile { ".volatile" } else { "" };
-        let hint = if volatile { "" } else { hint.as_str() };
         t += &format!(
             "@${} ld{vol}.global{hint}{v}.b{wbits} {dst}, [ ${} + 0 ];",
             nw + 1,
@@ -382,6 +386,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let owner = self.owner(&pty)?;
         let vec = self.usable_vector(&pty, m)?;
+        let hint = CacheHint::of(m);
         for k in 0..ptrs.len().div_ceil(vec) {
             let at = k * vec;
             let addr = ptrs[at].into_pointer_value();
@@ -397,7 +402,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     None => o,
                 });
             }
-            self.store_vector(d, addr, &chunk, pred, &cache_hint(m))?;
+            self.store_vector(d, addr, &chunk, pred, hint)?;
         }
         Ok(())
     }
@@ -408,7 +413,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         addr: PointerValue<'ctx>,
         vals: &[BasicValueEnum<'ctx>],
         pred: Option<IntValue<'ctx>>,
-        hint: &str,
+        hint: CacheHint,
     ) -> R<()> {
         let vec = vals.len();
         let mt = memory_type(self.cx, d);
@@ -906,21 +911,33 @@ impl<'ctx> Lowering<'ctx, '_> {
 }
 
 /// The PTX qualifier of an access's cache operator (`.cg`) or, without one, its L1 eviction
-/// priority (`.L1::evict_last`): PTX takes one or the other.
-fn cache_hint(m: MemAttrs) -> String {
-    let cache = tile_ir::CACHE_MODIFIERS
-        .get(usize::from(m.cache))
-        .copied()
-        .unwrap_or("");
-    let evict = tile_ir::EVICTION_POLICIES
-        .get(usize::from(m.evict))
-        .copied()
-        .unwrap_or("");
-    if !cache.is_empty() {
-        format!(".{cache}")
-    } else if !evict.is_empty() {
-        format!(".L1::{evict}")
-    } else {
-        String::new()
+/// priority (`.L1::evict_last`): PTX takes one or the other. Printed where the instruction
+/// names it; empty for neither.
+#[derive(Copy, Clone)]
+struct CacheHint(&'static str, &'static str);
+
+impl CacheHint {
+    const NONE: CacheHint = CacheHint("", "");
+
+    fn of(m: MemAttrs) -> CacheHint {
+        let name = |table: &[&'static str], i: u8| table.get(usize::from(i)).copied().unwrap_or("");
+        match (
+            name(&tile_ir::CACHE_MODIFIERS, m.cache),
+            name(&tile_ir::EVICTION_POLICIES, m.evict),
+        ) {
+            ("", "") => CacheHint::NONE,
+            ("", evict) => CacheHint(".L1::", evict),
+            (cache, _) => CacheHint(".", cache),
+        }
+    }
+
+    fn is_empty(self) -> bool {
+        self.1.is_empty()
+    }
+}
+
+impl std::fmt::Display for CacheHint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.0, self.1)
     }
 }

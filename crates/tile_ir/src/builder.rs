@@ -527,47 +527,41 @@ impl Builder {
     /// Gives a load (named by its value) or a store its cache operator and eviction priority:
     /// indices into [`crate::CACHE_MODIFIERS`] and [`crate::EVICTION_POLICIES`] (0: none).
     pub fn set_cache_hints(&mut self, access: CacheTarget, cache: u8, evict: u8) -> R<()> {
-        let (op, is_load) = match access {
+        let op = match access {
             CacheTarget::Load(v) => {
                 self.check(v)?;
                 match self.func.values[v].def {
-                    crate::function::ValueDef::Result(op, _) => (op, true),
+                    crate::function::ValueDef::Result(op, _) => op,
                     _ => return Err(BuildError::Misuse("cache hints on a value no load made")),
                 }
             }
-            CacheTarget::Store(op) if self.func.ops.is_valid(op) => (op, false),
+            CacheTarget::Store(op) if self.func.ops.is_valid(op) => op,
             CacheTarget::Store(_) => return Err(BuildError::Misuse("unknown op")),
         };
-        let allowed: &[u8] = if is_load {
-            &[0, 1, 2, 3, 4, 5]
-        } else {
-            &[0, 2, 3, 6, 7]
+        let (m, load) = match &mut self.func.ops[op].kind {
+            OpKind::Load(m) => (m, true),
+            OpKind::Store(m) => (m, false),
+            _ => {
+                return Err(BuildError::Misuse(
+                    "cache hints on an op that is no load or store",
+                ))
+            }
         };
-        let what = if is_load { "load" } else { "store" };
-        if !allowed.contains(&cache) || usize::from(evict) >= crate::EVICTION_POLICIES.len() {
+        if !MemAttrs::cache_hints_fit(load, cache, evict) {
+            let name =
+                |table: &[&'static str], i: u8| table.get(usize::from(i)).copied().unwrap_or("?");
             return Err(BuildError::OperandType {
-                op: what,
+                op: if load { "load" } else { "store" },
                 message: format!(
-                    "no cache operator {:?} or eviction policy {:?} for a {what}",
-                    crate::CACHE_MODIFIERS
-                        .get(usize::from(cache))
-                        .unwrap_or(&"?"),
-                    crate::EVICTION_POLICIES
-                        .get(usize::from(evict))
-                        .unwrap_or(&"?"),
+                    "no cache operator {:?} with eviction policy {:?} here",
+                    name(&crate::CACHE_MODIFIERS, cache),
+                    name(&crate::EVICTION_POLICIES, evict),
                 ),
             });
         }
-        match &mut self.func.ops[op].kind {
-            OpKind::Load(m) | OpKind::Store(m) => {
-                m.cache = cache;
-                m.evict = evict;
-                Ok(())
-            }
-            _ => Err(BuildError::Misuse(
-                "cache hints on an op that is no load or store",
-            )),
-        }
+        m.cache = cache;
+        m.evict = evict;
+        Ok(())
     }
 
     /// Stores `value` through `ptr` where `mask` holds.

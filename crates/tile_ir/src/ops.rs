@@ -399,6 +399,18 @@ impl MemAttrs {
     pub fn has_runs(&self) -> bool {
         self.runs.iter().any(|&r| r > 1)
     }
+
+    /// Whether `cache` and `evict` (indices into [`CACHE_MODIFIERS`] and
+    /// [`EVICTION_POLICIES`]) are a cache operator and an eviction priority that a load (or a
+    /// store) may take.
+    pub fn cache_hints_fit(load: bool, cache: u8, evict: u8) -> bool {
+        let cache_ok = if load {
+            matches!(cache, 0..=5)
+        } else {
+            matches!(cache, 0 | 2 | 3 | 6 | 7)
+        };
+        cache_ok && usize::from(evict) < EVICTION_POLICIES.len()
+    }
 }
 
 /// What an operation does.

@@ -7,7 +7,7 @@
 use crate::entities::{Block, Op, Value};
 use crate::function::{Function, Loc};
 use crate::layout::Layout;
-use crate::ops::OpKind;
+use crate::ops::{MemAttrs, OpKind};
 use crate::types::{DType, Elem};
 use std::collections::HashSet;
 use std::fmt;
@@ -314,10 +314,10 @@ impl Verifier<'_> {
                 // A vector under a prefix mask is read whole: only rows of whole granules allow it.
                 self.err(op, "prefix_mask needs whole_granules".into());
             }
-            OpKind::Load(m) if !matches!(m.cache, 0..=5) || m.evict > 2 => {
+            OpKind::Load(m) if !MemAttrs::cache_hints_fit(true, m.cache, m.evict) => {
                 self.err(op, "a load's cache operator is ca, cg, cs, lu or cv".into());
             }
-            OpKind::Store(m) if !matches!(m.cache, 0 | 2 | 3 | 6 | 7) || m.evict > 2 => {
+            OpKind::Store(m) if !MemAttrs::cache_hints_fit(false, m.cache, m.evict) => {
                 self.err(op, "a store's cache operator is wb, cg, cs or wt".into());
             }
             OpKind::AsyncCopy(a) if a.prefix_mask && !a.masked => {
