@@ -935,11 +935,9 @@ def load(ptr: Any, mask: Any = None, other: Any = None, volatile: bool = False, 
             other = None
         else:
             other = broadcast_to(cast(to_tensor(other, elem if _is_literal(other) else None), elem), ptr.shape)
-    hints = {"cache": cache, "evict": evict} if cache or evict else {}
-    if whole_granules and mask is not None:
-        return make(_be().load(ptr, mask, other, bool(_unwrap(volatile)), whole_granules=True, **hints), elem,
-                    ptr.shape)
-    return make(_be().load(ptr, mask, other, bool(_unwrap(volatile)), **hints), elem, ptr.shape)
+    handle = _be().load(ptr, mask, other, bool(_unwrap(volatile)), whole_granules=whole_granules and mask is not None,
+                        cache=cache, evict=evict)
+    return make(handle, elem, ptr.shape)
 
 
 def store(ptr: Any, value: Any, mask: Any = None, cache_modifier: str = "", eviction_policy: str = "") -> None:
@@ -959,10 +957,7 @@ def store(ptr: Any, value: Any, mask: Any = None, cache_modifier: str = "", evic
     ptr = broadcast_to(ptr, shape)
     value = broadcast_to(cast(value, elem), shape)
     cache, evict = _cache_hints(_STORE_CACHE, cache_modifier, eviction_policy, "store")
-    if cache or evict:
-        _be().store(ptr, value, mask, cache=cache, evict=evict)
-    else:
-        _be().store(ptr, value, mask)
+    _be().store(ptr, value, mask, cache=cache, evict=evict)
 
 
 # -- debugging ------------------------------------------------------------------------------------

@@ -370,9 +370,8 @@ class NumpyBackend:
         f = interpreted_function(fn) if isinstance(fn, JITFunction) else fn
         try:
             return f(*args)
-        except ValueError as e:
-            if "truth value of a tile" not in str(e):
-                raise
+        except _AmbiguousTruth:
+            pass
         shape = tuple(args[0].shape) if args else ()
         flat = [np.asarray(_arr(a.handle)).reshape(-1) for a in args]
         outs: List[List[Any]] = []
@@ -512,7 +511,7 @@ class NumpyBackend:
     def to_python_bool(self, t):
         h = _arr(t.handle)
         if h.size != 1:
-            raise ValueError(f"the truth value of a tile of shape {list(h.shape)} is ambiguous")
+            raise _AmbiguousTruth(f"the truth value of a tile of shape {list(h.shape)} is ambiguous")
         return bool(h.reshape(()))
 
     def to_python_int(self, t):
@@ -709,6 +708,11 @@ class _Rewrite(ast.NodeTransformer):
             return ast.copy_location(ast.Call(func=ast.Name("__tiles_to__", ast.Load()),
                                               args=[node.func.value] + node.args, keywords=node.keywords), node)
         return node
+
+
+class _AmbiguousTruth(ValueError):
+    """A tile of several elements used as a Python condition (`map_function` then runs the
+    function element by element)."""
 
 
 def interpreted_function(jitfn):
