@@ -3,14 +3,19 @@
 //!
 //! ```text
 //! tiles-opt [--passes=fold_constants,cse,dce,assign_layouts | --pipeline]
-//!           [--emit=tir|llvm|ptx] [--target=sm_90a] [--fp-fusion] FILE
+//!           [--emit=tir|llvm|ptx] [--target=sm_90a] [--fp-fusion]
+//!           [--repeat=N] [--threads=K] FILE
 //! ```
+//!
+//! `--threads=K` (with `--emit=llvm|ptx`) measures how the back end scales: the kernel's
+//! LLVM and PTX stages `repeat` times on each of K threads at once, against the same K·repeat
+//! one after another; the times go to stderr.
 
 use crate::{generate_ptx_with, CodegenOptions, Target};
 
 /// Usage text.
 pub const USAGE: &str = "usage: tiles-opt [--passes=a,b,... | --pipeline] [--emit=tir|llvm|ptx] \
-[--target=sm_80|sm_90|sm_90a] [--fp-fusion] [--repeat=N] FILE";
+[--target=sm_80|sm_90|sm_90a] [--fp-fusion] [--repeat=N] [--threads=K] FILE";
 
 /// Runs `tiles-opt` with `args` (without the program name or the file) on `input`; the
 /// output text, or a message for the user.
@@ -21,6 +26,7 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
     let mut target = "sm_90a".to_string();
     let mut explicit_target = false;
     let mut repeat = 1usize;
+    let mut threads = 1usize;
     let mut options = CodegenOptions::default();
     for a in args {
         if let Some(p) = a.strip_prefix("--passes=") {
@@ -42,6 +48,12 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
                 .ok()
                 .filter(|&n| n > 0)
                 .ok_or_else(|| format!("--repeat wants a positive count, got `{n}`"))?;
+        } else if let Some(n) = a.strip_prefix("--threads=") {
+            threads = n
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("--threads wants a positive count, got `{n}`"))?;
         } else {
             return Err(format!("unknown option `{a}`\n{USAGE}"));
         }
@@ -76,6 +88,9 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
             for _ in 1..repeat {
                 out = generate()?;
             }
+            if threads > 1 {
+                eprintln!("{}", scaling(threads, repeat, &generate)?);
+            }
             Ok(if emit == "ptx" {
                 out.ptx
             } else {
@@ -84,6 +99,47 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
         }
         other => Err(format!("unknown --emit `{other}`\n{USAGE}")),
     }
+}
+
+/// Runs `generate` `repeat` times on each of `threads` threads at once and the same count
+/// on this thread; reports both wall times and the speed-up.
+fn scaling<T>(
+    threads: usize,
+    repeat: usize,
+    generate: &(impl Fn() -> Result<T, String> + Sync),
+) -> Result<String, String> {
+    use std::time::Instant;
+    let start = Instant::now();
+    for _ in 0..threads * repeat {
+        generate()?;
+    }
+    let one_after_another = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    for _ in 0..repeat {
+                        generate()?;
+                    }
+                    Ok::<(), String>(())
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .map_err(|_| "a worker thread panicked".to_string())?
+        })
+    })?;
+    let at_once = start.elapsed().as_secs_f64();
+    let per = |t: f64| t * 1e3 / (threads * repeat) as f64;
+    Ok(format!(
+        "threads={threads} repeat={repeat}: one after another {:.2} ms a compile, on {threads} \
+threads {:.2} ms of wall a compile, speed-up {:.2}x",
+        per(one_after_another),
+        per(at_once),
+        one_after_another / at_once
+    ))
 }
 
 /// Releases LLVM's process-wide state; reports asked for through `TILES_LLVM_ARGS`
@@ -96,4 +152,28 @@ pub fn shutdown_llvm() {
     crate::drop_target_machines();
     // SAFETY: the tool's last LLVM call; nothing runs LLVM after it in this process.
     unsafe { LLVMShutdown() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tiles_opt;
+
+    const VECTOR_ADD: &str = include_str!("../../../tests/filetests/assign_layouts/vector_add.tir");
+
+    fn run(args: &[&str]) -> Result<String, String> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tiles_opt(&args, VECTOR_ADD)
+    }
+
+    #[test]
+    fn threads_measure_without_changing_the_output() {
+        let one = run(&["--emit=ptx"]).unwrap();
+        assert_eq!(
+            run(&["--emit=ptx", "--threads=2", "--repeat=2"]).unwrap(),
+            one
+        );
+        assert!(run(&["--emit=ptx", "--threads=0"])
+            .unwrap_err()
+            .contains("--threads wants a positive count"));
+    }
 }
