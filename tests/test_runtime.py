@@ -95,6 +95,73 @@ def write_module(path, body):
     return mod
 
 
+def test_kernel_sources_are_read_as_inspect_reads_them(tmp_path):
+    # tiles reads a kernel's lines by indentation (faster than inspect's tokenizer) and falls
+    # back to inspect where that reading is unsure; either way the lines, first line and AST
+    # are inspect's, and compile errors point at the right line.
+    import inspect
+
+    from tiles.frontend import FunctionSource, _indented_block
+
+    mod = write_module(tmp_path / "shapes.py", """
+        import tiles
+        import tiles.language as tl
+
+
+        @tiles.autotune(
+            configs=[tiles.Config({"BLOCK": 64})],
+            key=["n"],
+        )
+        @tiles.jit
+        def autotuned(x_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+        # a comment at column 0 inside the body
+            tl.store(x_ptr + offs, offs, mask=offs < n)
+
+            # a trailing comment, indented: the function's
+
+
+        # a comment between kernels: not the function's
+        @tiles.jit
+        def docstring_at_column_0(x_ptr):
+            \"\"\"A docstring with a line
+        at column 0.\"\"\"
+            tl.store(x_ptr, 1)
+
+
+        @tiles.jit
+        def continued(x_ptr,
+        y_ptr):
+            v = tl.load(x_ptr) + \\
+        tl.load(y_ptr)
+            tl.store(x_ptr, v + undefined_name)
+
+
+        def make():
+            @tiles.jit
+            def nested(x_ptr):
+                tl.store(x_ptr, 2)
+            return nested
+
+
+        @tiles.jit
+        def one_line(x_ptr): tl.store(x_ptr, 3)
+    """)
+    kernels = {"autotuned": mod.autotuned.fn, "docstring_at_column_0": mod.docstring_at_column_0,
+               "continued": mod.continued, "nested": mod.make(), "one_line": mod.one_line}
+    by_indentation = set()
+    for name, k in kernels.items():
+        src = FunctionSource(k.fn)
+        lines, start = inspect.getsourcelines(k.fn)
+        assert (src.lines, src.first_line, src.node.name) == (lines, start, name)
+        if _indented_block(k.fn) is not None:
+            by_indentation.add(name)
+    assert by_indentation == {"autotuned", "nested", "one_line"}  # the others are inspect's
+    with pytest.raises(tiles.CompilationError) as e:
+        tiles.compile(mod.continued, signature={"x_ptr": "*fp32", "y_ptr": "*fp32"})
+    assert e.value.line == 32 and "undefined_name" in e.value.source_line
+
+
 def test_an_edited_kernel_or_helper_is_recompiled(cache_dir, tmp_path):
     src = """
         import tiles

@@ -225,10 +225,71 @@ def _assigned_names(stmts: Sequence[ast.stmt], owner: Optional[ast.AST] = None) 
         if isinstance(node, ast.Return) and _RETURN not in seen:
             seen.add(_RETURN)
             names.append(_RETURN)
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+        # ast.iter_child_nodes, without its generators (this walk is a fresh kernel's hot spot)
+        children = []
+        for field in node._fields:
+            v = getattr(node, field, None)
+            if isinstance(v, ast.AST):
+                children.append(v)
+            elif isinstance(v, list):
+                children.extend(x for x in v if isinstance(x, ast.AST))
+        stack.extend(reversed(children))
     if owner is not None:
         owner._tiles_assigned = names
     return names
+
+
+def _is_code_line(line: str) -> bool:
+    s = line.lstrip()
+    return bool(s) and not s.startswith("#")
+
+
+def _indented_block(fn) -> Optional[Tuple[List[str], int, str, ast.FunctionDef]]:
+    """The lines of `fn`'s definition (decorators included) read by indentation, with its first
+    line's number, its file and its parsed definition; None where that reading is unsure (the
+    caller asks `inspect` then). `inspect.getsourcelines` tokenizes the file from the function
+    on, which is most of a small kernel's first compile; this reads the file once (`linecache`)
+    and ends the block at the first code line indented no deeper than the `def`. A block cut
+    inside a string, brackets or a continued line does not parse, and then None is returned."""
+    import linecache
+
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    file = code.co_filename
+    linecache.checkcache(file)  # a file edited since it was read (as `inspect` does)
+    all_lines = linecache.getlines(file, getattr(fn, "__globals__", None))
+    start = code.co_firstlineno  # the first decorator's line
+    if not all_lines or start > len(all_lines):
+        return None
+    first = all_lines[start - 1]
+    base = len(first) - len(first.lstrip())
+    i = start - 1
+    head = ("def ", "async def ")
+    while i < len(all_lines) and not all_lines[i][base:].startswith(head):
+        i += 1  # decorators, which may span lines
+    end = i + 1
+    while end < len(all_lines):
+        line = all_lines[end]
+        if _is_code_line(line) and len(line) - len(line.lstrip()) <= base:
+            break
+        end += 1
+    while end > i + 1:
+        # Trailing blank lines and comments no deeper than the `def` belong to what follows
+        # (deeper comments are the function's, as `inspect` reads them).
+        line = all_lines[end - 1]
+        if line.strip() and (_is_code_line(line) or len(line) - len(line.lstrip()) > base):
+            break
+        end -= 1
+    lines = all_lines[start - 1:end]
+    try:
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        return None
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if len(tree.body) != 1 or len(defs) != 1 or defs[0].name != fn.__name__:
+        return None
+    return lines, start, file, defs[0]
 
 
 class FunctionSource:
@@ -239,25 +300,31 @@ class FunctionSource:
         from the function's first line in that file, or from 1 for a function without one)."""
         self.fn = fn
         self.name = fn.__name__
-        if text is not None:
-            lines = text.splitlines(keepends=True)
-            try:
-                start = inspect.getsourcelines(fn)[1]
-                self.file = inspect.getsourcefile(fn) or "<unknown>"
-            except (OSError, TypeError):
-                start, self.file = 1, "<string>"
+        # Whether the text is the one Python compiled `fn` from (its code object's names are
+        # then the names the text reads).
+        self.from_code = text is None
+        block = _indented_block(fn) if text is None else None
+        if block is not None:
+            lines, start, self.file, self.node = block
         else:
-            try:
-                lines, start = inspect.getsourcelines(fn)
-                self.file = inspect.getsourcefile(fn) or "<unknown>"
-            except (OSError, TypeError) as e:
-                raise CompilationError(f"cannot read the source of {fn.__name__}: {e}") from e
-        src = textwrap.dedent("".join(lines))
+            if text is not None:
+                lines = text.splitlines(keepends=True)
+                try:
+                    start = inspect.getsourcelines(fn)[1]
+                    self.file = inspect.getsourcefile(fn) or "<unknown>"
+                except (OSError, TypeError):
+                    start, self.file = 1, "<string>"
+            else:
+                try:
+                    lines, start = inspect.getsourcelines(fn)
+                    self.file = inspect.getsourcefile(fn) or "<unknown>"
+                except (OSError, TypeError) as e:
+                    raise CompilationError(f"cannot read the source of {fn.__name__}: {e}") from e
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+            self.node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
         self.indent = len(lines[0]) - len(lines[0].lstrip())
         self.lines = lines
         self.first_line = start
-        tree = ast.parse(src)
-        self.node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
     def globals(self) -> Dict[str, Any]:
         g = dict(self.fn.__globals__)

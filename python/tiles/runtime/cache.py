@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import threading
+import types
 import warnings
 from typing import Any, Dict, Optional
 
@@ -83,6 +84,37 @@ def _code_fingerprint(code) -> str:
     return h.hexdigest()[:16]
 
 
+def _code_names(code: types.CodeType) -> set:
+    """The global, attribute and closure names a code object (and those nested in it) reads."""
+    names = set(code.co_names) | set(code.co_freevars)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names
+
+
+def _names_read(src, g: Dict[str, Any]):
+    """The names a function's body, defaults and annotations read (sorted), and the
+    (global name, attribute) pairs it may read (decorators are not the kernel). Where the
+    source is the one Python compiled, its code object lists the body's names: pairs are then
+    every such name of every global the body names (a superset: extra pairs only add to the
+    key), and no walk over the body's AST is needed, which is most of a small kernel's
+    fingerprint. A replaced source text is walked."""
+    arg_nodes = list(ast.walk(src.node.args))
+    names = {n.id for n in arg_nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if src.from_code:
+        body = _code_names(src.fn.__code__)
+        names |= body
+        attrs = sorted(body)
+        pairs = [(b, a) for b in sorted(names) if b in g for a in attrs]
+        return sorted(names), pairs
+    nodes = arg_nodes + [n for part in src.node.body for n in ast.walk(part)]
+    names |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    pairs = [(n.value.id, n.attr) for n in nodes
+             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in g]
+    return sorted(names), pairs
+
+
 def function_fingerprint(jitfn) -> str:
     """A hash of the function's source and of everything it uses (computed once per function)."""
     fp = getattr(jitfn, "_fingerprint", None)
@@ -101,10 +133,7 @@ def function_fingerprint(jitfn) -> str:
         h.update(f"{fn.__module__}.{fn.__name__}\n".encode())
         h.update("".join(src.lines).encode())
         g = src.globals()
-        # The body and the parameters' defaults and annotations; decorators are not the kernel.
-        parts = list(src.node.body) + [src.node.args]
-        nodes = [n for part in parts for n in ast.walk(part)]
-        names = sorted({n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
+        names, attributes = _names_read(src, g)
         for name in names:
             if name not in g:
                 continue
@@ -115,16 +144,18 @@ def function_fingerprint(jitfn) -> str:
             fpv = _value_fingerprint(v)
             if fpv is not None:
                 h.update(f"{name}={fpv}\n".encode())
-        for node in nodes:
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in g:
-                base = g[node.value.id]
-                v = getattr(base, node.attr, None)
-                if isinstance(v, JITFunction):
-                    visit(v)
-                elif type(base).__name__ == "module" and not node.value.id.startswith(("tl", "triton", "tiles")):
-                    fpv = _value_fingerprint(v)
-                    if fpv is not None:
-                        h.update(f"{node.value.id}.{node.attr}={fpv}\n".encode())
+        for base_name, attr in attributes:
+            base = g[base_name]
+            try:
+                v = getattr(base, attr, None)
+            except Exception:  # noqa: BLE001 -- an attribute that cannot be read is not used
+                continue
+            if isinstance(v, JITFunction):
+                visit(v)
+            elif type(base).__name__ == "module" and not base_name.startswith(("tl", "triton", "tiles")):
+                fpv = _value_fingerprint(v)
+                if fpv is not None:
+                    h.update(f"{base_name}.{attr}={fpv}\n".encode())
 
     visit(jitfn)
     fp = h.hexdigest()
