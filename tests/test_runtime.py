@@ -287,27 +287,38 @@ def _fresh_binary_kernel():
     return tiles.jit(binary_kernel.fn)
 
 
-def test_async_compile_mode_compiles_warmups_on_the_executor(cache_dir):
-    # Triton's AsyncCompileMode: warmup returns a FutureKernel at once; leaving the block waits.
+def test_async_compile_mode_compiles_warmups_on_the_executor(cache_dir, monkeypatch):
+    # Triton's AsyncCompileMode: warmup returns a FutureKernel; leaving the block waits. The
+    # frontends (GIL held) run on the submitting thread, the GIL-free rest on the executor.
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
+    from tiles import compiler
+
     k = _fresh_binary_kernel()
     x = tiles.MockTensor(tl.float32, [1024])
-    names = set()
-    orig = k._compile
+    fronts, backs = [], set()
+    orig_front, orig_finish = compiler._front, compiler._Backend.finish
 
-    def spy(*a, **kw):
-        names.add(threading.current_thread().name)
-        return orig(*a, **kw)
+    def front(*a, **kw):
+        fronts.append(threading.current_thread().name)
+        return orig_front(*a, **kw)
 
-    k._compile = spy
+    def finish(self):
+        backs.add(threading.current_thread().name)
+        return orig_finish(self)
+
+    monkeypatch.setattr(compiler, "_front", front)
+    monkeypatch.setattr(compiler._Backend, "finish", finish)
     ops = ("add", "sub", "mul", "maximum")
+    interval = sys.getswitchinterval()
     with ThreadPoolExecutor(4, thread_name_prefix="exec") as pool, tiles.AsyncCompileMode(pool):
         futs = [k.warmup(x, x, x, 1000, OP=op, BLOCK=256, grid=(4,)) for op in ops]
         assert all(isinstance(f, tiles.FutureKernel) for f in futs)
         assert k.warmup(x, x, x, 1000, OP="add", BLOCK=256, grid=(4,)) is futs[0]  # submitted once
-    assert names and all(n.startswith("exec") for n in names)
+    assert sys.getswitchinterval() == interval
+    assert fronts == [threading.current_thread().name] * 4  # one frontend a kernel, on this thread
+    assert backs and all(n.startswith("exec") for n in backs)
     done = [f.result() for f in futs]
     assert len({c.asm["ptx"] for c in done}) == 4
     # The compiled kernels are the JITFunction's own now: a warmup outside the block finds them.

@@ -46,23 +46,34 @@ class CompiledKernel:
     def shared(self) -> int:
         return self.metadata.shared
 
-    def load(self):
-        """Assembles the PTX (driver JIT) and loads the module; returns the loaded kernel."""
-        if self._loaded is None:
+    def link(self) -> bytes:
+        """Assembles the PTX into a cubin for this process's GPU (the driver's JIT, without the
+        GIL), once; the disk cache keeps it. Launches and warmups call it on the thread that
+        compiled the kernel, so kernels warmed up on a pool assemble in parallel."""
+        cubin = self.asm.get("cubin")
+        if cubin is None:
             from ..runtime import cache, driver
 
             t0 = time.perf_counter()
-            cubin = self.asm.get("cubin")
-            if cubin is None:
-                cubin = driver.link_ptx(self.asm["ptx"], self.name)
-                self.asm["cubin"] = cubin
-                if self.cache_key is not None:
-                    cache.store_cubin(self.cache_key, cubin)
-            t1 = time.perf_counter()
+            cubin = driver.link_ptx(self.asm["ptx"], self.name)
+            self.asm["cubin"] = cubin
+            if self.cache_key is not None:
+                cache.store_cubin(self.cache_key, cubin)
+            if _timing():
+                print(f"tiles: {self.name}: ptx->cubin {(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
+        return cubin
+
+    def load(self):
+        """Assembles the PTX (driver JIT) if not yet done and loads the module; returns the
+        loaded kernel."""
+        if self._loaded is None:
+            from ..runtime import driver
+
+            cubin = self.link()
+            t0 = time.perf_counter()
             self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared)
             if _timing():
-                print(f"tiles: {self.name}: ptx->cubin {(t1 - t0) * 1e3:.2f} ms, load "
-                      f"{(time.perf_counter() - t1) * 1e3:.2f} ms", file=sys.stderr)
+                print(f"tiles: {self.name}: load {(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
         return self._loaded
 
     def check_asserts(self) -> None:

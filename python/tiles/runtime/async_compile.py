@@ -1,12 +1,14 @@
 """Compiles submitted to an executor while a `with AsyncCompileMode(executor):` block is open
-(Triton's `triton.AsyncCompileMode`): `kernel.warmup(...)` returns a `FutureKernel` at once,
-and a launch waits for its own kernel only. The Rust stages run without the GIL, so a thread
-pool compiles on all cores. Leaving the block waits for every compile and raises the first
-error (unless `ignore_errors`)."""
+(Triton's `triton.AsyncCompileMode`): `kernel.warmup(...)` runs the kernel's frontend (which
+holds the GIL) and returns a `FutureKernel`; the rest of the compile (passes, LLVM, PTX, the
+driver's cubin: without the GIL) runs on the executor, so a thread pool compiles on all cores
+while the submitting thread builds the next kernel's IR. A launch waits for its own kernel only.
+Leaving the block waits for every compile and raises the first error (unless `ignore_errors`)."""
 
 from __future__ import annotations
 
 import contextvars
+import sys
 from concurrent.futures import Executor, Future, as_completed
 from typing import Any, Callable, Dict, List, Optional
 
@@ -51,6 +53,11 @@ class AsyncCompileMode:
         self._futures: Dict[Any, FutureKernel] = {}
         self._raw: List[Future] = []
         self._token = None
+        self._interval = 0.005
+
+    def submitted(self, key: Any) -> Optional[FutureKernel]:
+        """The compile already submitted for `key`, if any."""
+        return self._futures.get(key)
 
     def submit(self, key: Any, compile_fn: Callable[[], Any], finish: Callable[[Any], Any]) -> FutureKernel:
         """The compile for `key`, submitted once however often it is asked for."""
@@ -66,6 +73,10 @@ class AsyncCompileMode:
         if _active.get() is not None:
             raise RuntimeError("another AsyncCompileMode is already active")
         self._token = _active.set(self)
+        # A pool thread back from the GIL-free stages needs the GIL briefly while the submitting
+        # thread runs frontends: a short switch interval keeps that wait short (as compile_many).
+        self._interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._interval, 0.0002))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -73,4 +84,5 @@ class AsyncCompileMode:
             for raw in as_completed(self._raw):
                 self._futures[raw._tiles_key].result(self.ignore_errors)
         finally:
+            sys.setswitchinterval(self._interval)
             _active.reset(self._token)

@@ -690,6 +690,17 @@ class JITFunction(KernelInterface):
 
     def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False,
                  fp_fusion: bool = False, maxnreg: Optional[int] = None) -> _Specialization:
+        return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg)()
+
+    def _compile_front(self, info, num_warps: int, num_stages: int, debug: bool = False,
+                       fp_fusion: bool = False, maxnreg: Optional[int] = None) -> Callable[[], _Specialization]:
+        """Runs the part of a compile that holds the GIL throughout (the frontend) on this
+        thread and returns the rest as a function for any thread: passes, LLVM, PTX and the
+        driver's PTX -> cubin, which run without the GIL. An AsyncCompileMode pool then gets
+        only those, while the thread that submits runs the frontends one after another (as
+        `compile_many` does): pool threads that each ran a frontend would take turns at the
+        GIL. A frontend's error is raised by the returned function, where the compile's
+        result is asked for."""
         from .. import compiler
         from . import driver
 
@@ -734,13 +745,32 @@ class JITFunction(KernelInterface):
         target = driver.default_target() if gpu else "sm_90a"
         limit = driver.max_shared() if gpu else driver.NO_GPU_PROPERTIES["max_shared_mem"]
 
-        def build(stages: int):
-            return compiler.compile(self, signature, constexprs, target=target,
-                                    num_warps=num_warps, num_stages=stages, specialization=spec,
-                                    equal_to_1=ones, debug=debug, enable_fp_fusion=fp_fusion, maxnreg=maxnreg)
+        def front(stages: int):
+            return compiler._front(self, signature, constexprs, target=target, num_warps=num_warps,
+                                   num_stages=stages, specialization=spec, equal_to_1=ones, debug=debug,
+                                   enable_fp_fusion=fp_fusion, maxnreg=maxnreg)
 
-        compiled = fit_shared_memory(build, num_stages, limit, self.__name__)
-        return _Specialization(compiled, packers, slots)
+        try:
+            first = front(num_stages)
+        except Exception as e:  # noqa: BLE001 -- raised where the result is asked for
+            error = e  # `e` is unbound when the except block ends
+
+            def failed() -> _Specialization:
+                raise error
+
+            return failed
+
+        def build(stages: int):
+            ready = first if stages == num_stages else front(stages)
+            return ready if isinstance(ready, compiler.CompiledKernel) else ready.finish()
+
+        def finish() -> _Specialization:
+            compiled = fit_shared_memory(build, num_stages, limit, self.__name__)
+            if gpu:
+                compiled.link()  # PTX -> cubin on this thread too (the pool's, when submitted)
+            return _Specialization(compiled, packers, slots)
+
+        return finish
 
     def run(self, *args, grid, _learn: bool = False, **kwargs):
         for hook in self.pre_run_hooks:
@@ -829,8 +859,10 @@ class JITFunction(KernelInterface):
         def finish(spec: _Specialization):
             return self._keep(full_key, spec, load=driver.available()).compiled
 
-        return async_compile.active_mode().submit(
-            (id(self), full_key), lambda: self._compile(info, num_warps, num_stages, debug, fusion, maxnreg), finish)
+        mode = async_compile.active_mode()
+        key = (id(self), full_key)
+        return mode.submitted(key) or mode.submit(
+            key, self._compile_front(info, num_warps, num_stages, debug, fusion, maxnreg), finish)
 
     def _keep(self, full_key, spec: _Specialization, load: bool) -> _Specialization:
         """Caches a compiled specialisation (the first one kept wins) and, if `load`, loads it

@@ -1,0 +1,112 @@
+"""Warming kernels up on threads, as a model server does at start: K distinct kernels warmed up
+one after another, then K others under `AsyncCompileMode` on K threads (a GPU machine: each
+warmup compiles, assembles the PTX with the driver and loads the module). Each kernel is a copy
+of the source with its own mark, so that every warmup compiles under both compilers; Triton's
+figures for the same kernels come from the same run.
+
+Usage (on a GPU machine): python benchmarks/bench_warmup_threads.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from bench_compile_cpu import load  # noqa: E402
+
+
+def _args(kind: str):
+    import torch
+
+    h = dict(dtype=torch.float16, device="cuda")
+    if kind == "layernorm":
+        x = torch.randn(64, 1024, **h)
+        f32 = torch.empty(64, dtype=torch.float32, device="cuda")
+        return "layer_norm_fwd", (x, x, x[0], x[0], f32, f32, 1024, 1024, 1e-5), dict(BLOCK_SIZE=1024)
+    a = torch.randn(512, 512, **h)
+    return "matmul_kernel", (a, a, a, 512, 512, 512, 512, 1, 512, 1, 512, 1), dict(
+        BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+
+
+_copies = [0]
+
+
+def _kernels(mod: str, kind: str, k: int):
+    """k kernels no cache of either compiler has seen (each a copy of the source with a mark)."""
+    name, args, kw = _args(kind)
+    fns = []
+    for _ in range(k):
+        _copies[0] += 1
+        fns.append(getattr(load(mod, copy=_copies[0]), name))
+    return fns, args, kw
+
+
+def _async_mode(mod: str):
+    if mod == "tiles":
+        import tiles
+
+        return tiles.AsyncCompileMode
+    from triton.runtime._async_compile import AsyncCompileMode
+
+    return AsyncCompileMode
+
+
+def speedup(mod: str, kind: str, k: int):
+    """(ms a kernel one after another, ms a kernel on k threads, speed-up)."""
+    import torch
+
+    fns, args, kw = _kernels(mod, kind, k)
+    t0 = time.perf_counter()
+    for f in fns:
+        f.warmup(*args, grid=(1,), **kw)
+    torch.cuda.synchronize()
+    seq = time.perf_counter() - t0
+    fns, args, kw = _kernels(mod, kind, k)
+    mode = _async_mode(mod)
+    t0 = time.perf_counter()
+    with mode(ThreadPoolExecutor(k)):
+        for f in fns:
+            f.warmup(*args, grid=(1,), **kw)
+    torch.cuda.synchronize()
+    par = time.perf_counter() - t0
+    return seq / k * 1e3, par / k * 1e3, seq / par
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--mods", default="tiles,triton")
+    a = ap.parse_args()
+    os.environ["TILES_CACHE_DIR"] = tempfile.mkdtemp()
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+    import torch
+
+    torch.zeros(1, device="cuda")
+    res = {"cpu_cores": os.cpu_count(), "gpu": torch.cuda.get_device_name()}
+    for mod in a.mods.split(","):
+        for kind in ("layernorm", "matmul"):
+            speedup(mod, kind, 2)  # the pool, the driver's JIT and the allocator warm up
+            for k in (4, 8, 16):
+                try:
+                    one, many, s = speedup(mod, kind, k)
+                except Exception as e:  # a Triton without AsyncCompileMode
+                    print(f"{mod} {kind} K={k}: {type(e).__name__}: {e}")
+                    break
+                res[f"{mod}_{kind}_{k}"] = dict(sequential_ms=one, threads_ms=many, speedup=s)
+                print(f"{mod} {kind} K={k}: {one:.1f} ms a kernel one after another, {many:.1f} ms of wall a "
+                      f"kernel on {k} threads: {s:.2f}x", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
