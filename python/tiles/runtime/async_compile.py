@@ -1,9 +1,10 @@
 """Compiles submitted to an executor while a `with AsyncCompileMode(executor):` block is open
 (Triton's `triton.AsyncCompileMode`): `kernel.warmup(...)` runs the kernel's frontend (which
 holds the GIL) and returns a `FutureKernel`; the rest of the compile (passes, LLVM, PTX, the
-driver's cubin: without the GIL) runs on the executor, so a thread pool compiles on all cores
-while the submitting thread builds the next kernel's IR. A launch waits for its own kernel only.
-Leaving the block waits for every compile and raises the first error (unless `ignore_errors`)."""
+driver's cubin and the module's load: without the GIL) runs on the executor, so a thread pool
+compiles on all cores while the submitting thread builds the next kernel's IR. A launch waits
+for its own kernel only. Leaving the block waits for every compile and raises the first error
+(unless `ignore_errors`)."""
 
 from __future__ import annotations
 

@@ -695,8 +695,8 @@ class JITFunction(KernelInterface):
     def _compile_front(self, info, num_warps: int, num_stages: int, debug: bool = False,
                        fp_fusion: bool = False, maxnreg: Optional[int] = None) -> Callable[[], _Specialization]:
         """Runs the part of a compile that holds the GIL throughout (the frontend) on this
-        thread and returns the rest as a function for any thread: passes, LLVM, PTX and the
-        driver's PTX -> cubin, which run without the GIL. An AsyncCompileMode pool then gets
+        thread and returns the rest as a function for any thread: passes, LLVM, PTX, the
+        driver's PTX -> cubin and the module's load, which run without the GIL. An AsyncCompileMode pool then gets
         only those, while the thread that submits runs the frontends one after another (as
         `compile_many` does): pool threads that each ran a frontend would take turns at the
         GIL. A frontend's error is raised by the returned function, where the compile's
@@ -767,7 +767,9 @@ class JITFunction(KernelInterface):
         def finish() -> _Specialization:
             compiled = fit_shared_memory(build, num_stages, limit, self.__name__)
             if gpu:
-                compiled.link()  # PTX -> cubin on this thread too (the pool's, when submitted)
+                # PTX -> cubin and the module's load on this thread too (the pool's, when
+                # submitted; the driver's calls run without the GIL).
+                compiled.load()
             return _Specialization(compiled, packers, slots)
 
         return finish
