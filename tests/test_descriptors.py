@@ -120,6 +120,38 @@ def test_host_tensor_descriptors(dev, rng):
     np.testing.assert_allclose(dev.get(dy), x.astype(np.float32) * 3, rtol=1e-6)
 
 
+def _rows_block_hook(nargs):
+    # Triton's tutorials (fused attention, persistent matmul) make host descriptors with a
+    # dummy block and let each config's pre_hook set the real one before its launch.
+    nargs["x_desc"].block_shape = [nargs["BM"], nargs["D"]]
+    nargs["y_desc"].block_shape = [nargs["BM"], nargs["D"]]
+
+
+@tiles.autotune(configs=[tiles.Config({"BM": bm}, num_warps=w, pre_hook=_rows_block_hook)
+                         for bm, w in ((16, 4), (32, 4), (64, 8))], key=["M"])
+@tiles.jit
+def autotuned_rows_kernel(x_desc, y_desc, M, D: tl.constexpr, BM: tl.constexpr, STAGE: tl.constexpr):
+    LN2: tl.constexpr = 0.6931471824645996
+    scale: tl.constexpr = (2, 1) if STAGE & 2 else (1, 2)
+    off = tl.program_id(0) * BM
+    x = x_desc.load([off, 0])
+    y_desc.store([off, 0], (x.T.T.to(tl.float32) * LN2 * scale[0]).to(tl.float16))
+
+
+def test_autotune_pre_hook_sets_the_descriptor_blocks(dev, rng):
+    from tiles.tools.tensor_descriptor import TensorDescriptor
+
+    M, D = 200, 32
+    x = rng.standard_normal((M, D)).astype(np.float16)
+    dx, dy = dev.put(x), dev.put(np.full((M, D), np.nan, np.float16))
+    xd = TensorDescriptor(dx, shape=[M, D], strides=[D, 1], block_shape=[1, 1])
+    yd = TensorDescriptor(dy, shape=[M, D], strides=[D, 1], block_shape=[1, 1])
+    autotuned_rows_kernel[lambda meta: ((M + meta["BM"] - 1) // meta["BM"],)](xd, yd, M, D=D, STAGE=3)
+    ref = x.astype(np.float64) * 0.6931471824645996 * 2
+    np.testing.assert_allclose(dev.get(dy).astype(np.float64), ref, rtol=2e-3, atol=2e-3)
+    assert autotuned_rows_kernel.best_config.kwargs["BM"] in (16, 32, 64)
+
+
 def test_descriptor_type_in_a_compile_signature(ptxas):
     from test_compile import assemble
 
