@@ -696,11 +696,11 @@ class JITFunction(KernelInterface):
                        fp_fusion: bool = False, maxnreg: Optional[int] = None) -> Callable[[], _Specialization]:
         """Runs the part of a compile that holds the GIL throughout (the frontend) on this
         thread and returns the rest as a function for any thread: passes, LLVM, PTX, the
-        driver's PTX -> cubin and the module's load, which run without the GIL. An AsyncCompileMode pool then gets
-        only those, while the thread that submits runs the frontends one after another (as
-        `compile_many` does): pool threads that each ran a frontend would take turns at the
-        GIL. A frontend's error is raised by the returned function, where the compile's
-        result is asked for."""
+        driver's PTX -> cubin and the module's load, which run without the GIL. An
+        AsyncCompileMode pool then gets only those, while the thread that submits runs the
+        frontends one after another (as `compile_many` does): pool threads that each ran a
+        frontend would take turns at the GIL. A frontend's error is raised by the returned
+        function, where the compile's result is asked for."""
         from .. import compiler
         from . import driver
 
