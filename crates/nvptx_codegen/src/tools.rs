@@ -43,17 +43,9 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
         } else if let Some(n) = a.strip_prefix("--repeat=") {
             // Generates the LLVM IR or PTX `n` times in one process (for profiling: startup
             // and page faults of a fresh process otherwise dominate small kernels).
-            repeat = n
-                .parse()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| format!("--repeat wants a positive count, got `{n}`"))?;
+            repeat = positive_count("--repeat", n)?;
         } else if let Some(n) = a.strip_prefix("--threads=") {
-            threads = n
-                .parse()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| format!("--threads wants a positive count, got `{n}`"))?;
+            threads = positive_count("--threads", n)?;
         } else {
             return Err(format!("unknown option `{a}`\n{USAGE}"));
         }
@@ -99,6 +91,13 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
         }
         other => Err(format!("unknown --emit `{other}`\n{USAGE}")),
     }
+}
+
+fn positive_count(flag: &str, n: &str) -> Result<usize, String> {
+    n.parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{flag} wants a positive count, got `{n}`"))
 }
 
 /// Runs `generate` `repeat` times on each of `threads` threads at once and the same count
