@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -81,11 +82,41 @@ enum ArgValue {
     Skip,
 }
 
+/// Hashes a key of argument facts (a few u64s) with one multiply-rotate step per word: the
+/// keys come from the program, not from an adversary, and SipHash was a tenth of a launch's
+/// own cost.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Entries = HashMap<Vec<u64>, Entry, BuildHasherDefault<KeyHasher>>;
+
 /// Per-kernel dispatcher: a cache of specialisations keyed by argument facts.
 #[pyclass(module = "tiles._tiles")]
 pub struct Dispatcher {
     params: Vec<ParamDecl>,
-    entries: Mutex<HashMap<Vec<u64>, Entry>>,
+    entries: Mutex<Entries>,
     launch: Option<LaunchFn>,
     stream_fn: Option<Py<PyAny>>,
     fallback: Py<PyAny>,
@@ -324,12 +355,24 @@ impl Dispatcher {
     }
 
     /// The interpreter or debug mode (asserts checked after each launch) take the Python path.
+    /// Read on every launch (a program may set them at any time) with the C library's `getenv`:
+    /// `std::env::var_os` copies the value into a new allocation under a lock that Python's own
+    /// `os.environ` writes never take.
     fn interpreter_on() -> bool {
-        let on = |name: &str| match std::env::var_os(name) {
-            Some(v) => !(v.is_empty() || v == "0"),
-            None => false,
+        extern "C" {
+            fn getenv(name: *const std::ffi::c_char) -> *const std::ffi::c_char;
+        }
+        let on = |name: &std::ffi::CStr| {
+            // SAFETY: `name` is NUL-terminated; the value is read at once, as a C string.
+            let v = unsafe { getenv(name.as_ptr()) };
+            if v.is_null() {
+                return false;
+            }
+            // SAFETY: getenv returned a NUL-terminated string.
+            let v = unsafe { std::ffi::CStr::from_ptr(v) }.to_bytes();
+            !(v.is_empty() || v == b"0")
         };
-        on("TILES_INTERPRET") || on("TILES_DEBUG")
+        on(c"TILES_INTERPRET") || on(c"TILES_DEBUG")
     }
 
     fn try_launch(
@@ -348,7 +391,9 @@ impl Dispatcher {
         let Some(bound) = self.bind(py, args, kwargs)? else {
             return Ok(None);
         };
-        let (function, threads, shared, slots, compiled) = {
+        // The parameters' values are packed under the lock, from the entry's own slot list.
+        let mut storage: Vec<u64>;
+        let (function, threads, shared, compiled) = {
             let entries = self
                 .entries
                 .lock()
@@ -356,13 +401,18 @@ impl Dispatcher {
             let Some(e) = entries.get(&bound.key) else {
                 return Ok(None);
             };
-            (
-                e.function,
-                e.threads,
-                e.shared,
-                e.slots.clone(),
-                e.compiled.clone_ref(py),
-            )
+            storage = vec![0; e.slots.len().max(1)];
+            for (k, &(i, slot)) in e.slots.iter().enumerate() {
+                storage[k] = match (slot, bound.values[i]) {
+                    (Slot::Ptr, ArgValue::Ptr(a)) => a,
+                    (Slot::I32, ArgValue::Int(x)) => (x as i32) as u32 as u64,
+                    (Slot::I64 | Slot::U64, ArgValue::Int(x)) => x as u64,
+                    (Slot::F32, ArgValue::Float(x)) => (x as f32).to_bits() as u64,
+                    (Slot::I1, ArgValue::Bool(b)) => b as u64,
+                    _ => return Ok(None),
+                };
+            }
+            (e.function, e.threads, e.shared, e.compiled.clone_ref(py))
         };
         let Some(g) = self.grid(py, grid, args, kwargs)? else {
             return Ok(None);
@@ -374,17 +424,6 @@ impl Dispatcher {
             Some(f) => f.bind(py).call1((0,))?.extract()?,
             None => 0,
         };
-        let mut storage: Vec<u64> = vec![0; slots.len().max(1)];
-        for (k, &(i, slot)) in slots.iter().enumerate() {
-            storage[k] = match (slot, bound.values[i]) {
-                (Slot::Ptr, ArgValue::Ptr(a)) => a,
-                (Slot::I32, ArgValue::Int(x)) => (x as i32) as u32 as u64,
-                (Slot::I64 | Slot::U64, ArgValue::Int(x)) => x as u64,
-                (Slot::F32, ArgValue::Float(x)) => (x as f32).to_bits() as u64,
-                (Slot::I1, ArgValue::Bool(b)) => b as u64,
-                _ => return Ok(None),
-            };
-        }
         let mut ptrs: Vec<*mut c_void> = storage
             .iter_mut()
             .map(|s| s as *mut u64 as *mut c_void)
@@ -439,7 +478,7 @@ impl Dispatcher {
             .collect();
         Dispatcher {
             params,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries::default()),
             launch: None,
             stream_fn: None,
             fallback,
