@@ -83,8 +83,8 @@ enum ArgValue {
 }
 
 /// Hashes a key of argument facts (a few u64s) with one multiply-rotate step per word: the
-/// keys come from the program, not from an adversary, and SipHash was a tenth of a launch's
-/// own cost.
+/// keys come from the program, not from an adversary, so SipHash's few percent of a launch's
+/// own cost bought nothing.
 #[derive(Default)]
 struct KeyHasher(u64);
 
