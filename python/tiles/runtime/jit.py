@@ -808,7 +808,6 @@ class JITFunction(KernelInterface):
                 spec = self.cache.get(full_key)
                 if spec is None:
                     spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
-                    spec.loaded  # noqa: B018 -- loads under the lock, once
                     self.cache[full_key] = spec
         g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
         g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
@@ -855,30 +854,28 @@ class JITFunction(KernelInterface):
 
     def _submit(self, full_key, info, num_warps: int, num_stages: int, debug: bool, fusion: bool,
                 maxnreg: Optional[int]) -> async_compile.FutureKernel:
-        """This specialisation's compile, on the active AsyncCompileMode's executor."""
-        from . import driver
+        """This specialisation's compile: its frontend here, the rest on the active
+        AsyncCompileMode's executor."""
 
         def finish(spec: _Specialization):
-            return self._keep(full_key, spec, load=driver.available()).compiled
+            return self._keep(full_key, spec).compiled
 
         mode = async_compile.active_mode()
         key = (id(self), full_key)
         return mode.submitted(key) or mode.submit(
             key, self._compile_front(info, num_warps, num_stages, debug, fusion, maxnreg), finish)
 
-    def _keep(self, full_key, spec: _Specialization, load: bool) -> _Specialization:
-        """Caches a compiled specialisation (the first one kept wins) and, if `load`, loads it
-        now, under the lock: whatever would keep it from running shows here."""
+    def _keep(self, full_key, spec: _Specialization) -> _Specialization:
+        """Caches a compiled specialisation (the first one kept wins); with a GPU, `_compile`
+        has loaded it already."""
         with self._lock:
-            spec = self.cache.setdefault(full_key, spec)
-            if load:
-                spec.loaded  # noqa: B018 -- loads once
-        return spec
+            return self.cache.setdefault(full_key, spec)
 
     def warmup(self, *args, grid=None, **kwargs):
         """Compiles (and, with a GPU, loads) without launching; returns the compiled kernel.
-        Without a GPU it compiles for an H100 (`sm_90a`). Inside `AsyncCompileMode` it returns
-        a `FutureKernel` at once (the compile runs on the mode's executor)."""
+        Without a GPU it compiles for an H100 (`sm_90a`). Inside `AsyncCompileMode` it runs the
+        frontend and returns a `FutureKernel` (the rest of the compile runs on the mode's
+        executor)."""
         opts = self._options(kwargs)
         vals = self.bind(args, kwargs)
         _warming_up.active = True
@@ -894,10 +891,7 @@ class JITFunction(KernelInterface):
         if full_key not in self.cache and async_compile.active_mode() is not None:
             return self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg)
         if full_key not in self.cache:
-            from . import driver
-
-            self._keep(full_key, self._compile(info, num_warps, num_stages, debug, fusion, maxnreg),
-                       load=driver.available())
+            self._keep(full_key, self._compile(info, num_warps, num_stages, debug, fusion, maxnreg))
         return self.cache[full_key].compiled
 
 
