@@ -12,6 +12,7 @@ Usage (on a GPU machine): python benchmarks/bench_warmup_threads.py [--json out.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -38,17 +39,13 @@ def _args(kind: str):
         BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
 
 
-_copies = [0]
+_copies = itertools.count(1)
 
 
 def _kernels(mod: str, kind: str, k: int):
     """k kernels no cache of either compiler has seen (each a copy of the source with a mark)."""
     name, args, kw = _args(kind)
-    fns = []
-    for _ in range(k):
-        _copies[0] += 1
-        fns.append(getattr(load(mod, copy=_copies[0]), name))
-    return fns, args, kw
+    return [getattr(load(mod, copy=next(_copies)), name) for _ in range(k)], args, kw
 
 
 def _async_mode(mod: str):
@@ -110,7 +107,7 @@ def main():
             for k in (4, 8, 16):
                 try:
                     one, many, s = speedup(mod, kind, k, a.rounds)
-                except Exception as e:  # a Triton without AsyncCompileMode
+                except Exception as e:  # a case a compiler cannot run: reported, the rest go on
                     print(f"{mod} {kind} K={k}: {type(e).__name__}: {e}")
                     break
                 res[f"{mod}_{kind}_{k}"] = dict(sequential_ms=one, threads_ms=many, speedup=s)
