@@ -409,3 +409,205 @@ def test_rounded_division_is_exact(dev, rng):
                       constexprs={"BLOCK": 128})
     # (The three equal divisions are one instruction.)
     assert k.asm["ptx"].count("div.rn.f32") == 2 and k.asm["ptx"].count("div.full.f32") == 1
+
+
+# -- directed rounding: the exact value, rounded down / up / toward zero --------------------------
+
+def _directed_reference(exact, dt, mode):
+    """Each exact rational (None: keep numpy's result) rounded in `mode` to `dt`: the nearest
+    float's neighbours are searched for the one the direction asks for (a test-side method,
+    independent of the interpreter's)."""
+    from fractions import Fraction
+
+    finfo = np.finfo(dt)
+    out = []
+    for q in exact:
+        if q is None:
+            out.append(np.nan)
+            continue
+        if q == 0:
+            out.append(0.0)
+            continue
+        with np.errstate(over="ignore"):
+            r0 = dt(float(q)) if abs(q) <= Fraction(float(finfo.max)) * 2 else dt(np.copysign(np.inf, float(q)))
+        cands = [r0, np.nextafter(r0, dt(np.inf)), np.nextafter(r0, dt(-np.inf))]
+        cands = [c for c in cands if np.isfinite(c)] + [dt(np.inf), dt(-np.inf)]
+        val = lambda c: Fraction(float(c)) if np.isfinite(c) else (Fraction(10) ** 400 * (1 if c > 0 else -1))
+        lower = max((c for c in cands if val(c) <= q), key=val)
+        upper = min((c for c in cands if val(c) >= q), key=val)
+        out.append({"rd": lower, "ru": upper, "rz": lower if q > 0 else upper}[mode])
+    return np.array(out, dt)
+
+
+@tiles.jit
+def directed_kernel(x_ptr, y_ptr, z_ptr, out_ptr, n, OP: tl.constexpr, MODE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    y = tl.load(y_ptr + offs, mask=m)
+    z = tl.load(z_ptr + offs, mask=m)
+    f = getattr(libdevice, OP + "_" + MODE)
+    if OP == "fma":
+        r = f(x, y, z)
+    elif OP == "sqrt" or OP == "rcp":
+        r = f(x)
+    else:
+        r = f(x, y)
+    tl.store(out_ptr + offs, r, mask=m)
+
+
+_EXACT = {
+    "add": lambda x, y, z: x + y, "sub": lambda x, y, z: x - y, "mul": lambda x, y, z: x * y,
+    "div": lambda x, y, z: x / y, "fma": lambda x, y, z: x * y + z, "sqrt": None, "rcp": lambda x, y, z: 1 / x,
+}
+
+
+@pytest.mark.parametrize("mode", ["rd", "ru", "rz"])
+@pytest.mark.parametrize("op", sorted(_EXACT))
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_directed_rounding_is_exact(dev, rng, dt, op, mode):
+    from fractions import Fraction
+
+    n = 300
+    spread = 30 if dt == np.float32 else 200
+    x, y, z = ((rng.standard_normal(n) * np.exp2(rng.integers(-spread, spread, n))).astype(dt) for _ in range(3))
+    x[:10], y[:10] = dt(3), dt(2 ** -30)  # far apart: the sum's rounding direction shows
+    x[10:20] = (rng.integers(1, 50, 10) * rng.choice([-1, 1], 10)).astype(dt)
+    y[10:20] = dt(4)  # exact results
+    if op == "sqrt":
+        x = np.abs(x)
+        x[20:30] = np.square(rng.integers(1, 1000, 10)).astype(dt)  # exact roots
+    out = dev.put(np.full(n, np.nan, dt))
+    directed_kernel[(triton_cdiv(n, 128),)](dev.put(x), dev.put(y), dev.put(z), out, n, OP=op, MODE=mode, BLOCK=128)
+    got = dev.get(out)
+    if op == "sqrt":
+        exact = []
+        for v in x:
+            from math import isqrt
+
+            q = Fraction(float(v))
+            k = 4 * 60
+            s = isqrt(q.numerator * q.denominator * 4 ** k)  # sqrt(q) within 2^-k * ...: bracket it
+            exact.append(Fraction(s, q.denominator * 2 ** k) if s * s == q.numerator * q.denominator * 4 ** k
+                         else Fraction(2 * s + 1, 2 * q.denominator * 2 ** k))
+    else:
+        exact = [_EXACT[op](Fraction(float(a)), Fraction(float(b)), Fraction(float(c))) for a, b, c in zip(x, y, z)]
+    np.testing.assert_array_equal(got, _directed_reference(exact, dt, mode))
+
+
+@tiles.jit
+def directed_convert_kernel(i32_ptr, u32_ptr, i64_ptr, u64_ptr, f64_ptr, f32_out, f64_out, n, MODE: tl.constexpr,
+                            BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    i32 = tl.load(i32_ptr + offs, mask=m)
+    u32 = tl.load(u32_ptr + offs, mask=m)
+    i64 = tl.load(i64_ptr + offs, mask=m)
+    u64 = tl.load(u64_ptr + offs, mask=m)
+    f64 = tl.load(f64_ptr + offs, mask=m)
+    if MODE == "rd":
+        a, b, c, d = libdevice.int2float_rd(i32), libdevice.uint2float_rd(u32), libdevice.ll2float_rd(i64), \
+            libdevice.ull2float_rd(u64)
+        e, f, g = libdevice.double2float_rd(f64), libdevice.ll2double_rd(i64), libdevice.ull2double_rd(u64)
+    elif MODE == "ru":
+        a, b, c, d = libdevice.int2float_ru(i32), libdevice.uint2float_ru(u32), libdevice.ll2float_ru(i64), \
+            libdevice.ull2float_ru(u64)
+        e, f, g = libdevice.double2float_ru(f64), libdevice.ll2double_ru(i64), libdevice.ull2double_ru(u64)
+    else:
+        a, b, c, d = libdevice.int2float_rz(i32), libdevice.uint2float_rz(u32), libdevice.ll2float_rz(i64), \
+            libdevice.ull2float_rz(u64)
+        e, f, g = libdevice.double2float_rz(f64), libdevice.ll2double_rz(i64), libdevice.ull2double_rz(u64)
+    tl.store(f32_out + offs * 5, a, mask=m)
+    tl.store(f32_out + offs * 5 + 1, b, mask=m)
+    tl.store(f32_out + offs * 5 + 2, c, mask=m)
+    tl.store(f32_out + offs * 5 + 3, d, mask=m)
+    tl.store(f32_out + offs * 5 + 4, e, mask=m)
+    tl.store(f64_out + offs * 2, f, mask=m)
+    tl.store(f64_out + offs * 2 + 1, g, mask=m)
+
+
+@pytest.mark.parametrize("mode", ["rd", "ru", "rz"])
+def test_directed_conversions_are_exact(dev, rng, mode):
+    from fractions import Fraction
+
+    n = 200
+    i32 = rng.integers(-2 ** 31, 2 ** 31, n, dtype=np.int64).astype(np.int32)
+    u32 = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    i64 = rng.integers(-2 ** 63, 2 ** 63 - 1, n, dtype=np.int64) >> rng.integers(0, 40, n)
+    u64 = rng.integers(0, 2 ** 63, n, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, n).astype(np.uint64)
+    f64 = rng.standard_normal(n) * np.exp2(rng.integers(-140, 140, n))
+    i32[:5] = [1 << 24, (1 << 24) + 1, -(1 << 24) - 1, 2 ** 31 - 1, -2 ** 31]
+    f32_out, f64_out = dev.put(np.full(5 * n, np.nan, np.float32)), dev.put(np.full(2 * n, np.nan, np.float64))
+    directed_convert_kernel[(1,)](dev.put(i32), dev.put(u32), dev.put(i64), dev.put(u64), dev.put(f64), f32_out,
+                                  f64_out, n, MODE=mode, BLOCK=256)
+    got32, got64 = dev.get(f32_out).reshape(n, 5), dev.get(f64_out).reshape(n, 2)
+    for col, src in enumerate((i32, u32, i64, u64)):
+        ref = _directed_reference([Fraction(int(v)) for v in src], np.float32, mode)
+        np.testing.assert_array_equal(got32[:, col], ref)
+    np.testing.assert_array_equal(got32[:, 4], _directed_reference([Fraction(float(v)) for v in f64], np.float32,
+                                                                   mode))
+    for col, src in enumerate((i64, u64)):
+        ref = _directed_reference([Fraction(int(v)) for v in src], np.float64, mode)
+        np.testing.assert_array_equal(got64[:, col], ref)
+
+
+def test_directed_rounding_brackets_and_signed_zeros(dev):
+    # rd and ru bracket a sum that no float holds; an exact zero sum is -0 only rounding down.
+    x = np.array([1.0, 1.0, 2.5, -2.5, 0.0], np.float32)
+    y = np.array([1e-30, -1e-30, -2.5, 2.5, -0.0], np.float32)
+    got = {}
+    for mode in ("rd", "ru", "rz"):
+        out = dev.put(np.full(5, np.nan, np.float32))
+        directed_kernel[(1,)](dev.put(x), dev.put(y), dev.put(y), out, 5, OP="add", MODE=mode, BLOCK=8)
+        got[mode] = dev.get(out)
+    one = np.float32(1)
+    assert got["rd"][0] == one and got["ru"][0] == np.nextafter(one, np.float32(2)) and got["rz"][0] == one
+    assert got["rd"][1] == np.nextafter(one, np.float32(0)) and got["ru"][1] == one
+    assert [np.signbit(v) for v in got["rd"][2:]] == [True, True, True]
+    assert [np.signbit(v) for v in got["ru"][2:]] == [False, False, False]
+
+
+@tiles.jit
+def approx_kernel(x_ptr, d_ptr, out_ptr, dout_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, libdevice.fast_tanhf(tl.load(x_ptr + offs, mask=m)), mask=m)
+    tl.store(dout_ptr + offs, libdevice.rcp64h(tl.load(d_ptr + offs, mask=m)), mask=m)
+
+
+def test_hardware_approximations(dev, rng):
+    n = 500
+    x = rng.uniform(-6, 6, n).astype(np.float32)
+    d = rng.standard_normal(n) * np.exp2(rng.integers(-100, 100, n))
+    out, dout = dev.put(np.zeros(n, np.float32)), dev.put(np.zeros(n, np.float64))
+    approx_kernel[(1,)](dev.put(x), dev.put(d), out, dout, n, BLOCK=512)
+    np.testing.assert_allclose(dev.get(out), np.tanh(x.astype(np.float64)), rtol=2e-3, atol=1e-6)
+    np.testing.assert_allclose(dev.get(dout), 1 / d, rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_directed_rounding_assembles(ptxas, target):
+    from test_compile import assemble
+
+    for dt in ("fp32", "fp64"):
+        for op in sorted(_EXACT):
+            k = tiles.compile(directed_kernel, signature={"x_ptr": f"*{dt}", "y_ptr": f"*{dt}", "z_ptr": f"*{dt}",
+                                                          "out_ptr": f"*{dt}", "n": "i32"},
+                              constexprs={"OP": op, "MODE": "ru", "BLOCK": 128}, target=target)
+            ptx = k.asm["ptx"]
+            inst = "rcp.rp" if op == "rcp" else f"{op}.rp"
+            assert f"{inst}.{dt.replace('fp', 'f')}" in ptx
+            assemble(ptxas, ptx, target)
+    k = tiles.compile(directed_convert_kernel, signature={"i32_ptr": "*i32", "u32_ptr": "*u32", "i64_ptr": "*i64",
+                                                          "u64_ptr": "*u64", "f64_ptr": "*fp64", "f32_out": "*fp32",
+                                                          "f64_out": "*fp64", "n": "i32"},
+                      constexprs={"MODE": "rz", "BLOCK": 256}, target=target)
+    for inst in ("cvt.rz.f32.s32", "cvt.rz.f32.u32", "cvt.rz.f32.s64", "cvt.rz.f32.u64", "cvt.rz.f32.f64",
+                 "cvt.rz.f64.s64", "cvt.rz.f64.u64"):
+        assert inst in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(approx_kernel, signature={"x_ptr": "*fp32", "d_ptr": "*fp64", "out_ptr": "*fp32",
+                                                "dout_ptr": "*fp64", "n": "i32"}, constexprs={"BLOCK": 512},
+                      target=target)
+    assert "tanh.approx.f32" in k.asm["ptx"] and "rcp.approx.ftz.f64" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], target)

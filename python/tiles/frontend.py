@@ -79,6 +79,32 @@ class IRBackend:
             return self.binary("div", a, b)
         return self.inline_asm("div.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], [core.float32], 1, True)[0]
 
+    def rounded(self, op, mode, args, out):
+        """One PTX instruction with a rounding modifier (`add.rm.f32`, `cvt.rp.f32.s64`, ...)."""
+        from .semantic import _PTX_ROUNDING, _PTX_TYPE
+
+        reg = {32: "r", 64: "l"}
+        fl = {core.float32: "f", core.float64: "d"}
+
+        def constraint(dt):
+            return fl.get(dt) or reg[dt.primitive_bitwidth]
+
+        rnd = _PTX_ROUNDING[mode]
+        if op == "cvt":
+            text = f"cvt.{rnd}.{_PTX_TYPE[str(out)]}.{_PTX_TYPE[str(args[0].dtype)]} $0, $1;"
+        elif op == "rcp":
+            text = f"rcp.{rnd}.{_PTX_TYPE[str(out)]} $0, $1;"
+        else:
+            operands = ", ".join(f"${i + 1}" for i in range(len(args)))
+            text = f"{op}.{rnd}.{_PTX_TYPE[str(out)]} $0, {operands};"
+        constraints = ",".join(["=" + constraint(out)] + [constraint(a.dtype) for a in args])
+        return self.inline_asm(text, constraints, list(args), [out], 1, True)[0]
+
+    def approx(self, kind, x):
+        text, cons = {"tanh": ("tanh.approx.f32 $0, $1;", "=f,f"),
+                      "rcp64h": ("rcp.approx.ftz.f64 $0, $1;", "=d,d")}[kind]
+        return self.inline_asm(text, cons, [x], [x.dtype], 1, True)[0]
+
     def compare(self, pred, a, b):
         return self.b.compare(pred, a.handle, b.handle)
 

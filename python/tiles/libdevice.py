@@ -1266,3 +1266,62 @@ for _src, _sname in (("float", "fp32"), ("double", "fp64")):
             _name = f"{_src}2{_dst}_{_mode}"
             globals()[_name] = _convert(_name, _fn, _dt, f"{_sname} to {_dname}, {_how}.")
 del _src, _sname, _dst, _dt, _dname, _mode, _fn, _how, _name
+
+
+# -- arithmetic and conversions with a directed rounding (one PTX instruction each) ---------------
+
+def _rounded(name, op, mode, nargs, what):
+    def f(*args, _semantic=None):
+        if len(args) != nargs:
+            raise TypeError(f"{name} takes {nargs} argument{'s' if nargs > 1 else ''}, got {len(args)}")
+        return semantic.rounded(op, mode, args)
+
+    f.__name__ = name
+    f.__doc__ = f"{what}, rounded {_ROUNDING_WORDS[mode]} (fp32 or fp64)."
+    return _export(f)
+
+
+def _rounded_convert(name, mode, to, src, what):
+    def f(x, _semantic=None):
+        x = semantic.to_tensor(x)
+        if x.dtype != src:
+            x = semantic.cast(x, src)
+        return semantic.rounded("cvt", mode, [x], to)
+
+    f.__name__ = name
+    f.__doc__ = f"{what}, rounded {_ROUNDING_WORDS[mode]}."
+    return _export(f)
+
+
+_ROUNDING_WORDS = {"rd": "down (toward -inf)", "ru": "up (toward +inf)", "rz": "toward zero"}
+for _mode in ("rd", "ru", "rz"):
+    for _op, _n, _what in (("add", 2, "x + y"), ("sub", 2, "x - y"), ("mul", 2, "x * y"), ("div", 2, "x / y"),
+                           ("fma", 3, "x * y + z"), ("sqrt", 1, "The square root of x"), ("rcp", 1, "1 / x")):
+        globals()[f"{_op}_{_mode}"] = _rounded(f"{_op}_{_mode}", _op, _mode, _n, _what)
+    for _name, _to, _src, _what in (
+            ("int2float", core.float32, core.int32, "int32 to fp32"),
+            ("uint2float", core.float32, core.uint32, "uint32 to fp32"),
+            ("ll2float", core.float32, core.int64, "int64 to fp32"),
+            ("ull2float", core.float32, core.uint64, "uint64 to fp32"),
+            ("ll2double", core.float64, core.int64, "int64 to fp64"),
+            ("ull2double", core.float64, core.uint64, "uint64 to fp64"),
+            ("double2float", core.float32, core.float64, "fp64 to fp32")):
+        globals()[f"{_name}_{_mode}"] = _rounded_convert(f"{_name}_{_mode}", _mode, _to, _src, _what)
+del _mode, _op, _n, _what, _name, _to, _src
+
+
+@_export
+def fast_tanhf(x, _semantic=None):
+    """tanh(x) by the hardware's approximation (`tanh.approx.f32`, about 2^-11 relative error)."""
+    x, dt = _float(x)
+    if _f64(x):
+        return _back(tanh(x), dt)
+    return _back(semantic.approx("tanh", x), dt)
+
+
+@_export
+def rcp64h(x, _semantic=None):
+    """A fast approximate fp64 reciprocal (`rcp.approx.ftz.f64`, about single precision;
+    subnormals flush to zero)."""
+    x = semantic.cast(semantic.to_tensor(x), core.float64)
+    return semantic.approx("rcp64h", x)

@@ -675,6 +675,39 @@ def fma(a: Any, b: Any, c: Any) -> tensor:
     return make(_be().fma(a, b, c), a.dtype, a.shape)
 
 
+_PTX_ROUNDING = {"rn": "rn", "rz": "rz", "rd": "rm", "ru": "rp"}
+_PTX_TYPE = {"fp32": "f32", "fp64": "f64", "int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64"}
+
+
+def rounded(op: str, mode: str, args: Sequence[Any], out: Any = None) -> tensor:
+    """`op` (add, sub, mul, fma, div, sqrt, rcp, or cvt to `out`) rounded in direction `mode`
+    (rn, rz, rd: toward -inf, ru: toward +inf), as one PTX instruction with that rounding
+    modifier (libdevice's `add_rd`, `int2float_ru`, ...). Operands are fp32 or fp64 (the
+    conversions' are integers or fp64), broadcast together."""
+    ts = [to_tensor(a) for a in args]
+    if op == "cvt":
+        out = _unwrap(out)
+    else:
+        for t in ts:
+            if t.dtype not in (core.float32, core.float64):
+                raise TilesTypeError(f"{op} rounded toward {mode} takes fp32 or fp64 operands, got {t.dtype}")
+        if len(ts) > 1:
+            f64 = any(t.dtype == core.float64 for t in ts)
+            ts = [cast(t, core.float64 if f64 else core.float32) for t in ts]
+        out = ts[0].dtype
+    shape: tuple = ()
+    for t in ts:
+        shape = broadcast_shapes(shape, t.shape)
+    ts = [broadcast_to(t, shape) for t in ts]
+    return make(_be().rounded(op, mode, ts, out), out, shape)
+
+
+def approx(kind: str, x: tensor) -> tensor:
+    """The hardware's approximation `kind` of x: "tanh" (`tanh.approx.f32`, fp32) or "rcp64h"
+    (`rcp.approx.ftz.f64`, fp64)."""
+    return make(_be().approx(kind, x), x.dtype, x.shape)
+
+
 _DOT_PRECISIONS = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")
 
 

@@ -175,6 +175,22 @@ class NumpyBackend:
     def broadcast(self, x, shape):
         return np.broadcast_to(_arr(x.handle), tuple(shape))
 
+    def rounded(self, op, mode, args, out):
+        from . import _rounding
+
+        return np.asarray(_rounding.arithmetic(op, mode, [np.asarray(_arr(a.handle)) for a in args],
+                                               numpy_dtype(out)))
+
+    def approx(self, kind, x):
+        a = np.asarray(_arr(x.handle))
+        with np.errstate(all="ignore"):
+            if kind == "tanh":
+                return np.tanh(a.astype(np.float32))
+            # rcp.approx.ftz.f64: subnormal inputs and results flush to a signed zero
+            tiny = np.finfo(np.float64).tiny
+            r = 1.0 / np.where(np.abs(a) < tiny, np.copysign(0.0, a), a)
+            return np.where(np.abs(r) < tiny, np.copysign(0.0, r), r)
+
     def div_rn(self, a, b):
         return self.binary("div", a, b)  # numpy divides floats as IEEE
 
