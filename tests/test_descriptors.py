@@ -404,3 +404,37 @@ def test_descriptor_gather_and_carry_errors():
         tiles.compile(bad_gather, signature={"x_ptr": "*fp32", "idx_ptr": "*i32"})
     with pytest.raises(tiles.CompilationError, match="different tensor_descriptor"):
         tiles.compile(bad_if, signature={"x_ptr": "*fp32", "c": "i32"})
+
+
+@tiles.jit
+def descriptor_type_kernel(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    xd = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    ty = xd.type
+    tl.static_assert(isinstance(ty, tl.tensor_descriptor_type))
+    tl.static_assert(ty.block_type == tl.block_type(tl.float32, [BM, BN]))
+    tl.static_assert(len(ty.shape_type) == 2)
+    block = xd.load([0, 0])
+    tl.store(y_ptr + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :], block + 1)
+
+
+def test_descriptor_and_tuple_types(dev, rng):
+    # Triton's type classes: a descriptor's `.type` inside a kernel, and both built on the host.
+    x = rng.standard_normal((16, 16)).astype(np.float32)
+    y = dev.put(np.zeros((16, 16), np.float32))
+    descriptor_type_kernel[(1,)](dev.put(x), y, 16, 16, BM=16, BN=16)
+    np.testing.assert_allclose(dev.get(y), x + 1, rtol=1e-6)
+    t = tl.tuple_type([tl.int32, tl.float16], ["a", "b"])
+    assert list(t) == [tl.int32, tl.float16] and t[1] == tl.float16 and len(t) == 2
+    assert str(t) == "[a:int32,b:fp16]" and t == tl.tuple_type([tl.int32, tl.float16], ["a", "b"])
+    assert t != tl.tuple_type([tl.int32, tl.float16])
+    d = tl.tensor_descriptor_type(tl.block_type(tl.float16, [64, 32]))
+    assert str(d) == "tensor_descriptor<fp16[64, 32]>" and d.block_type.shape == (64, 32)
+    assert d == tl.tensor_descriptor_type(tl.block_type(tl.float16, [64, 32]))
+
+
+def test_descriptor_type_compiles(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(descriptor_type_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "M": "i32", "N": "i32"},
+                      constexprs={"BM": 16, "BN": 16}, target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum as _enum
 import functools
 import threading
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 _IR_NAMES = {
     "int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -328,6 +328,60 @@ class block_type:
 
     def __repr__(self) -> str:
         return f"<{list(self.shape)}, {self.element_ty}>"
+
+
+class tuple_type:
+    """The type of a tuple of kernel values (Triton's `tl.tuple_type`): its element types and,
+    for named tuples, their field names."""
+
+    def __init__(self, types: Sequence[Any], fields: Optional[Sequence[str]] = None):
+        self.types = list(types)
+        self.fields = list(fields) if fields else [""] * len(self.types)
+        self.name = "[" + ",".join(f"{k}:{v}" for k, v in zip(self.fields, self.types)) + "]"
+
+    def __str__(self) -> str:
+        return self.name
+
+    __repr__ = __str__
+
+    def __iter__(self):
+        return iter(self.types)
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.types[index]
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is type(self) and self.types == other.types and self.fields == other.fields
+
+    def __hash__(self) -> int:
+        return hash((tuple(map(str, self.types)), tuple(self.fields)))
+
+
+class tensor_descriptor_type:
+    """The type of a tensor descriptor (Triton's `tl.tensor_descriptor_type`): the block it
+    loads and stores, and the types of its shape and strides."""
+
+    def __init__(self, block_type: "block_type", shape_type: Optional[tuple_type] = None,
+                 strides_type: Optional[tuple_type] = None):
+        self.block_type = block_type
+        self.shape_type = shape_type
+        self.strides_type = strides_type
+
+    def __str__(self) -> str:
+        b = self.block_type
+        return f"tensor_descriptor<{b.element_ty}{list(b.shape)}>"
+
+    __repr__ = __str__
+
+    def __eq__(self, other: Any) -> bool:
+        return (type(other) is type(self) and self.block_type == other.block_type
+                and self.shape_type == other.shape_type and self.strides_type == other.strides_type)
+
+    def __hash__(self) -> int:
+        return hash(self.block_type)
 
 
 def dtype_from_ir(name: str) -> dtype:

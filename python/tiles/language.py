@@ -28,6 +28,8 @@ from .core import (  # noqa: F401  (re-exported names)
     int64,
     pointer_type,
     tensor,
+    tensor_descriptor_type,
+    tuple_type,
     uint8,
     uint16,
     uint32,
@@ -939,6 +941,14 @@ class tensor_descriptor:
     @property
     def block_type(self):
         return block_type(self.dtype, self.block_shape)
+
+    @property
+    def type(self):
+        def part(x):
+            return x.dtype if isinstance(x, tensor) else int32 if isinstance(_v(x), int) else type(_v(x))
+
+        return tensor_descriptor_type(self.block_type, tuple_type([part(x) for x in self.shape]),
+                                      tuple_type([part(x) for x in self.strides]))
 
     def _reduce(self, op, offsets, value):
         """The block at `offsets` combined with `value` by the atomic `op`, element by element
