@@ -438,3 +438,56 @@ def test_descriptor_type_compiles(ptxas):
     k = tiles.compile(descriptor_type_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "M": "i32", "N": "i32"},
                       constexprs={"BM": 16, "BN": 16}, target="sm_90a")
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def desc_half_minmax_kernel(x_ptr, v_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr, OP: tl.constexpr):
+    xd = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    v = tl.load(v_ptr + pid * BM * BN + offs)
+    m, n = tl.program_id(1) * BM, tl.program_id(2) * BN
+    if OP == "min":
+        xd.atomic_min([m, n], v)
+    else:
+        xd.atomic_max([m, n], v)
+
+
+@pytest.mark.parametrize("op", ["min", "max"])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_descriptor_half_min_max(dev, rng, dt, op):
+    # fp16/bf16 descriptor min/max (Hopper's 16-bit float atomics): 6 programs reduce into each
+    # block of a ragged tensor with rows of an odd length (elements at both halves of a 4-byte
+    # word); NaN operands lose; elements outside the tensor are untouched.
+    import ml_dtypes
+
+    npdt = np.float16 if dt == "float16" else ml_dtypes.bfloat16
+    M, N, BM, BN, P = 20, 37, 16, 32, 6
+    x = rng.standard_normal((M, N)).astype(npdt)
+    v = rng.standard_normal((P, BM, BN)).astype(npdt)
+    v[0, :2, :5] = np.nan
+    dx = dev.put(x)
+    desc_half_minmax_kernel[(P, 2, 2)](dx, dev.put(v), M, N, BM=BM, BN=BN, OP=op)
+    pick = np.fmin if op == "min" else np.fmax
+    want = x.astype(np.float32)
+    for m in (0, BM):
+        for n in (0, BN):
+            blk = want[m:m + BM, n:n + BN]
+            for p in range(P):
+                blk[...] = pick(blk, v[p, :blk.shape[0], :blk.shape[1]].astype(np.float32))
+    np.testing.assert_array_equal(dev.get(dx).astype(np.float32), want)
+
+
+@pytest.mark.parametrize("dt", ["fp16", "bf16"])
+def test_descriptor_half_min_max_compiles(ptxas, dt):
+    from test_compile import assemble
+
+    sig = {"x_ptr": f"*{dt}", "v_ptr": f"*{dt}", "M": "i32", "N": "i32"}
+    for op in ("min", "max"):
+        k = tiles.compile(desc_half_minmax_kernel, signature=sig, constexprs={"BM": 16, "BN": 32, "OP": op},
+                          target="sm_90a")
+        assert f"atom.global.{op}.noftz.v2.{dt.replace('fp', 'f')}" in k.asm["ptx"]
+        assemble(ptxas, k.asm["ptx"], "sm_90a")
+    with pytest.raises(tiles.CompilationError, match="sm_90"):
+        tiles.compile(desc_half_minmax_kernel, signature=sig, constexprs={"BM": 16, "BN": 32, "OP": "min"},
+                      target="sm_80")

@@ -105,6 +105,29 @@ class IRBackend:
                       "rcp64h": ("rcp.approx.ftz.f64 $0, $1;", "=d,d")}[kind]
         return self.inline_asm(text, cons, [x], [x.dtype], 1, True)[0]
 
+    def half_minmax(self, op, ptr, val, mask):
+        from . import semantic
+
+        if not self.target.startswith("sm_9") and not self.target.startswith("sm_1"):
+            raise semantic.TilesTypeError(f"atomic_{op} on {ptr.dtype.element_ty} needs Hopper's 16-bit float "
+                                          f"atomics (sm_90 or later); the target is {self.target}")
+        elem = ptr.dtype.element_ty
+        ty = "f16" if elem == core.float16 else "bf16"
+        identity = {("f16", "min"): 0x7C00, ("f16", "max"): 0xFC00,
+                    ("bf16", "min"): 0x7F80, ("bf16", "max"): 0xFF80}[ty, op]
+        addr = semantic.cast(ptr, core.int64)
+        word = semantic.and_(addr, semantic.to_tensor(-4, core.int64))
+        high = semantic.not_equal(semantic.and_(addr, semantic.to_tensor(2, core.int64)), 0)
+        bits = semantic.cast(semantic.bitcast(val, core.uint16), core.uint32)
+        ident = semantic.full(bits.shape, identity, core.uint32)
+        packed = semantic.where(high, semantic.or_(semantic.shl(bits, 16), ident),
+                                semantic.or_(semantic.shl(ident, 16), bits))
+        on = semantic.full(bits.shape, 1, core.int32) if mask is None else semantic.cast(mask, core.int32)
+        text = ("{ .reg .pred %hp; .reg .b16 %ha, %hb, %hc, %hd; setp.ne.b32 %hp, $3, 0; "
+                "mov.b32 {%ha, %hb}, $2; "
+                f"@%hp atom.global.{op}.noftz.v2.{ty} {{%hc, %hd}}, [$1], {{%ha, %hb}}; mov.b32 $0, 0; }}")
+        self.inline_asm(text, "=r,l,r,r", [word, packed, on], [core.int32], 1, False)
+
     def compare(self, pred, a, b):
         return self.b.compare(pred, a.handle, b.handle)
 

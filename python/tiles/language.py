@@ -957,6 +957,9 @@ class tensor_descriptor:
         if list(value.shape) != self.block_shape:
             raise ValueError(f"the value's shape {list(value.shape)} is not the block shape {self.block_shape}")
         ptr, mask = self._pointers(offsets)
+        if op in ("min", "max") and self.dtype in (float16, bfloat16):
+            semantic.half_minmax(op, ptr, value, mask)
+            return
         semantic.atomic(op, ptr, semantic.cast(value, self.dtype), mask, "relaxed", None)
 
     # `desc.atomic_add(offsets, value)` and the like (Triton's TMA reductions).

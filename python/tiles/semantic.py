@@ -1125,6 +1125,20 @@ def _check_atomic_type(op: str, elem: dtype) -> None:
                                 "16/32/64-bit values" if op == "cas" else "32/64-bit values"))
 
 
+def half_minmax(op: str, ptr: tensor, val: tensor, mask: Optional[tensor]) -> None:
+    """Atomic min/max of fp16 or bf16 elements, returning nothing: a tensor descriptor's
+    `atomic_min`/`atomic_max` (Triton's TMA reductions, Hopper). The GPU's 16-bit float
+    atomics are vector ones (`atom.min.noftz.v2.f16`, sm_90): each element goes to its aligned
+    pair with the other half the operation's identity. NaN operands lose, as in `min.f16`."""
+    elem = ptr.dtype.element_ty
+    val = cast(val, elem)
+    shape = broadcast_shapes(ptr.shape, val.shape)
+    ptr, val = broadcast_to(ptr, shape), broadcast_to(val, shape)
+    if mask is not None:
+        mask = broadcast_to(cast(to_tensor(mask), core.int1), shape)
+    _be().half_minmax(op, ptr, val, mask)
+
+
 def atomic(op: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope: Any = None,
            cmp: Any = None) -> tensor:
     if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():

@@ -132,6 +132,23 @@ impl Target {
     pub fn ptx_features(&self) -> &'static str {
         "+ptx80"
     }
+
+    /// The PTX ISA version `func` needs: 8.0, or 8.1 where its inline assembly holds vector
+    /// atomics (`atom.global.min.noftz.v2.f16`, a descriptor's fp16/bf16 min/max), so that
+    /// kernels without them still load on drivers older than CUDA 12.1's.
+    pub fn ptx_features_for(&self, func: &Function) -> &'static str {
+        let vector_atomic = |s: &String| {
+            s.contains("atom.global.")
+                && [".noftz.v2.", ".noftz.v4.", ".noftz.v8."]
+                    .iter()
+                    .any(|v| s.contains(v))
+        };
+        if func.strings.iter().any(vector_atomic) {
+            "+ptx81"
+        } else {
+            self.ptx_features()
+        }
+    }
 }
 
 /// Choices that change the generated code.
@@ -353,7 +370,7 @@ thread_local! {
     /// This thread's target machines, by CPU and optimisation level. A target machine holds
     /// no module state, so one serves every compile for its target; building one (subtarget,
     /// lowering tables) costs ~0.1 ms, 5 % of a small kernel's compile.
-    static TARGET_MACHINES: std::cell::RefCell<Vec<(String, OptimizationLevel, TargetMachine)>> =
+    static TARGET_MACHINES: std::cell::RefCell<Vec<(String, &'static str, OptimizationLevel, TargetMachine)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -365,6 +382,7 @@ pub(crate) fn drop_target_machines() {
 /// Runs `f` with this thread's target machine for `target` (made on first use).
 fn with_target_machine<R>(
     target: &Target,
+    features: &'static str,
     f: impl FnOnce(&TargetMachine, &TargetTriple) -> Result<R, CodegenError>,
 ) -> Result<R, CodegenError> {
     let triple = TargetTriple::create("nvptx64-nvidia-cuda");
@@ -374,7 +392,7 @@ fn with_target_machine<R>(
         let mut machines = cell.borrow_mut();
         let i = match machines
             .iter()
-            .position(|(c, l, _)| *c == cpu && *l == level)
+            .position(|(c, p, l, _)| *c == cpu && *p == features && *l == level)
         {
             Some(i) => i,
             None => {
@@ -384,17 +402,17 @@ fn with_target_machine<R>(
                     .create_target_machine(
                         &triple,
                         &cpu,
-                        target.ptx_features(),
+                        features,
                         level,
                         RelocMode::Default,
                         CodeModel::Default,
                     )
                     .ok_or_else(|| CodegenError::Llvm(format!("no target machine for {cpu}")))?;
-                machines.push((cpu, level, tm));
+                machines.push((cpu, features, level, tm));
                 machines.len() - 1
             }
         };
-        f(&machines[i].2, &triple)
+        f(&machines[i].3, &triple)
     })
 }
 
@@ -422,7 +440,8 @@ pub fn generate_ptx_with(
     let lowered = lower::lower_kernel(&cx, func, target, options)?;
     let t_lower = t0.elapsed().as_secs_f64();
     let module = lowered.module;
-    let (t_opt, llvm_ir, buf) = with_target_machine(target, |tm, triple| {
+    let features = target.ptx_features_for(func);
+    let (t_opt, llvm_ir, buf) = with_target_machine(target, features, |tm, triple| {
         module.set_triple(triple);
         module.set_data_layout(&tm.get_target_data().get_data_layout());
         module
