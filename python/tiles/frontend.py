@@ -13,6 +13,7 @@ import builtins
 import functools
 import inspect
 import operator
+import re
 import textwrap
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -251,29 +252,67 @@ def _terminates(stmts: Sequence[ast.stmt]) -> bool:
     return bool(stmts) and isinstance(stmts[-1], ast.Return)
 
 
-def _assigned_names(stmts: Sequence[ast.stmt], owner: Optional[ast.AST] = None) -> List[str]:
+def _assigned_names(stmts: Sequence[ast.stmt], owner: Optional[ast.AST] = None, plain: bool = False) -> List[str]:
     """Names stored to in `stmts` (nested functions aside), in first-assignment order, plus
-    `_RETURN` if they return; cached on `owner` (the loop node), as the AST lives with the
-    function."""
+    `_RETURN` if they return; cached on `owner` (the loop or `if` node), as the AST lives with
+    the function. Loops and `if`s inside are answered from (and fill) their own caches, so a
+    nest of loops is walked once, not once per level. `plain`: the function's text holds no
+    `:=` and no comprehension (`_plain_targets`), so expressions store no names and only
+    statements and their targets are walked."""
     if owner is not None:
         cached = owner.__dict__.get("_tiles_assigned")
         if cached is not None:
             return cached
     names: List[str] = []
     seen = set()
+
+    def merge(more: List[str]) -> None:
+        for n in more:
+            if n not in seen:
+                seen.add(n)
+                names.append(n)
+
     stack = list(reversed(stmts))
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Store) and node.id not in seen:
+        cls = type(node)
+        if cls is ast.Name:
+            if type(node.ctx) is ast.Store and node.id not in seen:
                 seen.add(node.id)
                 names.append(node.id)
             continue
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if cls is ast.FunctionDef or cls is ast.AsyncFunctionDef:
             continue
-        if isinstance(node, ast.Return) and _RETURN not in seen:
+        if cls is ast.For or cls is ast.While:
+            # head, then the body (from its cache), then `else`: the order a plain walk has
+            head = [node.target, node.iter] if cls is ast.For else [node.test]
+            rest: List[Any] = [_Merge(_assigned_names(node.body, node, plain))] + list(node.orelse)
+            stack.extend(reversed(head + rest))
+            continue
+        if cls is ast.If:
+            stack.append(_Merge(_assigned_names(node.body + node.orelse, node, plain)))
+            stack.append(node.test)
+            continue
+        if cls is _Merge:
+            merge(node.names)
+            continue
+        if cls is ast.Return and _RETURN not in seen:
             seen.add(_RETURN)
             names.append(_RETURN)
+        if plain:
+            fields = _PLAIN_FIELDS.get(cls)
+            if fields is not None:
+                children = []
+                for field in fields:
+                    v = getattr(node, field, None)
+                    if isinstance(v, list):
+                        children.extend(v)
+                    elif v is not None:
+                        children.append(v)
+                stack.extend(reversed(children))
+                continue
+            if isinstance(node, ast.expr):
+                continue  # stores no name here
         # ast.iter_child_nodes, without its generators (this walk is a fresh kernel's hot spot)
         children = []
         for field in node._fields:
@@ -286,6 +325,45 @@ def _assigned_names(stmts: Sequence[ast.stmt], owner: Optional[ast.AST] = None) 
     if owner is not None:
         owner._tiles_assigned = names
     return names
+
+
+# Where names can be stored when no expression stores any (no `:=`, no comprehension): the
+# statements' targets and bodies, in the order of their fields. A class missing here (an
+# expression, a `match`) is walked whole.
+_PLAIN_FIELDS: Dict[type, Tuple[str, ...]] = {
+    ast.Assign: ("targets",), ast.AugAssign: ("target",), ast.AnnAssign: ("target",),
+    ast.Tuple: ("elts",), ast.List: ("elts",), ast.Starred: ("value",),
+    ast.Attribute: (), ast.Subscript: (), ast.Expr: (), ast.Pass: (), ast.Break: (), ast.Continue: (),
+    ast.Assert: (), ast.Raise: (), ast.Return: (), ast.Global: (), ast.Nonlocal: (),
+    ast.With: ("items", "body"), ast.withitem: ("optional_vars",),
+    ast.Try: ("body", "handlers", "orelse", "finalbody"), ast.ExceptHandler: ("body",),
+}
+
+_FOR_LINE = re.compile(r"\s*(async\s+)?for\b.*:\s*(#.*)?$")
+_FOR_WORD = re.compile(r"\bfor\b")
+
+
+def _plain_targets(lines: Sequence[str]) -> bool:
+    """Whether a function's source lines surely hold no `:=` and no comprehension: each `for`
+    word starts a one-line `for` statement head, alone on its line. Unsure (a `for` in a string, a head across
+    lines) reads as False: the walk then visits expressions too."""
+    for line in lines:
+        if ":=" in line:
+            return False
+        if "for" in line:
+            fors = len(_FOR_WORD.findall(line))
+            if fors > 1 or fors == 1 and not _FOR_LINE.match(line.rstrip("\n")):
+                return False
+    return True
+
+
+class _Merge:
+    """A cached name list standing in a walk's stack for the statements it covers."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: List[str]):
+        self.names = names
 
 
 def _is_code_line(line: str) -> bool:
@@ -374,6 +452,7 @@ class FunctionSource:
         self.indent = len(lines[0]) - len(lines[0].lstrip())
         self.lines = lines
         self.first_line = start
+        self.plain = _plain_targets(lines)
 
     def globals(self) -> Dict[str, Any]:
         g = dict(self.fn.__globals__)
@@ -558,7 +637,7 @@ class CodeGenerator(ast.NodeVisitor):
         for i, s in enumerate(stmts):
             if isinstance(s, ast.If) and i + 1 < len(stmts):
                 then_ret, else_ret = _terminates(s.body), _terminates(s.orelse)
-                if not (then_ret and else_ret) and _RETURN in _assigned_names(s.body + s.orelse, s):
+                if not (then_ret and else_ret) and _RETURN in _assigned_names(s.body + s.orelse, s, self.src.plain):
                     # `if c: return` followed by more code: the rest runs in the other branch.
                     # A return deeper in the branches (`if LEFT: (if i < n: return) ...`):
                     # the rest follows each branch, where the inner `if` splits it again.
@@ -843,13 +922,13 @@ class CodeGenerator(ast.NodeVisitor):
         for b in bounds[1:]:
             it_ty = semantic.integer_promote(it_ty, b.dtype)
         bounds = [semantic.cast(b, it_ty) for b in bounds]
-        carried = [n for n in _assigned_names(node.body, node) if n in self.scope and n != _RETURN]
+        carried = [n for n in _assigned_names(node.body, node, self.src.plain) if n in self.scope and n != _RETURN]
         inits = {n: self.scope[n] for n in carried}
         carried = [n for n in carried if _is_tensor(inits[n]) or _is_aggregate(inits[n])
                    or isinstance(_unwrap(inits[n]), (bool, int, float))]
         agg = _Aggregates(carried, inits)
         carried, inits = agg.flat, agg.values
-        if _RETURN in _assigned_names(node.body, node):
+        if _RETURN in _assigned_names(node.body, node, self.src.plain):
             raise self.src.error(node, "return inside a loop is not supported")
         types = {}
         if any(_is_number(inits[n]) for n in carried):
@@ -911,9 +990,9 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_While(self, node: ast.While) -> None:
         if node.orelse:
             raise self.src.error(node, "while ... else is not supported")
-        if _RETURN in _assigned_names(node.body, node):
+        if _RETURN in _assigned_names(node.body, node, self.src.plain):
             raise self.src.error(node, "return inside a loop is not supported")
-        carried = [n for n in _assigned_names(node.body, node) if n in self.scope]
+        carried = [n for n in _assigned_names(node.body, node, self.src.plain) if n in self.scope]
         carried = [n for n in carried if _is_tensor(self.scope[n]) or _is_aggregate(self.scope[n])
                    or isinstance(_unwrap(self.scope[n]), (bool, int, float))]
         agg = _Aggregates(carried, self.scope)
