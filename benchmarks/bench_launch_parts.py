@@ -1,0 +1,75 @@
+"""Where one launch's CPU time goes, next to the driver's floor (`launch_floor.c`): the parts a
+tiles launch of the 4-argument vector add pays in Python and torch (`kernel[grid]`, three
+attribute reads of each torch tensor), the whole launch with and without `kernel[grid]`, and
+Triton's and torch.add's launches, in one process, no sync. Medians of 7 runs of 5,000 calls.
+
+Usage (on a GPU machine): python benchmarks/bench_launch_parts.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_vector_add import make_kernel  # noqa: E402
+
+
+def per_call_us(fn, n: int = 5000, reps: int = 7) -> float:
+    import torch
+
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        samples.append((time.perf_counter() - t0) / n * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def main():
+    import torch
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    n = 1 << 20
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    k, kt = make_kernel("tiles"), make_kernel("triton")
+    g = (1,)
+    k[g](x, y, out, n, BLOCK_SIZE=1024)
+    kt[g](x, y, out, n, BLOCK_SIZE=1024)
+    torch.cuda.synchronize()
+    launcher = k[g]
+    cases = {
+        "empty_lambda": lambda: None,
+        "tiles_getitem": lambda: k[g],
+        "torch_data_ptr_x3": lambda: (x.data_ptr(), y.data_ptr(), out.data_ptr()),
+        "torch_is_cuda_x3": lambda: (x.is_cuda, y.is_cuda, out.is_cuda),
+        "torch_dtype_x3": lambda: (x.dtype, y.dtype, out.dtype),
+        "tiles_launch": lambda: k[g](x, y, out, n, BLOCK_SIZE=1024),
+        "tiles_launch_launcher_kept": lambda: launcher(x, y, out, n, BLOCK_SIZE=1024),
+        "triton_launch": lambda: kt[g](x, y, out, n, BLOCK_SIZE=1024),
+        "torch_add": lambda: torch.add(x, y, out=out),
+    }
+    res = {"gpu": torch.cuda.get_device_name()}
+    for name, fn in cases.items():
+        res[f"{name}_us"] = per_call_us(fn)
+        print(f"{name:28s} {res[f'{name}_us']:.2f} us", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
