@@ -611,3 +611,72 @@ def test_directed_rounding_assembles(ptxas, target):
                       target=target)
     assert "tanh.approx.f32" in k.asm["ptx"] and "rcp.approx.ftz.f64" in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], target)
+
+
+# -- Bessel functions of integer order n ----------------------------------------------------------
+
+@tiles.jit
+def bessel_n_kernel(x_ptr, n_ptr, j_ptr, y_ptr, count, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < count
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    n = tl.load(n_ptr + offs, mask=m, other=0)
+    tl.store(j_ptr + offs, libdevice.jn(n, x), mask=m)
+    tl.store(y_ptr + offs, libdevice.yn(n, x), mask=m)
+    tl.store(j_ptr + BLOCK + offs, libdevice.jn(3, x), mask=m)  # a number for n
+
+
+def _j_series(n, x):
+    import math
+
+    return sum((-1) ** k / (math.factorial(k) * math.factorial(k + n)) * (x / 2) ** (2 * k + n) for k in range(80))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_integer_order_bessel(dev, rng, dt):
+    # jn and yn against Bessel's integrals (and jn against its series where it is tiny: the
+    # downward recurrence's range), negative orders and arguments by their symmetries.
+    count = 300
+    x = rng.uniform(-35, 35, count).astype(dt)
+    n = rng.integers(-12, 13, count).astype(np.int32)
+    x[:12] = np.array([0.1, 0.5, 1.0, 3.0, 1e-3, 2.0, 5.0, 9.5, 0.0, 0.0, -0.7, 1e-6], dt)
+    n[:12] = [12, 8, 30, 20, 5, 2, 4, 10, 0, 3, -7, 3]
+    jo, yo = dev.put(np.full(2 * 512, np.nan, dt)), dev.put(np.full(512, np.nan, dt))
+    bessel_n_kernel[(1,)](dev.put(x), dev.put(n), jo, yo, count, BLOCK=512)
+    got_j, got_y = dev.get(jo)[:count], dev.get(yo)[:count]
+    got_j3 = dev.get(jo)[512:512 + count]
+    xd = x.astype(np.float64)
+    rtol = 2e-6 if dt == np.float32 else 1e-10
+    for i in range(count):
+        nn, xx = int(n[i]), float(xd[i])
+        sign = -1.0 if (abs(nn) % 2 and (xx < 0) != (nn < 0)) else 1.0
+        if abs(xx) < 12:
+            ref = sign * _j_series(abs(nn), abs(xx))
+            np.testing.assert_allclose(got_j[i], ref, rtol=rtol, atol=float(np.finfo(dt).smallest_subnormal),
+                                       err_msg=f"jn({nn}, {xx})")
+        else:
+            ref = sign * _bessel_j(abs(nn))(np.array([abs(xx)]))[0]
+            np.testing.assert_allclose(got_j[i], ref, rtol=rtol, atol=rtol * 1e-2, err_msg=f"jn({nn}, {xx})")
+        ref3 = (-1.0 if xx < 0 else 1.0) * (_j_series(3, abs(xx)) if abs(xx) < 12 else
+                                           _bessel_j(3)(np.array([abs(xx)]))[0])
+        np.testing.assert_allclose(got_j3[i], ref3, rtol=rtol, atol=rtol * 1e-2, err_msg=f"jn(3, {xx})")
+        if xx > 0.05:
+            yref = (-1.0 if nn < 0 and abs(nn) % 2 else 1.0) * _bessel_y(abs(nn))(np.array([xx]))[0]
+            with np.errstate(over="ignore"):
+                yref = dt(yref)  # Y_30(1) is past fp32's range: -inf there
+            np.testing.assert_allclose(got_y[i], yref, rtol=rtol, atol=rtol * 1e-2, err_msg=f"yn({nn}, {xx})")
+        elif xx < 0:
+            assert np.isnan(got_y[i])
+        elif xx == 0:
+            assert got_y[i] == -np.inf
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_integer_order_bessel_assembles(ptxas, target):
+    from test_compile import assemble
+
+    for dt in ("fp32", "fp64"):
+        k = tiles.compile(bessel_n_kernel, signature={"x_ptr": f"*{dt}", "n_ptr": "*i32", "j_ptr": f"*{dt}",
+                                                      "y_ptr": f"*{dt}", "count": "i32"},
+                          constexprs={"BLOCK": 512}, target=target)
+        assemble(ptxas, k.asm["ptx"], target)

@@ -1325,3 +1325,10 @@ def rcp64h(x, _semantic=None):
     subnormals flush to zero)."""
     x = semantic.cast(semantic.to_tensor(x), core.float64)
     return semantic.approx("rcp64h", x)
+
+
+# -- Bessel functions of integer order: device functions with loops (`_bessel_n`) ----------------
+
+from ._bessel_n import jn, yn  # noqa: E402
+
+__all__ += ["jn", "yn"]
