@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -973,3 +974,28 @@ def test_every_variable_the_compiler_reads_is_in_the_cache_key():
         read.update(re.findall(r'env::var(?:_os)?\("(TILES_[A-Z0-9_]+)"', path.read_text()))
     assert read, "no TILES_ variable found in the crates"
     assert read <= set(cache._COMPILER_ENV), sorted(read - set(cache._COMPILER_ENV))
+
+
+def test_triton_cache_manager_api(cache_dir, monkeypatch):
+    # Programs written against triton.runtime.cache store and read their own files.
+    from tiles.runtime import cache
+
+    m = cache.get_cache_manager("some key")
+    assert isinstance(m, cache.FileCacheManager) and m.get_file("a.bin") is None
+    pa = m.put(b"\x00\x01binary", "a.bin")
+    pb = m.put("text", "b.txt", binary=False)
+    assert m.get_file("a.bin") == pa and open(pa, "rb").read() == b"\x00\x01binary" and open(pb).read() == "text"
+    m.put_group("g", {"a.bin": pa, "b.txt": pb, "gone": pa + ".missing"})
+    assert m.get_group("g") == {"a.bin": pa, "b.txt": pb} and m.get_group("none") is None
+    assert cache.get_cache_manager("some key").get_file("a.bin") == pa  # the same key, the same place
+
+    class Mine(cache.FileCacheManager):
+        pass
+
+    monkeypatch.setitem(sys.modules, "mine_cache_mod", types.SimpleNamespace(Mine=Mine))
+    monkeypatch.setenv("TRITON_CACHE_MANAGER", "mine_cache_mod:Mine")
+    assert type(cache.get_cache_manager("k2")) is Mine
+    assert isinstance(cache.get_dump_manager("k"), cache.FileCacheManager)
+    import tiles
+
+    assert tiles.runtime.cache.FileCacheManager is cache.FileCacheManager

@@ -294,3 +294,147 @@ def store_cubin(key: str, cubin: bytes) -> None:
         _atomic_write(os.path.join(entry, "meta.json"), json.dumps(meta).encode())
     except (OSError, ValueError) as e:
         _warn_once(f"tiles: cannot write the kernel cache at {cache_dir()} ({e}); compiling without it")
+
+
+# -- Triton's file-cache API (`triton.runtime.cache`), for code that stores its own files -------
+#
+# tiles keeps kernels in the entries above; these classes give programs written against
+# Triton's cache managers (a `FileCacheManager` subclass named in `TRITON_CACHE_MANAGER`, files
+# put and read by key) a working store of the same shape, under `<cache dir>/files/`.
+
+class CacheManager:
+    """A store of files under one key (Triton's abstract `CacheManager`)."""
+
+    def __init__(self, key: str, override: bool = False, dump: bool = False):
+        pass
+
+    def get_file(self, filename: str) -> Optional[str]:
+        raise NotImplementedError
+
+    def put(self, data: Any, filename: str, binary: bool = True) -> str:
+        raise NotImplementedError
+
+    def get_group(self, filename: str) -> Optional[Dict[str, str]]:
+        raise NotImplementedError
+
+    def put_group(self, filename: str, group: Dict[str, str]) -> str:
+        raise NotImplementedError
+
+
+class FileCacheManager(CacheManager):
+    """Files under `<cache dir>/files/<key>/` (`dump`: `TILES_DUMP_DIR` or `<cache dir>/dump`;
+    `override`: `TILES_OVERRIDE_DIR` or `<cache dir>/override`), written atomically; a group
+    is a JSON file naming other files' paths."""
+
+    def __init__(self, key: str, override: bool = False, dump: bool = False):
+        self.key = key
+        if dump:
+            base = os.environ.get("TILES_DUMP_DIR") or os.environ.get("TRITON_DUMP_DIR") or \
+                os.path.join(cache_dir(), "dump")
+        elif override:
+            base = os.environ.get("TILES_OVERRIDE_DIR") or os.environ.get("TRITON_OVERRIDE_DIR") or \
+                os.path.join(cache_dir(), "override")
+        else:
+            base = os.path.join(cache_dir(), "files")
+        self.cache_dir = os.path.join(base, key)
+        if not override:
+            os.makedirs(self.cache_dir, exist_ok=True)
+
+    def _make_path(self, filename: str) -> str:
+        return os.path.join(self.cache_dir, filename)
+
+    def has_file(self, filename: str) -> bool:
+        return os.path.exists(self._make_path(filename))
+
+    def get_file(self, filename: str) -> Optional[str]:
+        return self._make_path(filename) if self.has_file(filename) else None
+
+    def put(self, data: Any, filename: str, binary: bool = True) -> str:
+        raw = data if isinstance(data, bytes) else str(data).encode()
+        path = self._make_path(filename)
+        _atomic_write(path, raw)
+        return path
+
+    def get_group(self, filename: str) -> Optional[Dict[str, str]]:
+        path = self.get_file(f"__grp__{filename}")
+        if path is None:
+            return None
+        try:
+            with open(path) as f:
+                children = json.load(f).get("child_paths")
+        except (OSError, ValueError, AttributeError):
+            return None
+        if not isinstance(children, dict):
+            return None
+        return {name: p for name, p in children.items() if os.path.exists(p)}
+
+    def put_group(self, filename: str, group: Dict[str, str]) -> str:
+        return self.put(json.dumps({"child_paths": group}), f"__grp__{filename}", binary=False)
+
+
+class RemoteCacheBackend:
+    """A remote store of files for one key (Triton's abstract `RemoteCacheBackend`)."""
+
+    def __init__(self, key: str):
+        pass
+
+    def get(self, filenames: Any) -> Dict[str, bytes]:
+        raise NotImplementedError
+
+    def put(self, filename: str, data: bytes) -> None:
+        raise NotImplementedError
+
+
+class RedisRemoteCacheBackend(RemoteCacheBackend):
+    """Files in Redis (`TILES_REDIS_HOST`/`TRITON_REDIS_HOST`, `..._PORT`), keyed `<key>:<file>`;
+    needs the `redis` package."""
+
+    def __init__(self, key: str):
+        import redis
+
+        host = os.environ.get("TILES_REDIS_HOST") or os.environ.get("TRITON_REDIS_HOST", "localhost")
+        port = int(os.environ.get("TILES_REDIS_PORT") or os.environ.get("TRITON_REDIS_PORT", "6379"))
+        self._key = key
+        self._redis = redis.Redis(host=host, port=port)
+
+    def get(self, filenames: Any) -> Dict[str, bytes]:
+        names = list(filenames)
+        values = self._redis.mget([f"{self._key}:{n}" for n in names])
+        return {n: v for n, v in zip(names, values) if v is not None}
+
+    def put(self, filename: str, data: bytes) -> None:
+        self._redis.set(f"{self._key}:{filename}", data)
+
+
+def _manager_class(*names: str):
+    """The class a `module:Class` environment variable names, or None."""
+    import importlib
+
+    for name in names:
+        spec = os.environ.get(name)
+        if spec:
+            module, _, cls = spec.partition(":")
+            return getattr(importlib.import_module(module), cls)
+    return None
+
+
+def _hashed(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:40]
+
+
+def get_cache_manager(key: str) -> CacheManager:
+    """The manager for `key`: `knobs.cache.manager_class`, else the class that
+    `TILES_CACHE_MANAGER`/`TRITON_CACHE_MANAGER` names (`module:Class`), else FileCacheManager."""
+    from .. import knobs
+
+    cls = knobs.cache._kept.get("manager_class") or _manager_class("TILES_CACHE_MANAGER", "TRITON_CACHE_MANAGER") \
+        or FileCacheManager
+    return cls(_hashed(key))
+
+
+def get_dump_manager(key: str) -> CacheManager:
+    return FileCacheManager(_hashed(key), dump=True)
+
+
+def get_override_manager(key: str) -> CacheManager:
+    return FileCacheManager(_hashed(key), override=True)
