@@ -688,3 +688,15 @@ def test_integer_order_bessel_assembles(ptxas, target):
                                                       "y_ptr": f"*{dt}", "count": "i32"},
                           constexprs={"BLOCK": 512}, target=target)
         assemble(ptxas, k.asm["ptx"], target)
+
+
+@tiles.jit
+def convert_wrong_type_kernel(x_ptr, out_ptr):
+    tl.store(out_ptr, libdevice.int2float_rd(tl.load(x_ptr)))
+
+
+def test_directed_conversion_takes_its_own_source_type():
+    # int2float_* takes int32: an int64 tile is an error (not a silent truncation); a number is fine.
+    with pytest.raises(tiles.CompilationError, match="int2float_rd takes int32, got int64"):
+        tiles.compile(convert_wrong_type_kernel, signature={"x_ptr": "*i64", "out_ptr": "*fp32"})
+    tiles.compile(convert_wrong_type_kernel, signature={"x_ptr": "*i32", "out_ptr": "*fp32"})

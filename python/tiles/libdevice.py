@@ -1283,8 +1283,11 @@ def _rounded(name, op, mode, nargs, what):
 
 def _rounded_convert(name, mode, to, src, what):
     def f(x, _semantic=None):
+        literal = not isinstance(x, tensor)
         x = semantic.to_tensor(x)
         if x.dtype != src:
+            if not literal:  # as libdevice's own: one source type (a number is converted to it)
+                raise semantic.TilesTypeError(f"{name} takes {src}, got {x.dtype}")
             x = semantic.cast(x, src)
         return semantic.rounded("cvt", mode, [x], to)
 
