@@ -967,3 +967,78 @@ def test_shapes_equal_lists_without_the_source(monkeypatch):
     assert (out == 5).all()
     s = tl.core.shape_tuple((4, 8))
     assert s == [4, 8] and s == (4, 8) and s != [8, 4] and hash(s) == hash((4, 8))
+
+
+def _bytes_metadata(grid, metadata, args):
+    return {"name": f"scale[{grid[0]}]", "bytes": args["n"] * 8}
+
+
+@tiles.jit(launch_metadata=_bytes_metadata)
+def hooked_scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def test_launch_hooks_of_the_runtime_knobs(dev, rng):
+    # knobs.runtime.launch_enter_hook / launch_exit_hook (Triton's HookChains, or one callable
+    # assigned) see every launch with its metadata, the kernel's launch_metadata folded in by
+    # get(); exit hooks run in reverse order; with no hook left, launches stop calling them.
+    from tiles import knobs
+    from tiles.compiler import LazyDict
+
+    n = 300
+    x = rng.standard_normal(n).astype(np.float32)
+    y = dev.put(np.zeros(n, np.float32))
+    seen = []
+    first = lambda md: seen.append(("enter", md.get()["name"], md.get()["bytes"]))  # noqa: E731
+    second = lambda md: seen.append(("exit2", md["name"]))  # noqa: E731
+    with knobs.runtime.scope():
+        knobs.runtime.launch_enter_hook.add(first)
+        knobs.runtime.launch_exit_hook.add(lambda md: seen.append(("exit1", isinstance(md, LazyDict))))
+        knobs.runtime.launch_exit_hook.add(second)
+        for _ in range(2):
+            hooked_scale_kernel[(3,)](dev.put(x), y, n, BLOCK=128)
+        assert seen == [("enter", "scale[3]", 2400), ("exit2", "scale[3]"), ("exit1", True)] * 2
+        knobs.runtime.launch_enter_hook = None
+        knobs.runtime.launch_exit_hook.remove(second)
+        seen.clear()
+        hooked_scale_kernel[(3,)](dev.put(x), y, n, BLOCK=128)
+        assert seen == [("exit1", True)]
+    assert knobs.runtime.launch_exit_hook.calls == [] and knobs.runtime.launch_enter_hook.calls == []
+    seen.clear()
+    hooked_scale_kernel[(3,)](dev.put(x), y, n, BLOCK=128)
+    assert seen == []
+    np.testing.assert_allclose(dev.get(y), 2 * x, rtol=1e-6)
+
+
+def test_jit_cache_and_post_compile_hooks(monkeypatch):
+    # jit_cache_hook runs before each new specialisation compiles (a true result skips it, and
+    # the warmup returns None); jit_post_compile_hook after; neither for a specialisation in
+    # the cache. Without a GPU a warmup compiles for sm_90a.
+    from tiles import knobs
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+
+    k = tiles.jit(hooked_scale_kernel.fn)
+    calls = []
+
+    def cache_hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
+        calls.append(("cache", fn.name, compile["num_warps"], compile["signature"]["n"], is_manual_warmup))
+        return compile["num_warps"] == 8  # "handled elsewhere": skip
+
+    def post_hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
+        import json
+
+        data = json.loads(compile["specialization_data"])
+        calls.append(("post", repr.split("[")[0], data["constants"]["BLOCK"], already_compiled))
+
+    x = tiles.MockTensor(tl.float32, [64])
+    with knobs.runtime.scope():
+        knobs.runtime.jit_cache_hook = cache_hook
+        knobs.runtime.jit_post_compile_hook = post_hook
+        assert k.warmup(x, x, 64, BLOCK=64, grid=(1,)) is not None
+        assert k.warmup(x, x, 64, BLOCK=64, grid=(1,)) is not None  # cached: no hooks
+        assert k.warmup(x, x, 64, BLOCK=64, num_warps=8, grid=(1,)) is None
+    assert calls == [("cache", "hooked_scale_kernel", 4, "i32", True), ("post", "hooked_scale_kernel", 64, False),
+                     ("cache", "hooked_scale_kernel", 8, "i32", True)]
+    assert knobs.runtime.jit_cache_hook is None and knobs.runtime.jit_post_compile_hook is None

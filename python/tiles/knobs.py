@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def _set_env(var: str, value: Optional[str]) -> None:
@@ -43,10 +43,73 @@ def _fp_fusion() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
     return lambda: jit.DEFAULT_FP_FUSION, put
 
 
+class HookChain:
+    """Triton's `knobs.HookChain`: hooks of one kind, called in the order added (`reversed`:
+    the other way, as exit hooks are)."""
+
+    def __init__(self, reversed: bool = False):
+        self.calls: List[Callable[..., Any]] = []
+        self.reversed = reversed
+
+    def add(self, func: Callable[..., Any]) -> None:
+        if func not in self.calls:
+            self.calls.append(func)
+            _hooks_changed()
+
+    def remove(self, func: Callable[..., Any]) -> None:
+        if func in self.calls:
+            self.calls.remove(func)
+            _hooks_changed()
+
+    def copy(self) -> "HookChain":
+        out = HookChain(self.reversed)
+        out.calls = list(self.calls)
+        return out
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        for call in (reversed(self.calls) if self.reversed else list(self.calls)):
+            call(*args, **kwargs)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, HookChain) and self.calls == other.calls and self.reversed == other.reversed
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# `knobs.runtime.launch_enter_hook` / `launch_exit_hook`: called with each launch's metadata (a
+# `tiles.compiler.LazyDict`: name, function, stream, and the kernel's `launch_metadata`).
+_CHAINS = {"launch_enter_hook": HookChain(), "launch_exit_hook": HookChain(reversed=True)}
+
+
+def _hooks_changed() -> None:
+    """Routes launches through the knob hooks while any is set (the native path steps aside)."""
+    import importlib
+
+    jit = importlib.import_module(".runtime.jit", __package__)
+    jit._knob_hooks_changed(any(c.calls for c in _CHAINS.values()))
+
+
+def _chain(name: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
+    def put(v: Any) -> None:
+        chain = _CHAINS[name]
+        if isinstance(v, HookChain):
+            chain.calls = list(v.calls)
+        elif v is None:
+            chain.calls = []
+        elif callable(v):  # Triton's older form: one hook assigned
+            chain.calls = [v]
+        else:
+            raise TypeError(f"knobs.runtime.{name} takes a callable, a HookChain or None, got {v!r}")
+        _hooks_changed()
+
+    return lambda: _CHAINS[name], put
+
+
 # knob group -> knob -> (read what tiles uses, set it)
 _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] = {
     "autotuning": {"print": _flag("PRINT_AUTOTUNING")},
-    "runtime": {"interpret": _flag("INTERPRET"), "debug": _flag("DEBUG")},
+    "runtime": {"interpret": _flag("INTERPRET"), "debug": _flag("DEBUG"),
+                "launch_enter_hook": _chain("launch_enter_hook"), "launch_exit_hook": _chain("launch_exit_hook")},
     "cache": {"dir": (lambda: os.environ.get("TILES_CACHE_DIR"),
                       lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
     "language": {"default_fp_fusion": _fp_fusion()},
@@ -119,6 +182,17 @@ class _Descriptor:
         self.key = key
 
 
+# Settings tiles reads from `_kept` that read as None until set (Triton's defaults):
+# `jit_cache_hook(key=, repr=, fn=, compile=, is_manual_warmup=, already_compiled=)` before a
+# kernel compiles (a true result skips the compile and the launch), `jit_post_compile_hook`
+# after; `kernel_load_start_hook`/`kernel_load_end_hook(module, function, name, metadata_group,
+# hash)` around a module's load.
+_DEFAULTS: Dict[str, Dict[str, Any]] = {
+    "runtime": {"jit_cache_hook": None, "jit_post_compile_hook": None, "kernel_load_start_hook": None,
+                "kernel_load_end_hook": None},
+}
+
+
 class base_knobs:  # noqa: N801  (Triton's name)
     """One group of knobs (`knobs.runtime`, `knobs.autotuning`, ...). As Triton's: `scope()`
     restores the group's settings on exit, `copy()` and `reset()` (back to the environment's
@@ -131,7 +205,8 @@ class base_knobs:  # noqa: N801  (Triton's name)
 
     @property
     def knob_descriptors(self) -> Dict[str, _Descriptor]:
-        return {name: _Descriptor(_ENV_KEYS.get(name, "TILES_" + name.upper())) for name in self._mapped}
+        return {name: _Descriptor(_ENV_KEYS.get(name, "TILES_" + name.upper())) for name in self._mapped
+                if name not in _CHAINS}
 
     def copy(self) -> "base_knobs":
         out = type(self)(self._group)
@@ -147,7 +222,8 @@ class base_knobs:  # noqa: N801  (Triton's name)
     @contextlib.contextmanager
     def scope(self):
         env = {d.key: os.environ.get(d.key) for d in self.knob_descriptors.values()}
-        values = {n: get() for n, (get, _) in self._mapped.items()}
+        values = {n: (lambda v: v.copy() if isinstance(v, HookChain) else v)(get())
+                  for n, (get, _) in self._mapped.items()}
         kept = dict(self._kept)
         try:
             yield self
@@ -165,6 +241,9 @@ class base_knobs:  # noqa: N801  (Triton's name)
             return self._mapped[name][0]()
         if name in self._kept:
             return self._kept[name]
+        defaults = _DEFAULTS.get(self._group, {})
+        if name in defaults:
+            return defaults[name]
         raise AttributeError(f"knobs.{self._group} has no setting {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:

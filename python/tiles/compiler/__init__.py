@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import _tiles
 from ..errors import CompilationError
@@ -194,6 +194,28 @@ class _Stages(dict):
 
     def __repr__(self) -> str:
         return dict.__repr__(self._ready())
+
+
+class LazyDict:
+    """Triton's `LazyDict`: a dict whose further entries come from functions run only when
+    someone asks (`get()`), as the launch hooks' metadata does with a kernel's
+    `launch_metadata`."""
+
+    def __init__(self, data: Dict[str, Any]):
+        self.data = data
+        self.extras: List[Tuple[Callable[..., Any], Tuple[Any, ...]]] = []
+
+    def add(self, func: Callable[..., Any], args: Tuple[Any, ...]) -> None:
+        self.extras.append((func, args))
+
+    def get(self) -> Dict[str, Any]:
+        while self.extras:
+            func, args = self.extras.pop(0)
+            self.data.update(func(*args))
+        return self.data
+
+    def __getitem__(self, key: str) -> Any:
+        return self.get()[key]
 
 
 def _timing() -> bool:

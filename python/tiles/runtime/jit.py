@@ -9,7 +9,7 @@ import os
 import struct
 import threading
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import core
 from ..errors import HostMemoryError, LaunchError
@@ -41,6 +41,54 @@ def remove_launch_hook(hook: Any) -> None:
     if hook in _launch_hooks:
         _launch_hooks.remove(hook)
     _tiles.set_launch_hooked(bool(_launch_hooks))
+
+
+class JitFunctionInfo(NamedTuple):
+    """What the JIT hooks get as `fn` (Triton's `JitFunctionInfo`)."""
+
+    module: str
+    name: str
+    jit_function: Any
+
+
+def _jit_hooks_set() -> bool:
+    from .. import knobs
+
+    kept = knobs.runtime._kept
+    return kept.get("jit_cache_hook") is not None or kept.get("jit_post_compile_hook") is not None
+
+
+class _KnobLaunchHooks:
+    """`knobs.runtime.launch_enter_hook` / `launch_exit_hook` as a launch hook: each gets the
+    launch's metadata, a `LazyDict` of name, function and stream to which `.get()` adds the
+    kernel's `launch_metadata(grid, metadata, args)`."""
+
+    def enter(self, fn, grid, args, compiled, stream):
+        from .. import knobs
+        from ..compiler import LazyDict
+
+        function = getattr(compiled, "_loaded", None)
+        md = LazyDict({"name": compiled.name, "function": function.handle if function is not None else None,
+                       "stream": stream})
+        if getattr(fn, "launch_metadata", None) is not None:
+            md.add(fn.launch_metadata, (grid, getattr(compiled, "metadata", None), dict(zip(fn.param_names, args))))
+        knobs.runtime.launch_enter_hook(md)
+        return md
+
+    def exit(self, md) -> None:
+        from .. import knobs
+
+        knobs.runtime.launch_exit_hook(md)
+
+
+_KNOB_HOOKS = _KnobLaunchHooks()
+
+
+def _knob_hooks_changed(on: bool) -> None:
+    if on and _KNOB_HOOKS not in _launch_hooks:
+        add_launch_hook(_KNOB_HOOKS)
+    elif not on and _KNOB_HOOKS in _launch_hooks:
+        remove_launch_hook(_KNOB_HOOKS)
 
 
 # Launches with these options always take the Python path (the native dispatcher knows
@@ -800,6 +848,8 @@ class JITFunction(KernelInterface):
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
         spec = self.cache.get(full_key)
+        if spec is None and _jit_hooks_set() and self._jit_hook("jit_cache_hook", full_key, info, False):
+            return None  # the hook took over this compile (Triton's contract): nothing to launch
         if spec is None and async_compile.active_mode() is not None:
             self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg).result()
             spec = self.cache[full_key]
@@ -809,6 +859,8 @@ class JITFunction(KernelInterface):
                 if spec is None:
                     spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
                     self.cache[full_key] = spec
+            if _jit_hooks_set():
+                self._jit_hook("jit_post_compile_hook", full_key, info, False)
         g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
         g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
         if len(g) > 3 or not g:
@@ -858,7 +910,10 @@ class JITFunction(KernelInterface):
         AsyncCompileMode's executor."""
 
         def finish(spec: _Specialization):
-            return self._keep(full_key, spec).compiled
+            kept = self._keep(full_key, spec).compiled
+            if _jit_hooks_set():
+                self._jit_hook("jit_post_compile_hook", full_key, info, True)
+            return kept
 
         mode = async_compile.active_mode()
         key = (id(self), full_key)
@@ -888,11 +943,45 @@ class JITFunction(KernelInterface):
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
+        if full_key not in self.cache and _jit_hooks_set() and self._jit_hook("jit_cache_hook", full_key, info, True):
+            return None
         if full_key not in self.cache and async_compile.active_mode() is not None:
             return self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg)
         if full_key not in self.cache:
             self._keep(full_key, self._compile(info, num_warps, num_stages, debug, fusion, maxnreg))
+            if _jit_hooks_set():
+                self._jit_hook("jit_post_compile_hook", full_key, info, True)
         return self.cache[full_key].compiled
+
+    def _jit_hook(self, which: str, full_key, info, is_warmup: bool) -> Any:
+        """Calls `knobs.runtime.<which>` (`jit_cache_hook` before a compile, whose true result
+        skips it; `jit_post_compile_hook` after) as Triton does: `key`, `repr`, `fn`, `compile`
+        (signature, constants, options, `specialization_data`), `is_manual_warmup`,
+        `already_compiled`."""
+        import json
+
+        from .. import knobs
+
+        hook = getattr(knobs.runtime, which)
+        if hook is None:
+            return None
+        key, num_warps, num_stages, debug, fusion, maxnreg = full_key
+        signature = {p.name: ("constexpr" if kind == "constexpr" else ty) for p, (kind, ty, _d, _r) in
+                     zip(self.params, info)}
+        constants = {p.name: raw for p, (kind, _t, _d, raw) in zip(self.params, info) if kind == "constexpr"}
+        name = self.fn.__qualname__
+        options = {"num_warps": num_warps, "num_ctas": 1, "num_stages": num_stages, "enable_fp_fusion": fusion,
+                   "launch_cooperative_grid": False, "debug": debug, "maxnreg": maxnreg}
+        rep = (f"{name}[num_warps={num_warps}, num_ctas=1, num_stages={num_stages}, enable_fp_fusion={fusion}, "
+               f"launch_cooperative_grid=False](" + ", ".join(f"{n}: {t}" for n, t in signature.items()) + ")")
+        data = json.dumps({"name": f"{self.fn.__module__}.{name}", "signature": signature,
+                           "constants": {k: v if isinstance(v, (int, float, bool, str, type(None))) else repr(v)
+                                         for k, v in constants.items()},
+                           "options": options, "key": str(key)})
+        compile_info = dict(options, key=str(key), signature=signature, device=0, constants=constants,
+                            extern_libs=(), configs=[{}], specialization_data=data, is_warmup=is_warmup)
+        return hook(key=str(key), repr=rep, fn=JitFunctionInfo(self.fn.__module__, name, self), compile=compile_info,
+                    is_manual_warmup=is_warmup, already_compiled=False)
 
 
 # Set while the autotuner benchmarks configs (per thread): no stage fallback then.
