@@ -1042,3 +1042,20 @@ def test_jit_cache_and_post_compile_hooks(monkeypatch):
     assert calls == [("cache", "hooked_scale_kernel", 4, "i32", True), ("post", "hooked_scale_kernel", 64, False),
                      ("cache", "hooked_scale_kernel", 8, "i32", True)]
     assert knobs.runtime.jit_cache_hook is None and knobs.runtime.jit_post_compile_hook is None
+
+
+def test_kernel_load_hooks(rng, monkeypatch):
+    # kernel_load_start_hook / kernel_load_end_hook around a module's load (Triton's arguments);
+    # without a GPU a warmup compiles and loads nothing, so neither runs.
+    from tiles import knobs
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    k = tiles.jit(hooked_scale_kernel.fn)
+    seen = []
+    with knobs.runtime.scope():
+        knobs.runtime.kernel_load_start_hook = lambda m, f, name, group, h: seen.append(("start", m, f, name))
+        knobs.runtime.kernel_load_end_hook = lambda m, f, name, group, h: seen.append(("end", bool(m), bool(f), name))
+        k.warmup(tiles.MockTensor(tl.float32, [64]), tiles.MockTensor(tl.float32, [64]), 64, BLOCK=64, grid=(1,))
+    want = [("start", None, None, "hooked_scale_kernel"), ("end", True, True, "hooked_scale_kernel")]
+    assert seen == (want if driver.available() else [])
