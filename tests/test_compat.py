@@ -1059,3 +1059,36 @@ def test_kernel_load_hooks(rng, monkeypatch):
         k.warmup(tiles.MockTensor(tl.float32, [64]), tiles.MockTensor(tl.float32, [64]), 64, BLOCK=64, grid=(1,))
     want = [("start", None, None, "hooked_scale_kernel"), ("end", True, True, "hooked_scale_kernel")]
     assert seen == (want if driver.available() else [])
+
+
+@tiles.jit
+def preload_kernel(x_ptr, y_ptr, n, scale, DT: tl.constexpr, BLOCK: tl.constexpr, SHAPE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, (tl.load(x_ptr + offs, mask=m) * scale).to(DT) + SHAPE[0], mask=m)
+
+
+def test_preload_from_a_hooks_specialization_data(monkeypatch):
+    # A run's jit_post_compile_hook saves `specialization_data`; a later process's preload
+    # compiles that specialisation, so the warmup (or launch) with such arguments finds it.
+    from tiles import knobs
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    saved, compiles = [], []
+    args = (tiles.MockTensor(tl.float32, [64]), tiles.MockTensor(tl.float16, [64]), 64, 0.5)
+    kw = dict(DT=tl.float16, BLOCK=64, SHAPE=(3, 4), grid=(1,))
+    with knobs.runtime.scope():
+        knobs.runtime.jit_post_compile_hook = lambda **h: saved.append(h["compile"]["specialization_data"])
+        tiles.jit(preload_kernel.fn).warmup(*args, **kw)
+    assert len(saved) == 1
+    fresh = tiles.jit(preload_kernel.fn)
+    compiled = fresh.preload(saved[0])
+    assert "st.global" in compiled.asm["ptx"]
+    with knobs.runtime.scope():
+        knobs.runtime.jit_cache_hook = lambda **h: compiles.append(h["key"])
+        assert fresh.warmup(*args, **kw) is compiled
+        assert compiles == []  # found, not compiled again
+        fresh.warmup(*args[:2], 63, 0.5, **kw)  # another specialisation compiles
+        assert len(compiles) == 1
+    with pytest.raises(RuntimeError, match="specialization data is for"):
+        tiles.jit(hooked_scale_kernel.fn).preload(saved[0])

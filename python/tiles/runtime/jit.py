@@ -51,6 +51,43 @@ class JitFunctionInfo(NamedTuple):
     jit_function: Any
 
 
+def _json_constant(v: Any) -> Any:
+    """A constexpr value as JSON (`preload` reads it back): numbers, strings, None, dtypes and
+    tuples of them; anything else as its repr, which `preload` refuses."""
+    if isinstance(v, (bool, int, float, str, type(None))):
+        return v
+    if isinstance(v, core.dtype):
+        return {"dtype": str(v)}
+    if isinstance(v, tuple):
+        return {"tuple": [_json_constant(x) for x in v]}
+    return {"repr": repr(v)}
+
+
+def _constant_from_json(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "dtype" in v:
+            return core.dtype(v["dtype"])
+        if "tuple" in v:
+            return tuple(_constant_from_json(x) for x in v["tuple"])
+        raise RuntimeError(f"preload cannot rebuild the constexpr {v['repr']}")
+    return v
+
+
+def _json_params(key, info) -> List[Any]:
+    """Per parameter, what its specialisation key says, as JSON (`preload`'s input)."""
+    out: List[Any] = []
+    for k, (kind, _t, _d, _raw) in zip(key, info):
+        if k[0] == "c":
+            out.append(["c", _json_constant(k[1])])
+        elif k[0] in ("p", "s"):
+            out.append(list(k))
+        elif k[0] == "none":
+            out.append(["none"])
+        else:
+            out.append([kind])
+    return out
+
+
 def _jit_hooks_set() -> bool:
     from .. import knobs
 
@@ -953,6 +990,50 @@ class JITFunction(KernelInterface):
                 self._jit_hook("jit_post_compile_hook", full_key, info, True)
         return self.cache[full_key].compiled
 
+    def repr(self, _: Any = None) -> str:
+        """The kernel's name as launch hooks and profilers show it (Triton's `JITFunction.repr`)."""
+        return self.__name__
+
+    def preload(self, specialization_data: str) -> Any:
+        """Compiles (and, with a GPU, loads) the specialisation that `specialization_data`
+        describes — the `compile["specialization_data"]` a JIT hook received in an earlier
+        run — so that launches with such arguments find it compiled (Triton's `preload`).
+        Returns the compiled kernel."""
+        import json
+
+        data = json.loads(specialization_data)
+        if data.get("name") != f"{self.fn.__module__}.{self.fn.__qualname__}":
+            raise RuntimeError(f"specialization data is for {data.get('name')}, not "
+                               f"{self.fn.__module__}.{self.fn.__qualname__}")
+        params = data.get("params")
+        if params is None or len(params) != len(self.params):
+            raise RuntimeError("specialization data without tiles' parameter facts (or for another signature)")
+        key, info = [], []
+        for entry in params:
+            kind = entry[0]
+            if kind == "p":
+                key.append(("p", entry[1], entry[2]))
+                info.append(("ptr", "*" + entry[1], entry[2], 0))
+            elif kind == "s":
+                ty, div = entry[1], entry[2]
+                key.append(("s", ty, div))
+                info.append(("scalar", ty, div, 1 if div == 1 else 16 if div == 16 else 0))
+            elif kind == "c":
+                v = _constant_from_json(entry[1])
+                key.append(("c", v))
+                info.append(("constexpr", None, 0, v))
+            elif kind == "none":
+                key.append(("none",))
+                info.append(("constexpr", None, 0, None))
+            else:
+                raise RuntimeError(f"preload does not take a {kind!r} parameter (descriptors and tuples)")
+        o = data["options"]
+        full_key = (tuple(key), int(o["num_warps"]), int(o["num_stages"]), bool(o.get("debug", False)),
+                    bool(o["enable_fp_fusion"]), o.get("maxnreg"))
+        if full_key not in self.cache:
+            self._keep(full_key, self._compile(info, *full_key[1:]))
+        return self.cache[full_key].compiled
+
     def _jit_hook(self, which: str, full_key, info, is_warmup: bool) -> Any:
         """Calls `knobs.runtime.<which>` (`jit_cache_hook` before a compile, whose true result
         skips it; `jit_post_compile_hook` after) as Triton does: `key`, `repr`, `fn`, `compile`
@@ -975,9 +1056,8 @@ class JITFunction(KernelInterface):
         rep = (f"{name}[num_warps={num_warps}, num_ctas=1, num_stages={num_stages}, enable_fp_fusion={fusion}, "
                f"launch_cooperative_grid=False](" + ", ".join(f"{n}: {t}" for n, t in signature.items()) + ")")
         data = json.dumps({"name": f"{self.fn.__module__}.{name}", "signature": signature,
-                           "constants": {k: v if isinstance(v, (int, float, bool, str, type(None))) else repr(v)
-                                         for k, v in constants.items()},
-                           "options": options, "key": str(key)})
+                           "constants": {k: _json_constant(v) for k, v in constants.items()},
+                           "params": _json_params(key, info), "options": options, "key": str(key)})
         compile_info = dict(options, key=str(key), signature=signature, device=0, constants=constants,
                             extern_libs=(), configs=[{}], specialization_data=data, is_warmup=is_warmup)
         return hook(key=str(key), repr=rep, fn=JitFunctionInfo(self.fn.__module__, name, self), compile=compile_info,
