@@ -151,3 +151,34 @@ fn parsed_text_compiles_like_built_ir() {
     assert_eq!(a.ptx, b.ptx);
     assert_eq!(a.params.len(), 4);
 }
+
+#[test]
+fn vector_atomics_raise_the_ptx_version_of_their_kernel_only() {
+    // A kernel whose inline asm holds Hopper's 16-bit vector atomics is PTX ISA 8.1 (their
+    // minimum); the same thread's next kernel without them is 8.0 again.
+    let text = |asm: &str| {
+        format!(
+            "kernel @k(%0: *i32 {{name = \"x\", divisibility = 16}}) num_warps = 4 {{\n\
+  %1 = arange {{start = 0, end = 128}} : <128xi32>\n\
+  %2 = splat %0 : <128x*i32>\n\
+  %3 = addptr %2, %1 : <128x*i32>\n\
+  %4 = load %3 : <128xi32>\n\
+  %5 = inline_asm {{asm = \"{asm}\", constraints = \"=r,r\", pack = 1}} %4 : <128xi32>\n\
+  store %3, %5\n\
+  return\n\
+}}\n"
+        )
+    };
+    let t = Target::parse("sm_90a").unwrap();
+    let ptx = |asm: &str| {
+        let mut f = tile_ir::parse(&text(asm)).unwrap();
+        compile(&mut f, &t, &Default::default(), |_, _| {})
+            .unwrap()
+            .ptx
+    };
+    let vector = "{ .reg .b16 %a, %b; mov.b32 {%a, %b}, $1; \
+atom.global.min.noftz.v2.f16 {%a, %b}, [0], {%a, %b}; mov.b32 $0, 0; }";
+    assert!(ptx(vector).contains(".version 8.1"));
+    let plain = ptx("mov.b32 $0, $1;");
+    assert!(plain.contains(".version 8.0"), "{plain}");
+}
