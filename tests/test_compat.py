@@ -1092,3 +1092,13 @@ def test_preload_from_a_hooks_specialization_data(monkeypatch):
         assert len(compiles) == 1
     with pytest.raises(RuntimeError, match="specialization data is for"):
         tiles.jit(hooked_scale_kernel.fn).preload(saved[0])
+
+
+def test_compiler_compiler_module_names():
+    # triton.compiler.compiler's names, reached through the module as Triton lays it out.
+    import tiles.compiler.compiler as cc
+    from tiles.runtime import driver
+
+    assert cc.CompiledKernel is tiles.compiler.CompiledKernel and cc.ASTSource is tiles.compiler.ASTSource
+    assert cc.compile is tiles.compile and issubclass(cc.OutOfResources, Exception)
+    assert tiles.compiler.max_shared_mem(0) == (driver.max_shared() if driver.available() else 232448)

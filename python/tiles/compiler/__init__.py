@@ -536,3 +536,22 @@ def compile_many(jobs, max_workers: Optional[int] = None):
 
 
 from . import errors  # noqa: E402,F401  (`triton.compiler.errors`, found as an attribute too)
+
+
+def max_shared_mem(device: Any = None) -> int:
+    """The shared memory one program may use on the GPU, in bytes (Triton's
+    `triton.compiler.max_shared_mem`; an H100's without a GPU)."""
+    from ..runtime import driver
+
+    if not driver.available():
+        return int(driver.NO_GPU_PROPERTIES["max_shared_mem"])
+    return driver.max_shared()
+
+
+def __getattr__(name: str) -> Any:
+    # `tiles.compiler.compiler` (Triton's module of these names), imported on first use.
+    if name == "compiler":
+        import importlib
+
+        return importlib.import_module(".compiler", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
