@@ -1102,3 +1102,15 @@ def test_compiler_compiler_module_names():
     assert cc.CompiledKernel is tiles.compiler.CompiledKernel and cc.ASTSource is tiles.compiler.ASTSource
     assert cc.compile is tiles.compile and issubclass(cc.OutOfResources, Exception)
     assert tiles.compiler.max_shared_mem(0) == (driver.max_shared() if driver.available() else 232448)
+
+
+def test_device_caches_show_what_was_compiled(monkeypatch):
+    # Triton's debugging idiom: the PTX of what a kernel compiled, through device_caches.
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    k = tiles.jit(hooked_scale_kernel.fn)
+    assert k.device_caches[0][0] == {}
+    x = tiles.MockTensor(tl.float32, [64])
+    compiled = k.warmup(x, x, 64, BLOCK=64, grid=(1,))
+    kernels = k.device_caches[0][0]
+    assert list(kernels.values()) == [compiled] and "ld.global" in kernels[next(iter(kernels))].asm["ptx"]
+    assert k.device_caches[0][2].backend == "cuda"

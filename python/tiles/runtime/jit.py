@@ -990,6 +990,17 @@ class JITFunction(KernelInterface):
                 self._jit_hook("jit_post_compile_hook", full_key, info, True)
         return self.cache[full_key].compiled
 
+    @property
+    def device_caches(self) -> Dict[int, Tuple[Dict[Any, Any], Dict[Any, Any], Any, Any, Any]]:
+        """Triton's per-device caches, for reading what was compiled (`kernel.device_caches[0][0]`
+        maps each specialisation's key to its compiled kernel, whose `asm` holds the PTX): a
+        snapshot, on device 0 (tiles runs there)."""
+        from . import driver
+
+        kernels = {key: spec.compiled for key, spec in list(self.cache.items())
+                   if isinstance(spec, _Specialization)}
+        return {0: (kernels, {}, driver.active.get_current_target(), None, None)}
+
     def repr(self, _: Any = None) -> str:
         """The kernel's name as launch hooks and profilers show it (Triton's `JITFunction.repr`)."""
         return self.__name__
