@@ -4,3 +4,5 @@ from ..errors import InterpreterError, OutOfResources  # noqa: F401  (`triton.ru
 from . import driver, errors  # noqa: F401  (`triton.runtime.driver.active`; loads no CUDA library)
 from .autotuner import Autotuner, Config, Heuristics, autotune, heuristics  # noqa: F401
 from .jit import JITFunction, KernelInterface, MockTensor, TensorWrapper, reinterpret  # noqa: F401
+from . import cache  # noqa: E402,F401  (`triton.runtime.cache`: tiles' cache and Triton's file-cache API)
+from .cache import RedisRemoteCacheBackend, RemoteCacheBackend  # noqa: E402,F401
