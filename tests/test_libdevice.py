@@ -429,10 +429,11 @@ def _directed_reference(exact, dt, mode):
             out.append(0.0)
             continue
         with np.errstate(over="ignore"):
-            r0 = dt(float(q)) if abs(q) <= Fraction(float(finfo.max)) * 2 else dt(np.copysign(np.inf, float(q)))
-        cands = [r0, np.nextafter(r0, dt(np.inf)), np.nextafter(r0, dt(-np.inf))]
+            r0 = dt(float(q)) if abs(q) <= Fraction(float(finfo.max)) else dt(np.inf if q > 0 else -np.inf)
+        with np.errstate(over="ignore"):
+            cands = [r0, np.nextafter(r0, dt(np.inf)), np.nextafter(r0, dt(-np.inf))]
         cands = [c for c in cands if np.isfinite(c)] + [dt(np.inf), dt(-np.inf)]
-        val = lambda c: Fraction(float(c)) if np.isfinite(c) else (Fraction(10) ** 400 * (1 if c > 0 else -1))
+        val = lambda c: Fraction(float(c)) if np.isfinite(c) else (Fraction(2) ** 40000 * (1 if c > 0 else -1))
         lower = max((c for c in cands if val(c) <= q), key=val)
         upper = min((c for c in cands if val(c) >= q), key=val)
         out.append({"rd": lower, "ru": upper, "rz": lower if q > 0 else upper}[mode])
@@ -700,3 +701,18 @@ def test_directed_conversion_takes_its_own_source_type():
     with pytest.raises(tiles.CompilationError, match="int2float_rd takes int32, got int64"):
         tiles.compile(convert_wrong_type_kernel, signature={"x_ptr": "*i64", "out_ptr": "*fp32"})
     tiles.compile(convert_wrong_type_kernel, signature={"x_ptr": "*i32", "out_ptr": "*fp32"})
+
+
+def test_directed_products_below_the_subnormals(dev):
+    # fp64 products too small for any subnormal round to 0 or to the smallest subnormal, by
+    # direction and sign (the interpreter once gave 0 for both).
+    x = np.array([1e-200, 1e-200, 1e-300, -1e-300], np.float64)
+    y = np.array([-1e-200, 1e-200, 1e-300, 1e-300], np.float64)
+    tiny = np.finfo(np.float64).smallest_subnormal
+    want = {"rd": [-tiny, 0.0, 0.0, -tiny], "ru": [-0.0, tiny, tiny, -0.0], "rz": [-0.0, 0.0, 0.0, -0.0]}
+    for mode, w in want.items():
+        out = dev.put(np.full(4, np.nan))
+        directed_kernel[(1,)](dev.put(x), dev.put(y), dev.put(y), out, 4, OP="mul", MODE=mode, BLOCK=4)
+        got = dev.get(out)
+        np.testing.assert_array_equal(got, np.array(w))
+        assert list(np.signbit(got)) == list(np.signbit(np.array(w))), mode

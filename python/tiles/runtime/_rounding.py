@@ -190,7 +190,8 @@ def _extreme_product(a, b, r, out, mode):
         return r
     p = np.abs(a * b)
     big = (np.abs(a) > 2.0 ** 995) | (np.abs(b) > 2.0 ** 995)
-    risky = np.isfinite(a) & np.isfinite(b) & (p != 0) & ((p < 2.0 ** -969) | big)
+    # (a product that underflowed to 0 from nonzero factors is one of the tiny ones)
+    risky = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0) & ((p < 2.0 ** -969) | big)
     if not risky.any():
         return r
     fixed = _elementwise(lambda x, y: _fr(x) * _fr(y), r, [a, b], out, mode)
