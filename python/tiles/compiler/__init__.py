@@ -543,9 +543,7 @@ def max_shared_mem(device: Any = None) -> int:
     `triton.compiler.max_shared_mem`; an H100's without a GPU)."""
     from ..runtime import driver
 
-    if not driver.available():
-        return int(driver.NO_GPU_PROPERTIES["max_shared_mem"])
-    return driver.max_shared()
+    return driver.shared_limit()
 
 
 def __getattr__(name: str) -> Any:

@@ -74,6 +74,12 @@ def max_shared() -> int:
     return max(_state["max_shared"], 48 * 1024)
 
 
+def shared_limit() -> int:
+    """The shared memory one program may use: this GPU's (`max_shared`), or an H100's where
+    there is no GPU (what tiles compiles for then)."""
+    return max_shared() if available() else int(NO_GPU_PROPERTIES["max_shared_mem"])
+
+
 def default_target() -> str:
     major, minor = capability()
     cc = major * 10 + minor

@@ -828,7 +828,7 @@ class JITFunction(KernelInterface):
         # interpreter and `driver.active` present one.
         gpu = driver.available()
         target = driver.default_target() if gpu else "sm_90a"
-        limit = driver.max_shared() if gpu else driver.NO_GPU_PROPERTIES["max_shared_mem"]
+        limit = driver.shared_limit()
 
         def front(stages: int):
             return compiler._front(self, signature, constexprs, target=target, num_warps=num_warps,
