@@ -76,23 +76,14 @@ def _constant_from_json(v: Any) -> Any:
 def _json_params(key, info) -> List[Any]:
     """Per parameter, what its specialisation key says, as JSON (`preload`'s input)."""
     out: List[Any] = []
-    for k, (kind, _t, _d, _raw) in zip(key, info):
+    for k, (kind, *_) in zip(key, info):
         if k[0] == "c":
             out.append(["c", _json_constant(k[1])])
-        elif k[0] in ("p", "s"):
+        elif k[0] in ("p", "s", "none"):
             out.append(list(k))
-        elif k[0] == "none":
-            out.append(["none"])
-        else:
+        else:  # descriptors and tuples: named, for preload to refuse
             out.append([kind])
     return out
-
-
-def _jit_hooks_set() -> bool:
-    from .. import knobs
-
-    kept = knobs.runtime._kept
-    return kept.get("jit_cache_hook") is not None or kept.get("jit_post_compile_hook") is not None
 
 
 class _KnobLaunchHooks:
@@ -885,18 +876,18 @@ class JITFunction(KernelInterface):
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
         spec = self.cache.get(full_key)
-        if spec is None and _jit_hooks_set() and self._jit_hook("jit_cache_hook", full_key, info, False):
-            return None  # the hook took over this compile (Triton's contract): nothing to launch
-        if spec is None and async_compile.active_mode() is not None:
-            self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg).result()
-            spec = self.cache[full_key]
         if spec is None:
-            with self._lock:
-                spec = self.cache.get(full_key)
-                if spec is None:
-                    spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
-                    self.cache[full_key] = spec
-            if _jit_hooks_set():
+            if self._jit_hook("jit_cache_hook", full_key, info, False):
+                return None  # the hook took over this compile (Triton's contract): nothing to launch
+            if async_compile.active_mode() is not None:
+                self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg).result()
+                spec = self.cache[full_key]
+            else:
+                with self._lock:
+                    spec = self.cache.get(full_key)
+                    if spec is None:
+                        spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
+                        self.cache[full_key] = spec
                 self._jit_hook("jit_post_compile_hook", full_key, info, False)
         g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
         g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
@@ -948,8 +939,7 @@ class JITFunction(KernelInterface):
 
         def finish(spec: _Specialization):
             kept = self._keep(full_key, spec).compiled
-            if _jit_hooks_set():
-                self._jit_hook("jit_post_compile_hook", full_key, info, True)
+            self._jit_hook("jit_post_compile_hook", full_key, info, True)
             return kept
 
         mode = async_compile.active_mode()
@@ -980,14 +970,13 @@ class JITFunction(KernelInterface):
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
-        if full_key not in self.cache and _jit_hooks_set() and self._jit_hook("jit_cache_hook", full_key, info, True):
-            return None
-        if full_key not in self.cache and async_compile.active_mode() is not None:
-            return self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg)
         if full_key not in self.cache:
+            if self._jit_hook("jit_cache_hook", full_key, info, True):
+                return None
+            if async_compile.active_mode() is not None:
+                return self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg)
             self._keep(full_key, self._compile(info, num_warps, num_stages, debug, fusion, maxnreg))
-            if _jit_hooks_set():
-                self._jit_hook("jit_post_compile_hook", full_key, info, True)
+            self._jit_hook("jit_post_compile_hook", full_key, info, True)
         return self.cache[full_key].compiled
 
     @property
@@ -1050,13 +1039,13 @@ class JITFunction(KernelInterface):
         skips it; `jit_post_compile_hook` after) as Triton does: `key`, `repr`, `fn`, `compile`
         (signature, constants, options, `specialization_data`), `is_manual_warmup`,
         `already_compiled`."""
-        import json
-
         from .. import knobs
 
         hook = getattr(knobs.runtime, which)
         if hook is None:
             return None
+        import json
+
         key, num_warps, num_stages, debug, fusion, maxnreg = full_key
         signature = {p.name: ("constexpr" if kind == "constexpr" else ty) for p, (kind, ty, _d, _r) in
                      zip(self.params, info)}
