@@ -34,6 +34,11 @@ def _jit_function_class() -> type:
     return _JIT_FUNCTION
 
 
+# PTX's names for the rounding directions and the types of `IRBackend.rounded`.
+_PTX_ROUNDING = {"rn": "rn", "rz": "rz", "rd": "rm", "ru": "rp"}
+_PTX_TYPE = {"fp32": "f32", "fp64": "f64", "int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64"}
+
+
 class IRBackend:
     """Language ops -> `_tiles.IrBuilder` calls."""
 
@@ -82,8 +87,6 @@ class IRBackend:
 
     def rounded(self, op, mode, args, out):
         """One PTX instruction with a rounding modifier (`add.rm.f32`, `cvt.rp.f32.s64`, ...)."""
-        from .semantic import _PTX_ROUNDING, _PTX_TYPE
-
         reg = {32: "r", 64: "l"}
         fl = {core.float32: "f", core.float64: "d"}
 

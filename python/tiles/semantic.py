@@ -675,10 +675,6 @@ def fma(a: Any, b: Any, c: Any) -> tensor:
     return make(_be().fma(a, b, c), a.dtype, a.shape)
 
 
-_PTX_ROUNDING = {"rn": "rn", "rz": "rz", "rd": "rm", "ru": "rp"}
-_PTX_TYPE = {"fp32": "f32", "fp64": "f64", "int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64"}
-
-
 def rounded(op: str, mode: str, args: Sequence[Any], out: Any = None) -> tensor:
     """`op` (add, sub, mul, fma, div, sqrt, rcp, or cvt to `out`) rounded in direction `mode`
     (rn, rz, rd: toward -inf, ru: toward +inf), as one PTX instruction with that rounding

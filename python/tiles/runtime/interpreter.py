@@ -87,6 +87,8 @@ def _atomic_update(op: str, cur: Any, v: Any, cmp: Any) -> Any:
         return max(cur, v)
     if op == "min":
         return min(cur, v)
+    if op in ("fmin", "fmax"):  # NaN loses (16-bit floats, compared in fp32)
+        return (np.fmin if op == "fmin" else np.fmax)(np.float32(cur), np.float32(v))
     if op == "and":
         return cur & v
     if op == "or":
@@ -491,23 +493,7 @@ class NumpyBackend:
 
     def half_minmax(self, op, ptr, val, mask):
         """fp16/bf16 atomic min/max (a descriptor's TMA reduction): NaN operands lose."""
-        addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ()).reshape(-1)
-        npdt = numpy_dtype(ptr.dtype.element_ty)
-        vals = np.broadcast_to(_arr(val.handle), ptr.shape or ()).astype(npdt).reshape(-1)
-        m = np.ones(addrs.shape, bool) if mask is None else np.broadcast_to(_arr(mask.handle),
-                                                                           ptr.shape or ()).reshape(-1)
-        active = np.flatnonzero(m)
-        if not active.size:
-            return
-        pick = np.fmin if op == "min" else np.fmax
-        idx = self.memory.locate(addrs[active], 2, f"atomic_{op}", self.where())
-        for j, bi in zip(active, idx):
-            buf = self.memory.buffers[int(bi)]
-            off = int(addrs[j]) - buf.lo
-            cell = buf.bytes[off:off + 2]
-            cur = cell.copy().view(npdt)[0]
-            new = npdt.type(pick(np.float32(cur), np.float32(vals[j])))
-            cell[:] = np.array([new], dtype=npdt).view(np.uint8)
+        self.atomic("f" + op, ptr, val, None, mask, None, None)
 
     def barrier(self):
         pass
