@@ -27,6 +27,21 @@ def _max_order(na):
 
 
 @jit
+def _upward(f0, f1, x, na):
+    """F_n(x) for each element's order n, by F_{k+1} = (2k/x) F_k - F_{k-1} from F_0 and F_1."""
+    nmax = _max_order(na)
+    prev = f0
+    cur = f1
+    r = tl.where(na == 0, f0, f1)
+    for k in range(1, nmax):
+        nxt = (2.0 * k / x) * cur - prev
+        prev = cur
+        cur = nxt
+        r = tl.where(na == k + 1, cur, r)
+    return r
+
+
+@jit
 def jn(n, x):
     """Bessel function of the first kind of integer order n."""
     tl.static_assert(x.dtype.is_floating(), "jn takes a floating-point x")
@@ -36,16 +51,7 @@ def jn(n, x):
     a = tl.abs(xd)
     j0 = libdevice.j0(a)
     j1 = libdevice.j1(a)
-    nmax = _max_order(na)
-    # upward, for |x| > n
-    prev = j0
-    cur = j1
-    up = tl.where(na == 0, j0, j1)
-    for k in range(1, nmax):
-        nxt = (2.0 * k / a) * cur - prev
-        prev = cur
-        cur = nxt
-        up = tl.where(na == k + 1, cur, up)
+    up = _upward(j0, j1, a, na)  # for |x| > n
     # downward (Miller), for |x| <= n
     m = ((na + tl.sqrt(160.0 * na.to(tl.float64)).to(tl.int32)) // 2) * 2
     mmax = _max_order(m)
@@ -84,17 +90,7 @@ def yn(n, x):
     xd = x.to(tl.float64)
     nt = tl.full(xd.shape, 0, tl.int32) + n
     na = tl.abs(nt)
-    y0 = libdevice.y0(xd)
-    y1 = libdevice.y1(xd)
-    nmax = _max_order(na)
-    prev = y0
-    cur = y1
-    r = tl.where(na == 0, y0, y1)
-    for k in range(1, nmax):
-        nxt = (2.0 * k / xd) * cur - prev
-        prev = cur
-        cur = nxt
-        r = tl.where(na == k + 1, cur, r)
+    r = _upward(libdevice.y0(xd), libdevice.y1(xd), xd, na)
     r = tl.where(xd == 0.0, float("-inf"), r)
     r = tl.where(xd < 0.0, float("nan"), r)
     flip = ((na % 2) == 1) & (nt < 0)
