@@ -1,13 +1,15 @@
 """Arithmetic with a chosen IEEE rounding direction, on numpy arrays: the interpreter's side of
 libdevice's `add_rd`, `div_ru`, `int2float_rz`, ... (the GPU runs the PTX instruction with that
 rounding modifier). numpy rounds to nearest only, so each result is the exact value rounded
-the asked way: fp32 sums and products, and fp64 sums, from error-free transformations in
-float64 (vectorised); the rest (division, square root, reciprocal, fma, conversions from
-64-bit integers) from the exact rational value of each element."""
+the asked way (rd, ru or rz): sums, products and conversions from error-free transformations
+in float64 (vectorised; 64-bit integers as two 32-bit halves); division, square root,
+reciprocal, fma and fp64 products past float64's range from the exact rational value of each
+element."""
 
 from __future__ import annotations
 
 from fractions import Fraction
+from math import isqrt
 from typing import Callable, Sequence
 
 import numpy as np
@@ -23,15 +25,12 @@ def _step(r: np.ndarray, toward: float) -> np.ndarray:
 def directed(r: np.ndarray, above: np.ndarray, below: np.ndarray, mode: str) -> np.ndarray:
     """`r`, the nearest rounding of an exact value v, moved one step where `mode` asks for a
     neighbour: `above` where r > v, `below` where r < v."""
-    if mode == "rn":
-        return r
-    neg = np.signbit(r)
     if mode == "rd":
         return np.where(above, _step(r, -np.inf), r)
     if mode == "ru":
         return np.where(below, _step(r, np.inf), r)
     # rz: where r is farther from zero than v
-    away = np.where(neg, below, above)
+    away = np.where(np.signbit(r), below, above)
     return np.where(away, _step(r, 0.0), r)
 
 
@@ -77,7 +76,7 @@ def _exact_zero_sign(a: np.ndarray, b: np.ndarray, r: np.ndarray, mode: str) -> 
 
 
 def round_fraction(q: Fraction, out: np.dtype, mode: str) -> float:
-    """The rational `q` rounded to the float format `out` in direction `mode`."""
+    """The rational `q` rounded to the float format `out` in direction `mode` (rd, ru, rz)."""
     p, emin, emax = _FORMATS[np.dtype(out)]
     if q == 0:
         return 0.0
@@ -90,18 +89,13 @@ def round_fraction(q: Fraction, out: np.dtype, mode: str) -> float:
     scale = p - 1 - e
     scaled = a * (Fraction(2) ** scale)
     m, rest = divmod(scaled.numerator, scaled.denominator)
-    if rest:
-        if mode == "rn":
-            twice = 2 * rest
-            if twice > scaled.denominator or (twice == scaled.denominator and m & 1):
-                m += 1
-        elif (mode == "ru" and not neg) or (mode == "rd" and neg):
-            m += 1
+    if rest and ((mode == "ru" and not neg) or (mode == "rd" and neg)):
+        m += 1
     if m >= (1 << p):  # carried into the next binade
         m >>= 1
         scale -= 1
     if -scale + p - 1 > emax:  # overflow: infinity, or the largest finite toward zero
-        if mode == "rn" or (mode == "ru" and not neg) or (mode == "rd" and neg):
+        if (mode == "ru" and not neg) or (mode == "rd" and neg):
             v = float("inf")
         else:
             v = float(np.finfo(out).max)
@@ -119,7 +113,7 @@ def _elementwise(exact: Callable[..., Fraction], nearest: np.ndarray, args: Sequ
     view = res.reshape(-1)
     for i in range(view.size):
         xs = [f[i] for f in flat]
-        if not all(np.isfinite(x) for x in xs if isinstance(x, np.floating)):
+        if not all(np.isfinite(x) for x in xs):
             continue
         q = exact(*xs)
         if q is None:
@@ -129,7 +123,7 @@ def _elementwise(exact: Callable[..., Fraction], nearest: np.ndarray, args: Sequ
 
 
 def _fr(x) -> Fraction:
-    return Fraction(int(x)) if isinstance(x, (np.integer, int)) else Fraction(float(x))
+    return Fraction(float(x))
 
 
 def arithmetic(op: str, mode: str, args: Sequence[np.ndarray], out: np.dtype) -> np.ndarray:
@@ -205,8 +199,6 @@ def _sqrt_bracket(q: Fraction, out: np.dtype) -> Fraction:
     # sqrt(n / d) = sqrt(n d 4^k) / (d 2^k), with k large enough for 2p + 8 bits of root
     k = max(0, (4 * p + 17 - q.numerator.bit_length() - q.denominator.bit_length()) // 2)
     num = q.numerator * q.denominator * 4 ** k
-    from math import isqrt
-
     s = isqrt(num)
     if s * s == num:
         return Fraction(s, q.denominator * 2 ** k)
