@@ -11,29 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_vector_add import make_kernel  # noqa: E402
-
-
-def per_call_us(fn, n: int = 5000, reps: int = 7) -> float:
-    import torch
-
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t0) / n * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+from bench_vector_add import make_kernel, per_call_us  # noqa: E402
 
 
 def main():

@@ -54,10 +54,11 @@ def bandwidth(kernel, x, y, out, n):
     return 3 * n * x.element_size() / (ms * 1e-3) / 1e9
 
 
-def launch_cost_us(kernel, args, n_launch=5000, reps=7):
+def per_call_us(call, n_launch=5000, reps=7):
+    """CPU microseconds one `call()` takes, no sync: the median of `reps` runs of `n_launch`
+    calls, after 200 (the GPU drained between runs)."""
     import torch
 
-    call = lambda: kernel[(1,)](*args, BLOCK_SIZE=1024)
     for _ in range(200):
         call()
     torch.cuda.synchronize()
@@ -70,6 +71,10 @@ def launch_cost_us(kernel, args, n_launch=5000, reps=7):
         torch.cuda.synchronize()
         samples.append((t1 - t0) / n_launch * 1e6)
     return statistics.median(samples)
+
+
+def launch_cost_us(kernel, args, n_launch=5000, reps=7):
+    return per_call_us(lambda: kernel[(1,)](*args, BLOCK_SIZE=1024), n_launch, reps)
 
 
 COLD = r'''
