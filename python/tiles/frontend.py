@@ -112,7 +112,7 @@ class IRBackend:
     def half_minmax(self, op, ptr, val, mask):
         from . import semantic
 
-        if not self.target.startswith("sm_9") and not self.target.startswith("sm_1"):
+        if not language.target_info.cuda_capability_geq(9):
             raise semantic.TilesTypeError(f"atomic_{op} on {ptr.dtype.element_ty} needs Hopper's 16-bit float "
                                           f"atomics (sm_90 or later); the target is {self.target}")
         elem = ptr.dtype.element_ty

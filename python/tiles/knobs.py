@@ -222,8 +222,10 @@ class base_knobs:  # noqa: N801  (Triton's name)
     @contextlib.contextmanager
     def scope(self):
         env = {d.key: os.environ.get(d.key) for d in self.knob_descriptors.values()}
-        values = {n: (lambda v: v.copy() if isinstance(v, HookChain) else v)(get())
-                  for n, (get, _) in self._mapped.items()}
+        values = {}
+        for n, (get, _) in self._mapped.items():
+            v = get()
+            values[n] = v.copy() if isinstance(v, HookChain) else v  # a chain is changed in place
         kept = dict(self._kept)
         try:
             yield self
