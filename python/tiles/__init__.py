@@ -13,6 +13,7 @@ from . import (
     tools,  # noqa: F401
 )
 from .compiler import CompiledKernel, compile, compile_many  # noqa: F401
+from .core import _aggregate as aggregate  # noqa: F401
 from .core import constexpr  # noqa: F401
 from .errors import (  # noqa: F401
     CompilationError,
@@ -59,4 +60,4 @@ __all__ = ["autotune", "heuristics", "Config", "testing", "jit", "JITFunction", 
            "CompiledKernel", "CompilationError", "OutOfBoundsError", "InterpreterError", "LaunchError", "constexpr",
            "cdiv", "next_power_of_2", "language", "set_allocator", "tools", "reinterpret",
            "TensorWrapper", "OutOfResources", "TilesError", "TritonError", "constexpr_function", "must_use_result",
-           "AsyncCompileMode", "FutureKernel", "MockTensor"]
+           "AsyncCompileMode", "FutureKernel", "MockTensor", "aggregate"]

@@ -759,6 +759,7 @@ def _aggregate(cls: type) -> type:
 
     body = {"__init__": __init__, "__setattr__": __setattr__, "_tiles_flatten": _tiles_flatten,
             "_tiles_rebuild": _tiles_rebuild, "__repr__": __repr__, "_tiles_aggregate_fields": tuple(fields),
+            "__triton_aggregate__": True, "__aggregate_fields__": tuple(fields),
             "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
     for name, member in cls.__dict__.items():
         if name in body or name.startswith("__"):

@@ -210,6 +210,12 @@ class IRBackend:
         return self.b.atomic(op, ptr.handle, val.handle, None if cmp is None else cmp.handle,
                              None if mask is None else mask.handle, sem, scope)
 
+    def atomic_access(self, kind, ptr, val, mask, sem, scope, timeout=None):
+        from . import semantic
+
+        out = semantic.ptx_atomic_access(kind, ptr, val, mask, sem, scope, timeout)
+        return None if out is None else out.handle
+
     def barrier(self):
         self.b.barrier()
 

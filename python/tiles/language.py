@@ -631,6 +631,47 @@ def atomic_cas(pointer, cmp, val, sem=None, scope=None, _semantic=None):
     return semantic.atomic("cas", pointer, val, None, sem, scope, cmp=cmp)
 
 
+@_method
+def atomic_load(pointer, mask=None, sem=None, scope=None, _semantic=None):
+    """Loads with `sem` ordering ("acquire", the default, or "relaxed") at `scope` ("gpu", the
+    default, "cta" or "sys"); masked-off elements read as 0."""
+    return semantic.atomic_load(pointer, _v(mask), sem, scope)
+
+
+@_method
+def atomic_store(pointer, val, mask=None, sem=None, scope=None, _semantic=None):
+    """Stores `val` with `sem` ordering ("release", the default, or "relaxed") at `scope`."""
+    return semantic.atomic_store(pointer, val, _v(mask), sem, scope)
+
+
+@_method
+def atomic_poll(pointer, expected_value, sem=None, scope=None, timeout_ns=None, _semantic=None):
+    """Loads each element until it equals `expected_value`, or until `timeout_ns` nanoseconds of
+    the global timer have passed; true where the value was seen."""
+    return semantic.atomic_poll(pointer, expected_value, sem, scope, timeout_ns)
+
+
+@builtin
+def expect_zero(x, mask, _semantic=None):
+    """`x`, marked as expected to be zero where `mask` holds (checked when asserts are)."""
+    return semantic.expect_zero(x, mask)
+
+
+@builtin
+def aggregate_replace(instance, _semantic=None, **changes):
+    """A copy of an aggregate (`@triton.aggregate`) with the fields in `changes` replaced."""
+    fields = getattr(type(instance), "_tiles_aggregate_fields", None)
+    if fields is None:
+        raise TypeError(f"aggregate_replace() expects an aggregate instance, got {type(instance)}")
+    for name in changes:
+        if name not in fields:
+            raise TypeError(f"{type(instance).__name__} has no field '{name}'")
+    out = object.__new__(type(instance))
+    for name in fields:
+        object.__setattr__(out, name, changes[name] if name in changes else getattr(instance, name))
+    return out
+
+
 @builtin
 def debug_barrier(_semantic=None):
     """Every thread of the program waits here."""

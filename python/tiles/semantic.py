@@ -1135,6 +1135,130 @@ def half_minmax(op: str, ptr: tensor, val: tensor, mask: Optional[tensor]) -> No
     _be().half_minmax(op, ptr, val, mask)
 
 
+_LOAD_SEMS = {None: "acquire", "acquire": "acquire", "relaxed": "relaxed"}
+_STORE_SEMS = {None: "release", "release": "release", "relaxed": "relaxed"}
+
+
+def _access_operands(name: str, ptr: Any, val: Any, mask: Any, sem: Any, scope: Any, sems: dict):
+    """The checked, broadcast operands of an atomic load, store or poll, with the PTX names of
+    `sem` and `scope`."""
+    if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():
+        raise TypeError(f"{name} needs a pointer or a tile of pointers, got {ptr!r}")
+    sem, scope = _unwrap(sem), _unwrap(scope)
+    if sem not in sems:
+        raise ValueError(f"{name} takes sem " + " or ".join(repr(k) for k in sems if k) + f", not {sem!r}")
+    if scope not in _SCOPES:
+        raise ValueError(f"{name}: unknown scope {scope!r} (gpu, cta or sys)")
+    elem = ptr.dtype.element_ty
+    if not (elem.is_int() or elem.is_floating() or elem.is_bool()):
+        raise TilesTypeError(f"{name} takes integer and floating-point elements, not {elem}")
+    shape = ptr.shape
+    if val is not None:
+        val = to_tensor(val, elem if _is_literal(val) else None)
+        shape = broadcast_shapes(shape, val.shape)
+    if mask is not None:
+        mask = cast(to_tensor(mask), core.int1)
+        shape = broadcast_shapes(shape, mask.shape)
+    ptr = broadcast_to(ptr, shape)
+    val = None if val is None else broadcast_to(cast(val, elem), shape)
+    mask = None if mask is None else broadcast_to(mask, shape)
+    return ptr, val, mask, sems[sem], _SCOPES[scope]
+
+
+def atomic_load(ptr: Any, mask: Any = None, sem: Any = None, scope: Any = None) -> tensor:
+    """Triton's `atomic_load`: a load with acquire (default) or relaxed ordering at `scope`;
+    masked-off elements read as 0."""
+    ptr, _, mask, sem, scope = _access_operands("atomic_load", ptr, None, mask, sem, scope, _LOAD_SEMS)
+    return make(_be().atomic_access("load", ptr, None, mask, sem, scope), ptr.dtype.element_ty, ptr.shape)
+
+
+def atomic_store(ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope: Any = None) -> None:
+    """Triton's `atomic_store`: a store with release (default) or relaxed ordering at `scope`."""
+    ptr, val, mask, sem, scope = _access_operands("atomic_store", ptr, val, mask, sem, scope, _STORE_SEMS)
+    _be().atomic_access("store", ptr, val, mask, sem, scope)
+
+
+def atomic_poll(ptr: Any, expected: Any, sem: Any = None, scope: Any = None, timeout_ns: Any = None) -> tensor:
+    """Triton's `atomic_poll`: each element is loaded (acquire or relaxed) until it equals
+    `expected` or `timeout_ns` nanoseconds of the global timer have passed since the poll
+    began; true where the expected value was seen. Each element is read at least once."""
+    timeout_ns = _unwrap(timeout_ns)
+    if isinstance(timeout_ns, int) and timeout_ns < 0:
+        raise ValueError("atomic_poll: timeout_ns must be non-negative")
+    if isinstance(ptr, tensor) and ptr.dtype.is_ptr():
+        elem = ptr.dtype.element_ty
+        if not elem.is_int() or elem.is_bool() or elem.primitive_bitwidth not in (16, 32, 64):
+            raise TilesTypeError(f"atomic_poll takes 16, 32 or 64-bit integers, not {elem}")
+    ptr, expected, _, sem, scope = _access_operands("atomic_poll", ptr, expected, None, sem, scope, _LOAD_SEMS)
+    if timeout_ns is not None:
+        timeout_ns = to_tensor(timeout_ns)
+        if timeout_ns.shape or not timeout_ns.dtype.is_int():
+            raise ValueError("atomic_poll: timeout_ns must be a scalar integer")
+        timeout_ns = cast(timeout_ns, core.uint64)
+    return make(_be().atomic_access("poll", ptr, expected, None, sem, scope, timeout_ns), core.int1, ptr.shape)
+
+
+def ptx_atomic_access(kind: str, ptr: tensor, val: Optional[tensor], mask: Optional[tensor], sem: str,
+                      scope: str, timeout: Optional[tensor] = None) -> Optional[tensor]:
+    """The compiled atomic load, store or poll: one PTX `ld`/`st` with `sem` and `scope` per
+    element, through inline asm. 8-bit elements travel in 16-bit registers; booleans as bytes."""
+    elem = ptr.dtype.element_ty
+    bits = 8 if elem.is_bool() else elem.primitive_bitwidth
+    rbits = max(bits, 16)
+    it = {16: core.int16, 32: core.int32, 64: core.int64}[rbits]
+    reg = {16: "h", 32: "r", 64: "l"}[rbits]
+    op = f".{sem}.{scope}.global.b{bits}"
+    if kind == "poll":
+        args, cons = [ptr, bitcast(val, it)], ["=r", "l", reg]
+        wait = ""
+        if timeout is not None:
+            t0 = make(_be().special("mov.u64 $0, %globaltimer;", core.uint64), core.uint64)
+            args += [broadcast_to(t0, ptr.shape), broadcast_to(timeout, ptr.shape)]
+            cons += ["l", "l"]
+            wait = ("mov.u64 t, %globaltimer; sub.u64 t, t, $3; setp.ge.u64 p, t, $4; "
+                    "@p bra tiles_poll_end_${:uid}; ")
+        asm = (f"{{ .reg .pred p; .reg .b{rbits} v; .reg .u64 t; mov.b32 $0, 0; tiles_poll_${{:uid}}: "
+               f"ld{op} v, [$1]; setp.eq.b{rbits} p, v, $2; @p bra tiles_poll_hit_${{:uid}}; {wait}"
+               f"bra tiles_poll_${{:uid}}; tiles_poll_hit_${{:uid}}: mov.b32 $0, 1; tiles_poll_end_${{:uid}}: }}")
+        hit = inline_asm_elementwise(asm, ",".join(cons), args, core.int32, False, 1)
+        return not_equal(hit, 0)
+    masked = mask is not None
+    if kind == "load":
+        args, cons = [ptr], [f"={reg}", "l"]
+        body = f"ld{op} $0, [$1];"
+        if masked:
+            args.append(cast(mask, core.int32))
+            cons.append("r")
+            body = f"{{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b{rbits} $0, 0; @p {body} }}"
+        r = inline_asm_elementwise(body, ",".join(cons), args, it, False, 1)
+        if bits == 8:
+            r = cast(r, core.int8)
+            return not_equal(r, 0) if elem.is_bool() else bitcast(r, elem)
+        return r if elem == it else bitcast(r, elem)
+    # store: the asm's one result is a dummy.
+    if bits == 8:
+        v = cast(val, core.int8) if elem.is_bool() else bitcast(val, core.int8)
+        v = cast(v, core.int16)
+    else:
+        v = val if elem == it else bitcast(val, it)
+    args, cons = [ptr, v], ["=r", "l", reg]
+    body = f"st{op} [$1], $2;"
+    if masked:
+        args.append(cast(mask, core.int32))
+        cons.append("r")
+        body = f"{{ .reg .pred p; setp.ne.b32 p, $3, 0; @p {body} }}"
+    inline_asm_elementwise(body + " mov.b32 $0, 0;", ",".join(cons), args, core.int32, False, 1)
+    return None
+
+
+def expect_zero(x: Any, mask: Any) -> Any:
+    """Triton's `expect_zero`: `x` unchanged; asserts `x == 0` where `mask` holds when asserts are
+    checked (the interpreter, or debugging)."""
+    device_assert(or_(equal(x, 0), not_(cast(to_tensor(mask), core.int1))),
+                  "expect_zero expected x == 0 where mask is true")
+    return x
+
+
 def atomic(op: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope: Any = None,
            cmp: Any = None) -> tensor:
     if not isinstance(ptr, tensor) or not ptr.dtype.is_ptr():

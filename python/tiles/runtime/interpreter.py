@@ -95,8 +95,10 @@ def _atomic_update(op: str, cur: Any, v: Any, cmp: Any) -> Any:
         return cur | v
     if op == "xor":
         return cur ^ v
-    if op == "xchg":
+    if op in ("xchg", "store"):
         return v
+    if op == "load":
+        return cur
     return v if cur == cmp else cur
 
 
@@ -470,7 +472,7 @@ class NumpyBackend:
     def atomic(self, op, ptr, val, cmp, mask, sem, scope):
         addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ()).reshape(-1)
         npdt = numpy_dtype(ptr.dtype.element_ty)
-        vals = np.broadcast_to(_arr(val.handle), ptr.shape or ()).astype(npdt).reshape(-1)
+        vals = None if val is None else np.broadcast_to(_arr(val.handle), ptr.shape or ()).astype(npdt).reshape(-1)
         cmps = None if cmp is None else np.broadcast_to(_arr(cmp.handle), ptr.shape or ()).astype(npdt).reshape(-1)
         m = np.ones(addrs.shape, bool)
         if mask is not None:
@@ -486,10 +488,26 @@ class NumpyBackend:
                     off = int(addrs[j]) - buf.lo
                     cell = buf.bytes[off:off + eb]
                     cur = cell.copy().view(npdt)[0]
-                    new = _atomic_update(op, cur, vals[j], None if cmps is None else cmps[j])
+                    new = _atomic_update(op, cur, None if vals is None else vals[j], None if cmps is None else cmps[j])
                     cell[:] = np.array([new], dtype=npdt).view(np.uint8)
                     old[j] = cur
         return old.reshape(ptr.shape or ())
+
+    def atomic_access(self, kind, ptr, val, mask, sem, scope, timeout=None):
+        """Atomic load, store and poll. Programs run one at a time here, so a poll that does not
+        see its value at once never would: without a timeout that is an error, not a hang."""
+        if kind == "store":
+            self.atomic("store", ptr, val, None, mask, sem, scope)
+            return None
+        old = self.atomic("load", ptr, None, None, mask, sem, scope)
+        if kind == "load":
+            return old
+        hit = np.asarray(old == np.broadcast_to(_arr(val.handle), ptr.shape or ()).astype(old.dtype))
+        if timeout is None and not hit.all():
+            raise InterpreterError(f"atomic_poll {self.where()} would wait forever: the interpreter runs programs "
+                                   "one at a time, so no other program can store the expected value meanwhile "
+                                   "(give a timeout_ns to poll once)")
+        return hit
 
     def half_minmax(self, op, ptr, val, mask):
         """fp16/bf16 atomic min/max (a descriptor's TMA reduction): NaN operands lose."""
