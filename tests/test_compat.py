@@ -1061,6 +1061,73 @@ def test_kernel_load_hooks(rng, monkeypatch):
     assert seen == (want if driver.available() else [])
 
 
+def test_kernel_load_hooks_are_chains(monkeypatch):
+    # Triton's tests `add` and `remove` load hooks on the chains knobs.runtime holds.
+    from tiles import knobs
+
+    seen = []
+
+    def start(m, f, name, group, h):
+        seen.append(("start", name, h))
+
+    def end(m, f, name, group, h):
+        seen.append(("end", name, h))
+
+    with knobs.runtime.scope():
+        knobs.runtime.kernel_load_start_hook.add(start)
+        knobs.runtime.kernel_load_end_hook.add(end)
+        assert knobs.runtime.kernel_load_start_hook.calls == [start]
+        knobs.runtime.kernel_load_start_hook(None, None, "k", {}, "h")
+        knobs.runtime.kernel_load_end_hook.remove(end)
+        knobs.runtime.kernel_load_end_hook(None, None, "k", {}, "h")
+    assert seen == [("start", "k", "h")]
+    assert knobs.runtime.kernel_load_start_hook.calls == []
+
+
+def test_too_many_threads_is_out_of_resources():
+    # 64 warps are 2048 threads: Triton's OutOfResources("threads"), raised before the driver
+    # is asked (so also on a machine without a GPU).
+    k = tiles.compile(hooked_scale_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"},
+                      constexprs={"BLOCK": 64}, num_warps=64)
+    with pytest.raises(tiles.OutOfResources, match="out of resource: threads, Required: 2048, Hardware limit: 1024"):
+        k.load()
+
+
+@tiles.jit
+def nested_tuple_kernel(p, t):
+    tl.static_assert(t[1][0] == 2)
+    tl.store(p + t[0][0], t[1][1] * 2.0)
+
+
+def test_preload_of_tuple_parameters_and_clearing_device_caches(monkeypatch):
+    # As Triton's test does it: clear the kernel's device cache so that a warmup compiles (and
+    # calls the hook) again; preload the hook's specialisation, nested tuples with constexprs.
+    from tiles import knobs
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    saved = []
+    args = (tiles.MockTensor(tl.float32, [64]), ((3,), (tl.constexpr(2), 1.5)))
+    k = tiles.jit(nested_tuple_kernel.fn)
+    with knobs.runtime.scope():
+        knobs.runtime.jit_cache_hook = lambda **h: saved.append(h["compile"]["specialization_data"])
+        first = k.warmup(*args, grid=(1,))
+        k.device_caches[0][0].clear()
+        assert k.device_caches[0][0] == {}
+        again = k.warmup(*args, grid=(1,))
+    assert len(saved) == 2 and again.hash == first.hash
+    fresh = tiles.jit(nested_tuple_kernel.fn)
+    loaded = fresh.preload(saved[0])
+    assert loaded.hash == first.hash and fresh.warmup(*args, grid=(1,)) is loaded
+
+
+def test_jit_run_with_warmup_compiles_only(monkeypatch):
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    k = tiles.jit(hooked_scale_kernel.fn)
+    x = tiles.MockTensor(tl.float32, [64])
+    compiled = k.run(x, x, 64, BLOCK=64, grid=(1,), warmup=True)
+    assert "ld.global" in compiled.asm["ptx"] and k.warmup(x, x, 64, BLOCK=64, grid=(1,)) is compiled
+
+
 @tiles.jit
 def preload_kernel(x_ptr, y_ptr, n, scale, DT: tl.constexpr, BLOCK: tl.constexpr, SHAPE: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -1114,3 +1181,25 @@ def test_device_caches_show_what_was_compiled(monkeypatch):
     kernels = k.device_caches[0][0]
     assert list(kernels.values()) == [compiled] and "ld.global" in kernels[next(iter(kernels))].asm["ptx"]
     assert k.device_caches[0][2].backend == "cuda"
+
+
+@tiles.jit
+def deep_stages_kernel(src, N, N_STAGES: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    for _ in tl.range(tl.cdiv(N, BLOCK), num_stages=N_STAGES):
+        tl.store(src + offs, tl.load(src + offs, mask=offs < N) + 1, mask=offs < N)
+        offs += BLOCK
+
+
+def test_loops_may_ask_for_more_than_16_stages(dev, rng):
+    # Triton's autotuner test asks tl.range for 100 stages: accepted (16 are used at most).
+    x = rng.standard_normal(1000).astype(np.float32)
+    xd = dev.put(x)
+    deep_stages_kernel[(1,)](xd, 1000, N_STAGES=100, BLOCK=32)
+    np.testing.assert_allclose(dev.get(xd), x + 1, rtol=1e-6)
+    k = tiles.compile(deep_stages_kernel, signature={"src": "*fp32", "N": "i32"},
+                      constexprs={"N_STAGES": 100, "BLOCK": 32})
+    assert "ld.global" in k.asm["ptx"] or "cp.async" in k.asm["ptx"]
+    with pytest.raises(tiles.CompilationError, match="must not be negative"):
+        tiles.compile(deep_stages_kernel, signature={"src": "*fp32", "N": "i32"},
+                      constexprs={"N_STAGES": -1, "BLOCK": 32})

@@ -755,6 +755,50 @@ def test_autotune_prune_configs_by_gets_named_args_and_keywords(dev, cache_dir):
     np.testing.assert_allclose(dev.get(out), 3 * x, rtol=1e-6)
 
 
+def test_autotune_prunes_before_using_the_disk_choice(dev, cache_dir):
+    # A choice on disk is used only among the configs pruning keeps now, and the prune runs for
+    # every new key in a process, as Triton's does (its hooks count on it).
+    calls = []
+    limit = {"block": 1024}
+
+    def prune(configs, named_args, **kwargs):
+        calls.append(named_args["n"])
+        return [c for c in configs if c.kwargs["BLOCK"] <= limit["block"]]
+
+    def make():
+        @tiles.autotune(configs=[tiles.Config({"BLOCK": b}) for b in (64, 1024)], key=["n"],
+                        prune_configs_by={"early_config_prune": prune})
+        @tiles.jit
+        def disk_pruned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+        return disk_pruned_kernel
+
+    n = 300
+    x = np.random.default_rng().standard_normal(n).astype(np.float32)
+    for k, block in ((make(), 1024), (make(), 1024), (make(), 64)):
+        limit["block"] = block
+        out = dev.put(np.full(n, np.nan, np.float32))
+        k[lambda m: (tiles.cdiv(n, m["BLOCK"]),)](dev.put(x), out, n)
+        np.testing.assert_allclose(dev.get(out), x + 1, rtol=1e-6)
+        assert k.best_config.kwargs["BLOCK"] <= block
+    assert calls == [n, n, n]
+
+
+def test_autotune_with_every_config_pruned_says_so_as_triton_does(cache_dir):
+    @tiles.autotune(configs=[tiles.Config({"BLOCK": b}) for b in (32, 64)], key=["n"],
+                    prune_configs_by={"early_config_prune": lambda configs, nargs, **kw: []})
+    @tiles.jit
+    def all_pruned_kernel(x_ptr, n, BLOCK: tl.constexpr):
+        tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+    with pytest.raises(tiles.TritonError) as e:
+        all_pruned_kernel[(1,)](np.zeros(64, np.float32), 64)
+    assert str(e.value) == ("Autotuner error: No valid autotuner configs after pruning. "
+                            "`early_config_prune` should return at least one config.")
+
+
 def test_autotuned_kernel_warmup_compiles_the_pruned_configs(cache_dir):
     # Triton's Autotuner.warmup: every config pruning keeps, compiled (here without a GPU: for
     # sm_90a); under AsyncCompileMode they compile on the executor.

@@ -60,9 +60,14 @@ class OutOfResources(LaunchError):
     """A kernel needs more of a GPU resource (shared memory) than the GPU has (Triton's
     `triton.runtime.errors.OutOfResources`)."""
 
-    def __init__(self, required: int, limit: int, name: str):
-        self.required, self.limit, self.name = required, limit, name
-        super().__init__(f"out of resource: {name} needs {required} bytes of shared memory; the GPU allows {limit}")
+    def __init__(self, required: int, limit: int, name: str, kernel: Optional[str] = None):
+        """`name` is the resource ("shared memory", "threads"), as in Triton; `kernel` the
+        kernel that asked for it."""
+        self.required, self.limit, self.name, self.kernel = required, limit, name, kernel
+        hint = {"shared memory": " Reducing block sizes or `num_stages` may help.",
+                "threads": " Reducing `num_warps` may help."}.get(name, "")
+        where = f" (kernel {kernel})" if kernel else ""
+        super().__init__(f"out of resource: {name}, Required: {required}, Hardware limit: {limit}{where}.{hint}")
 
 
 class PTXASError(LaunchError):

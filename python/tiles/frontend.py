@@ -908,8 +908,11 @@ class CodeGenerator(ast.NodeVisitor):
             lb, ub, step = r.start, r.end, r.step
             if r.num_stages is not None:
                 stages = int(_unwrap(r.num_stages))
-                if not 0 <= stages <= 16:
-                    raise self.src.error(it, f"num_stages must be between 0 and 16, got {stages}")
+                if stages < 0:
+                    raise self.src.error(it, f"num_stages must not be negative, got {stages}")
+                # Deeper than 16 buys nothing (as the kernel's own `num_stages`): such loops get 16,
+                # and their buffers must still fit in shared memory.
+                stages = builtins.min(stages, 16)
         else:
             if kwargs or not 1 <= len(args) <= 3:
                 raise self.src.error(it, "range takes 1 to 3 positional arguments")

@@ -78,7 +78,11 @@ class HookChain:
 
 # `knobs.runtime.launch_enter_hook` / `launch_exit_hook`: called with each launch's metadata (a
 # `tiles.compiler.LazyDict`: name, function, stream, and the kernel's `launch_metadata`).
-_CHAINS = {"launch_enter_hook": HookChain(), "launch_exit_hook": HookChain(reversed=True)}
+# `kernel_load_start_hook` / `kernel_load_end_hook(module, function, name, metadata_group, hash)`:
+# around each module's load (as in Triton, chains that `add` and `remove` hooks).
+_CHAINS = {"launch_enter_hook": HookChain(), "launch_exit_hook": HookChain(reversed=True),
+           "kernel_load_start_hook": HookChain(), "kernel_load_end_hook": HookChain(reversed=True)}
+_LAUNCH_CHAINS = ("launch_enter_hook", "launch_exit_hook")
 
 
 def _hooks_changed() -> None:
@@ -86,7 +90,7 @@ def _hooks_changed() -> None:
     import importlib
 
     jit = importlib.import_module(".runtime.jit", __package__)
-    jit._knob_hooks_changed(any(c.calls for c in _CHAINS.values()))
+    jit._knob_hooks_changed(any(_CHAINS[n].calls for n in _LAUNCH_CHAINS))
 
 
 def _chain(name: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
@@ -109,7 +113,9 @@ def _chain(name: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
 _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] = {
     "autotuning": {"print": _flag("PRINT_AUTOTUNING")},
     "runtime": {"interpret": _flag("INTERPRET"), "debug": _flag("DEBUG"),
-                "launch_enter_hook": _chain("launch_enter_hook"), "launch_exit_hook": _chain("launch_exit_hook")},
+                "launch_enter_hook": _chain("launch_enter_hook"), "launch_exit_hook": _chain("launch_exit_hook"),
+                "kernel_load_start_hook": _chain("kernel_load_start_hook"),
+                "kernel_load_end_hook": _chain("kernel_load_end_hook")},
     "cache": {"dir": (lambda: os.environ.get("TILES_CACHE_DIR"),
                       lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
     "language": {"default_fp_fusion": _fp_fusion()},
@@ -185,11 +191,9 @@ class _Descriptor:
 # Settings tiles reads from `_kept` that read as None until set (Triton's defaults):
 # `jit_cache_hook(key=, repr=, fn=, compile=, is_manual_warmup=, already_compiled=)` before a
 # kernel compiles (a true result skips the compile and the launch), `jit_post_compile_hook`
-# after; `kernel_load_start_hook`/`kernel_load_end_hook(module, function, name, metadata_group,
-# hash)` around a module's load.
+# after.
 _DEFAULTS: Dict[str, Dict[str, Any]] = {
-    "runtime": {"jit_cache_hook": None, "jit_post_compile_hook": None, "kernel_load_start_hook": None,
-                "kernel_load_end_hook": None},
+    "runtime": {"jit_cache_hook": None, "jit_post_compile_hook": None},
 }
 
 

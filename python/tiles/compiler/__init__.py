@@ -46,6 +46,16 @@ class CompiledKernel:
     def shared(self) -> int:
         return self.metadata.shared
 
+    @property
+    def hash(self) -> str:
+        """The compile's key (Triton's `CompiledKernel.hash`): equal for the same kernel,
+        specialisation, options and target."""
+        if self.cache_key is not None:
+            return self.cache_key
+        import hashlib
+
+        return hashlib.sha256(f"{self.name}\n{self.asm['ptx']}".encode()).hexdigest()
+
     def link(self) -> bytes:
         """Assembles the PTX into a cubin for this process's GPU (the driver's JIT, without the
         GIL), once; the disk cache keeps it. Launches and warmups call it on the thread that
@@ -70,6 +80,11 @@ class CompiledKernel:
             from .. import knobs
             from ..runtime import driver
 
+            threads = self.metadata.num_warps * 32
+            if threads > 1024:  # as Triton reports it, before the driver refuses the launch
+                from ..errors import OutOfResources
+
+                raise OutOfResources(threads, 1024, "threads", self.name)
             cubin = self.link()
             t0 = time.perf_counter()
             start, end = knobs.runtime.kernel_load_start_hook, knobs.runtime.kernel_load_end_hook

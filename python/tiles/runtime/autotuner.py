@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ..errors import AutotunerError
+from ..errors import AutotunerError, OutOfResources
 from .jit import KernelInterface
 
 
@@ -164,7 +164,7 @@ class Autotuner(KernelInterface):
         self.restore_copies = {}
 
     # -- the disk copy of the choices ----------------------------------------------------------------
-    def _disk_path(self, key) -> Optional[str]:
+    def _disk_path(self, key, configs: List[Config]) -> Optional[str]:
         from . import cache
         from .jit import JITFunction
 
@@ -173,24 +173,25 @@ class Autotuner(KernelInterface):
             base = base.fn
         if not isinstance(base, JITFunction) or not cache.enabled():
             return None
-        h = hashlib.sha256(f"{cache.VERSION}{cache.function_fingerprint(base)}{key!r}{self.configs!r}".encode())
+        h = hashlib.sha256(f"{cache.VERSION}{cache.function_fingerprint(base)}{key!r}{configs!r}".encode())
         return os.path.join(cache.cache_dir(), "autotune", h.hexdigest() + ".json")
 
-    def _load_choice(self, key) -> Optional[Config]:
-        path = self._disk_path(key) if self.cache_results else None
+    def _load_choice(self, key, configs: List[Config]) -> Optional[Config]:
+        path = self._disk_path(key, configs) if self.cache_results else None
         if not path:
             return None
         try:
             with open(path) as f:
                 i = json.load(f)["index"]
-            return self.configs[i]
+            cfg = self.configs[i]
+            return cfg if cfg in configs else None
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             return None
 
-    def _save_choice(self, key, cfg: Config) -> None:
+    def _save_choice(self, key, configs: List[Config], cfg: Config) -> None:
         from .cache import _atomic_write
 
-        path = self._disk_path(key) if self.cache_results else None
+        path = self._disk_path(key, configs) if self.cache_results else None
         if not path or cfg not in self.configs:
             return
         try:
@@ -207,7 +208,8 @@ class Autotuner(KernelInterface):
         if self.early_config_prune:
             configs = list(self.early_config_prune(self.configs, nargs, **kwargs))
             if not configs:
-                raise AutotunerError(f"tiles autotune: early_config_prune left no config of {self.__name__}")
+                raise AutotunerError("Autotuner error: No valid autotuner configs after pruning. "
+                                     "`early_config_prune` should return at least one config.")
         if self.perf_model and len(configs) > 1:
             top_k = self.configs_top_k
             if isinstance(top_k, float) and top_k <= 1.0:
@@ -248,7 +250,7 @@ class Autotuner(KernelInterface):
             # as Triton does; others (or all, with TILES_PRINT_AUTOTUNING=1) are reported.
             from ..errors import CompileTimeAssertionFailure
 
-            out_of_resources = "shared memory" in str(e) or "out of resources" in str(e).lower()
+            out_of_resources = isinstance(e, OutOfResources) or "out of resource" in str(e).lower()
             if _printing() or not (out_of_resources or isinstance(e, CompileTimeAssertionFailure)):
                 msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
                 print(msg.splitlines()[0] if not _printing() else msg, file=sys.stderr)
@@ -292,16 +294,19 @@ class Autotuner(KernelInterface):
             self.nargs = None
 
     def _choose(self, args, kwargs, grid, all_args) -> Config:
-        """The config for a key not seen in this process: the disk's choice, else the fastest."""
+        """The config for a key not seen in this process: the disk's choice among the configs
+        that pruning keeps (pruning runs first, so its hooks see every new key, as in Triton),
+        else the fastest of them."""
         stable_key = tuple(_key_part(all_args[k]) for k in self.keys if k in all_args)
-        cfg = self._load_choice(stable_key)
+        pruned = self.prune_configs(kwargs, self.nargs)
+        cfg = self._load_choice(stable_key, pruned)
         if cfg is not None:
             if _printing():
                 print(f"tiles autotune: {self.__name__} key {stable_key}: cached choice [{cfg}]", file=sys.stderr)
             return cfg
         t0 = time.perf_counter()
         timings = {}
-        for c in self.prune_configs(kwargs, self.nargs):
+        for c in pruned:
             timings[c] = self._bench(c, args, kwargs, grid, self.nargs)
             if _printing():
                 print(f"tiles autotune: {self.__name__} [{c}]: {timings[c]:.4f} ms", file=sys.stderr)
@@ -313,7 +318,7 @@ class Autotuner(KernelInterface):
         self.configs_timings = timings
         # The benchmarks' effects do not leak into the real run.
         self.pre_hook({**all_args, **cfg.all_kwargs()}, reset_only=True)
-        self._save_choice(stable_key, cfg)
+        self._save_choice(stable_key, pruned, cfg)
         if _printing():
             print(f"tiles autotune: {self.__name__} key {stable_key}: chose [{cfg}] after "
                   f"{self.bench_time:.2f} s", file=sys.stderr)

@@ -100,7 +100,7 @@ class LoadedKernel:
         if shared > 48 * 1024 and shared > _state["max_shared"]:
             from ..errors import OutOfResources
 
-            raise OutOfResources(shared, _state["max_shared"], name)
+            raise OutOfResources(shared, _state["max_shared"], "shared memory", name)
         self._cubin = cubin
         self.module, self.function, self.n_regs, self.n_spills = _call(_native().cuda_load, cubin, name, shared)
         self.shared = shared

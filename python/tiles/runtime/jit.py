@@ -73,15 +73,87 @@ def _constant_from_json(v: Any) -> Any:
     return v
 
 
+class _CompiledKernels(dict):
+    """`device_caches[0][0]`: the compiled kernels by specialisation key. A copy, except that
+    clearing it or deleting from it drops those specialisations from the JIT function, as
+    clearing Triton's cache does (tests do so to see a kernel compile again)."""
+
+    def __init__(self, owner: Any, items: Dict[Any, Any]):
+        super().__init__(items)
+        self._owner = owner
+
+    def clear(self) -> None:
+        super().clear()
+        self._owner._forget()
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self._owner._forget([key])
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        out = super().pop(key, *default)
+        self._owner._forget([key])
+        return out
+
+
+_CONSTANT_TYPES = {t.__name__: t for t in (int, float, bool, str, type(None), core.dtype)}
+
+
+def _json_tuple_key(k: Any) -> Any:
+    """A tuple argument's cache key as JSON, or None where preload could not rebuild it
+    (named tuples, descriptors, constants other than numbers, strings, None and dtypes)."""
+    cls, parts = k
+    if cls is not tuple:
+        return None
+    out = []
+    for part in parts:
+        if part[0] in ("p", "s"):
+            out.append(list(part))
+        elif part[0] == "c" and len(part) == 3 and type(part[2]).__name__ in _CONSTANT_TYPES \
+                and part[1] is type(part[2]):
+            out.append(["c", _json_constant(part[2])])
+        elif part[0] is tuple or part[0] is not None and not isinstance(part[0], str):
+            sub = _json_tuple_key(part)
+            if sub is None:
+                return None
+            out.append(["t", sub])
+        else:
+            return None
+    return out
+
+
+def _tuple_key_from_json(parts: List[Any]) -> Any:
+    out = []
+    for part in parts:
+        if part[0] in ("p", "s"):
+            out.append(tuple(part))
+        elif part[0] == "c":
+            v = _constant_from_json(part[1])
+            out.append(("c", type(v), v))
+        else:
+            out.append(_tuple_key_from_json(part[1]))
+    return (tuple, tuple(out))
+
+
 def _json_params(key, info) -> List[Any]:
     """Per parameter, what its specialisation key says, as JSON (`preload`'s input)."""
     out: List[Any] = []
-    for k, (kind, *_) in zip(key, info):
+    for k, (kind, ty, extra, _raw) in zip(key, info):
         if k[0] == "c":
             out.append(["c", _json_constant(k[1])])
         elif k[0] in ("p", "s", "none"):
             out.append(list(k))
-        else:  # descriptors and tuples: named, for preload to refuse
+        elif k[0] == "t":
+            leaves, consts = extra
+            tkey = _json_tuple_key(k[1])
+            plain = all(not t.startswith("tensordesc<") for _p, t, _d in leaves) and all(
+                not n.endswith(".__class__") for n in consts)
+            if tkey is None or not plain:
+                out.append([kind])
+            else:
+                out.append(["t", tkey, ty, [[list(p), t, d] for p, t, d in leaves],
+                            {n: _json_constant(v) for n, v in consts.items()}])
+        else:  # descriptors, and tuples holding them: named, for preload to refuse
             out.append([kind])
     return out
 
@@ -850,7 +922,9 @@ class JITFunction(KernelInterface):
 
         return finish
 
-    def run(self, *args, grid, _learn: bool = False, **kwargs):
+    def run(self, *args, grid, warmup: bool = False, _learn: bool = False, **kwargs):
+        if warmup:  # Triton's `run(..., warmup=True)`: compile only
+            return self.warmup(*args, grid=grid, **kwargs)
         for hook in self.pre_run_hooks:
             hook(*args, **kwargs)
         orig_kwargs = dict(kwargs) if _learn else None
@@ -986,9 +1060,19 @@ class JITFunction(KernelInterface):
         snapshot, on device 0 (tiles runs there)."""
         from . import driver
 
-        kernels = {key: spec.compiled for key, spec in list(self.cache.items())
-                   if isinstance(spec, _Specialization)}
+        kernels = _CompiledKernels(self, {key: spec.compiled for key, spec in list(self.cache.items())
+                                          if isinstance(spec, _Specialization)})
         return {0: (kernels, {}, driver.active.get_current_target(), None, None)}
+
+    def _forget(self, keys: Optional[List[Any]] = None) -> None:
+        """Drops compiled specialisations (all, or those under `keys`): the next launch of one
+        compiles it again (or finds it in the on-disk cache)."""
+        if keys is None:
+            self.cache = {}
+        else:
+            for k in keys:
+                self.cache.pop(k, None)
+        self._dispatcher = None
 
     def repr(self, _: Any = None) -> str:
         """The kernel's name as launch hooks and profilers show it (Triton's `JITFunction.repr`)."""
@@ -1025,8 +1109,14 @@ class JITFunction(KernelInterface):
             elif kind == "none":
                 key.append(("none",))
                 info.append(("constexpr", None, 0, None))
+            elif kind == "t":
+                _, tkey, ty, leaves, consts = entry
+                key.append(("t", _tuple_key_from_json(tkey)))
+                info.append(("tuple", ty, ([(tuple(p), t, d) for p, t, d in leaves],
+                                           {n: _constant_from_json(v) for n, v in consts.items()}), None))
             else:
-                raise RuntimeError(f"preload does not take a {kind!r} parameter (descriptors and tuples)")
+                raise RuntimeError(f"preload does not take a {kind!r} parameter (descriptors, named tuples "
+                                   "and tuples holding them or other objects)")
         o = data["options"]
         full_key = (tuple(key), int(o["num_warps"]), int(o["num_stages"]), bool(o.get("debug", False)),
                     bool(o["enable_fp_fusion"]), o.get("maxnreg"))
