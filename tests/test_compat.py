@@ -1203,3 +1203,28 @@ def test_loops_may_ask_for_more_than_16_stages(dev, rng):
     with pytest.raises(tiles.CompilationError, match="must not be negative"):
         tiles.compile(deep_stages_kernel, signature={"src": "*fp32", "N": "i32"},
                       constexprs={"N_STAGES": -1, "BLOCK": 32})
+
+
+@tiles.jit
+def takes_an_int_kernel(VALUE, X):
+    pass
+
+
+@pytest.mark.parametrize("value,overflow", [(2**64 - 1, False), (2**64, True), (-2**63, False), (-2**63 - 1, True)])
+def test_integer_arguments_beyond_64_bits_overflow(monkeypatch, value, overflow):
+    # As Triton: an OverflowError (tiles' is also a LaunchError naming the argument).
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    x = tiles.MockTensor(tl.float32, [1])
+    if overflow:
+        with pytest.raises(OverflowError, match="argument 'VALUE'"):
+            takes_an_int_kernel.warmup(value, x, grid=(1,))
+    else:
+        assert takes_an_int_kernel.warmup(value, x, grid=(1,)) is not None
+
+
+def test_dtype_repr_is_the_qualified_name():
+    # Code generators put repr(dtype) into kernel source, as Triton spells it.
+    for name in ("int8", "uint32", "float16", "bfloat16", "float32", "float8e4nv", "int1"):
+        dt = getattr(tl, name)
+        assert repr(dt) == f"triton.language.{name}"
+        assert eval(repr(dt), {"triton": tiles}) == dt

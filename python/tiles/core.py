@@ -234,7 +234,10 @@ class dtype:
         return hash(("dtype", self.name))
 
     def __repr__(self) -> str:
-        return f"tl.{_PY_NAMES.get(self.name, self.name)}"
+        # As Triton writes it: code generators put `repr(dtype)` into kernel source.
+        n = self.name
+        n = "float" + n[2:] if n.startswith("fp") else "bfloat" + n[2:] if n.startswith("bf") else n
+        return f"triton.language.{n}"
 
     def __str__(self) -> str:
         return self.name
@@ -441,9 +444,6 @@ def get_int_dtype(bitwidth: int, signed: bool) -> dtype:
     if found is None:
         raise ValueError(f"no integer dtype of {bitwidth} bits")
     return found[0] if signed else found[1]
-
-
-_PY_NAMES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
 
 
 class constexpr_type:

@@ -56,6 +56,10 @@ class InterpreterError(TilesError):
     """An op failed while interpreting a kernel; names the kernel's line and program id."""
 
 
+class ArgumentOverflowError(LaunchError, OverflowError):
+    """An integer argument that no kernel parameter type holds (an OverflowError, as Triton's)."""
+
+
 class OutOfResources(LaunchError):
     """A kernel needs more of a GPU resource (shared memory) than the GPU has (Triton's
     `triton.runtime.errors.OutOfResources`)."""

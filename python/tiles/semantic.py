@@ -303,7 +303,7 @@ def subscript(x: tensor, slices: Any) -> tensor:
         elif s is Ellipsis:
             dim = len(out.shape) - (len(slices) - slices.index(Ellipsis) - 1)
         else:
-            raise IndexError(f"unsupported tile index {s!r}: only None and ':' are allowed")
+            raise IndexError(f"unsupported tensor index {s!r}: only None and ':' are allowed")
     return out
 
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import core
-from ..errors import HostMemoryError, LaunchError
+from ..errors import ArgumentOverflowError, HostMemoryError, LaunchError
 from . import async_compile
 
 # Float multiply-adds are not contracted to fma unless asked (Triton 3.10's announced default;
@@ -462,9 +462,9 @@ def _scalar_type(v: Any, name: str) -> str:
             return "i32"
         if -(2**63) <= v < 2**63:
             return "i64"
-        if v < 2**64:
+        if 0 <= v < 2**64:
             return "u64"
-        raise LaunchError(f"argument '{name}' = {v} does not fit in 64 bits")
+        raise ArgumentOverflowError(f"argument '{name}' = {v} does not fit in 64 bits")
     if isinstance(v, float):
         return "fp32"
     raise LaunchError(f"argument '{name}' has unsupported type {type(v).__name__}: expected a tensor, "
