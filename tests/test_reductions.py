@@ -314,11 +314,11 @@ COMPILE_CASES = [
      {"BLOCK": 1024}, "ex2.approx"),
     (while_kernel, {"x_ptr": "*i32", "out_ptr": "*i32", "steps_ptr": "*i32", "limit": "i32"}, {}, "bra"),
     (histogram_kernel, {"x_ptr": "*i32", "hist_ptr": "*i32", "n": "i32"}, {"BLOCK": 256},
-     "atom.acq_rel.gpu.global.add"),
+     "atom.global.gpu.acq_rel.add"),
     (atomic_ops_kernel, {"x_ptr": "*fp32", "max_ptr": "*fp32", "min_ptr": "*fp32", "or_ptr": "*i32",
-                         "old_ptr": "*fp32", "n": "i32"}, {"BLOCK": 128}, "atom.acq_rel.gpu.global.max.s32"),
+                         "old_ptr": "*fp32", "n": "i32"}, {"BLOCK": 128}, "atom.global.gpu.acq_rel.max.s32"),
     (locked_sum_kernel, {"x_ptr": "*fp32", "total_ptr": "*fp32", "lock_ptr": "*i32", "n": "i32"}, {"BLOCK": 256},
-     "atom.acq_rel.gpu.global.cas.b32"),
+     "atom.global.acq_rel.gpu.cas.b32"),
 ]
 
 

@@ -801,10 +801,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             _ => ("r", 32),
         };
         let wt = int_type(self.cx, wbits);
+        // Qualifiers in the order Triton's PTX has them (ptxas takes any order; tools and
+        // Triton's tests look for these spellings).
         let template = if is_cas {
-            format!("mov.b{wbits} $0, 0;\n\t@$1 atom.{sem}.{scope}.global.{opname}.{ty} $0, [ $2 + 0 ], $3, $4;")
+            format!("mov.b{wbits} $0, 0;\n\t@$1 atom.global.{sem}.{scope}.{opname}.{ty} $0, [ $2 + 0 ], $3, $4;")
         } else {
-            format!("mov.b{wbits} $0, 0;\n\t@$1 atom.{sem}.{scope}.global.{opname}.{ty} $0, [ $2 + 0 ], $3;")
+            format!("mov.b{wbits} $0, 0;\n\t@$1 atom.global.{scope}.{sem}.{opname}.{ty} $0, [ $2 + 0 ], $3;")
         };
         let cons = if is_cas {
             format!("={c},b,l,{c},{c},~{{memory}}")
