@@ -166,7 +166,7 @@ def test_bad_descriptors_are_clear_errors():
     from tiles.tools.tensor_descriptor import TensorDescriptor
 
     x = np.zeros((8, 8), np.float32)
-    with pytest.raises(ValueError, match="powers of 2"):
+    with pytest.raises(ValueError, match="Shape element 0 must be a power of 2"):
         TensorDescriptor.from_tensor(x, [3, 8])
     with pytest.raises(ValueError, match="contiguous"):
         TensorDescriptor(x, [8, 8], [1, 8], [8, 8])
@@ -491,3 +491,50 @@ def test_descriptor_half_min_max_compiles(ptxas, dt):
     with pytest.raises(tiles.CompilationError, match="sm_90"):
         tiles.compile(desc_half_minmax_kernel, signature=sig, constexprs={"BM": 16, "BN": 32, "OP": "min"},
                       target="sm_80")
+
+
+@tiles.jit
+def tf32_descriptor_kernel(desc, out_ptr, N: tl.constexpr):
+    block = desc.load([0, 0])
+    tl.store(out_ptr + tl.arange(0, N)[None, :], block)
+
+
+def _tf32_ties_to_even(x: np.ndarray) -> np.ndarray:
+    bits = x.view(np.uint32).astype(np.uint64)
+    special = (bits & 0x7F800000) == 0x7F800000
+    up = ((bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000).astype(np.uint32)
+    return np.where(special, x, up.view(np.float32))
+
+
+def test_descriptor_loads_round_fp32_to_tf32_when_asked(dev, rng):
+    # TensorDescriptor(round_f32_to_tf32=True): loads through it see TF32 values (ties to
+    # even: the exact ties below go both ways), infinities and NaN unchanged.
+    from tiles.tools.tensor_descriptor import TensorDescriptor
+
+    x = rng.standard_normal((1, 64)).astype(np.float32)
+    ties = np.array([0x3F801000, 0x3F803000, 0x3F801001, 0x7F7FFFFF], np.uint32).view(np.float32)
+    x[0, :4] = ties
+    x[0, 4:7] = [np.inf, -np.inf, np.nan]
+    out = dev.put(np.zeros((1, 64), np.float32))
+    xd = dev.put(x)
+    tf32_descriptor_kernel[(1,)](TensorDescriptor.from_tensor(xd, [1, 64], round_f32_to_tf32=True), out, N=64)
+    got = dev.get(out)
+    want = _tf32_ties_to_even(x)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert got[0, 0] == 1.0 and got[0, 1] == np.float32(1.0 + 2 ** -9)  # a tie down to even, one up
+    plain = dev.put(np.zeros((1, 64), np.float32))
+    tf32_descriptor_kernel[(1,)](TensorDescriptor.from_tensor(xd, [1, 64]), plain, N=64)
+    np.testing.assert_array_equal(dev.get(plain).view(np.uint32), x.view(np.uint32))
+    with pytest.raises(tiles.LaunchError, match="round_f32_to_tf32 needs an fp32"):
+        half = dev.put(np.zeros((1, 64), np.float16))
+        tf32_descriptor_kernel[(1,)](TensorDescriptor.from_tensor(half, [1, 64], round_f32_to_tf32=True), out, N=64)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_tf32_descriptor_kernel_assembles(ptxas, target):
+    from test_compile import assemble
+
+    k = tiles.compile(tf32_descriptor_kernel, signature={"desc": "tensordesc<fp32[1, 64], tf32>", "out_ptr": "*fp32"},
+                      constexprs={"N": 64}, target=target)
+    assert "and.b32" in k.asm["ptx"]  # the rounding's mask
+    assemble(ptxas, k.asm["ptx"], target)

@@ -409,6 +409,17 @@ class shape_tuple(tuple):
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
+    # Concatenated with a list, a shape is the list Triton's would be (`[1, 1] + x.shape`).
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, list):
+            return list(self) + other
+        return shape_tuple(tuple.__add__(self, other))
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, list):
+            return other + list(self)
+        return shape_tuple(tuple(other) + tuple(self))
+
     __hash__ = tuple.__hash__
 
 

@@ -1361,14 +1361,15 @@ _TYPE_ALIASES = {"int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "in
 
 
 def parse_descriptor_type(ty: str):
-    """`tensordesc<fp16[64, 64]>` (optionally `, nan` before `>`) -> (dtype name, block, padding)."""
+    """`tensordesc<fp16[64, 64]>` (optionally `, nan` and `, tf32` before `>`) -> (dtype name,
+    block, padding, whether fp32 loads round to TF32)."""
     import re
 
-    m = re.fullmatch(r"tensordesc<\s*(\w+)\s*\[([\d,\s]+)\]\s*(,\s*nan\s*)?>", ty.strip())
+    m = re.fullmatch(r"tensordesc<\s*(\w+)\s*\[([\d,\s]+)\]\s*(,\s*nan\s*)?(,\s*tf32\s*)?>", ty.strip())
     if not m:
         raise ValueError(f"malformed descriptor type {ty!r}")
     block = [int(b) for b in m.group(2).split(",") if b.strip()]
-    return m.group(1), block, "nan" if m.group(3) else "zero"
+    return m.group(1), block, "nan" if m.group(3) else "zero", bool(m.group(4))
 
 
 def split_tuple_type(ty: str) -> List[str]:
@@ -1440,7 +1441,7 @@ def _descriptor_param(builder, name: str, ty: str, specialization: Dict[str, int
     and the `tl.tensor_descriptor` the kernel body sees. `name` keys the specialisation (a
     tuple element's is dotted, `t.0`); `ir_name` prefixes the parameters (default `name`)."""
     try:
-        dt_name, block, padding = parse_descriptor_type(ty)
+        dt_name, block, padding, tf32 = parse_descriptor_type(ty)
         dt = core.dtype_from_ir(_normalize_type(dt_name))
     except (KeyError, ValueError) as e:
         raise CompilationError(f"parameter '{name}': {e}", src.file, src.first_line) from None
@@ -1454,7 +1455,7 @@ def _descriptor_param(builder, name: str, ty: str, specialization: Dict[str, int
         h = builder.param(f"{ir_name}_stride{i}", "i64", specialization.get(f"{name}.stride{i}", 1))
         strides.append(tensor(h, core.int64, ()))
     strides[-1] = 1  # checked on the host: the last dimension is contiguous
-    return language.tensor_descriptor(base, shape, strides, block, padding)
+    return language.tensor_descriptor(base, shape, strides, block, padding, round_tf32=tf32)
 
 
 def _normalize_type(ty: str) -> str:

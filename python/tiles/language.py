@@ -897,12 +897,23 @@ def _descriptor_reduce(op: str):
     return reduce
 
 
+def _round_to_tf32(x):
+    """fp32 `x` rounded to TF32's 10 fraction bits, to nearest with ties to even; infinities
+    and NaN pass unchanged."""
+    bits = semantic.bitcast(x, uint32)
+    special = semantic.equal(semantic.and_(bits, 0x7F800000), 0x7F800000)
+    odd = semantic.and_(semantic.shr(bits, 13), 1)  # a logical shift: bits is unsigned
+    up = semantic.and_(semantic.add(semantic.add(bits, 0xFFF), odd), 0xFFFFE000)
+    return semantic.where(special, x, semantic.bitcast(up, x.dtype))
+
+
 class tensor_descriptor:
     """A device-side tensor descriptor (what `tl.make_tensor_descriptor` returns and what a host
     `TensorDescriptor` argument becomes inside the kernel)."""
 
-    def __init__(self, base, shape, strides, block_shape, padding="zero", assume_aligned=False):
+    def __init__(self, base, shape, strides, block_shape, padding="zero", assume_aligned=False, round_tf32=False):
         self.base = base
+        self.round_tf32 = round_tf32  # a host descriptor's `round_f32_to_tf32`
         # Made in the kernel (`tl.make_tensor_descriptor`): alignment is known by contract only.
         self.assume_aligned = assume_aligned
         self.shape = list(shape)
@@ -927,7 +938,7 @@ class tensor_descriptor:
 
     def _tiles_static(self):
         return (tuple(None if isinstance(x, tensor) else _v(x) for x in self.shape + self.strides),
-                tuple(self.block_shape), self.padding, self.assume_aligned)
+                tuple(self.block_shape), self.padding, self.assume_aligned, self.round_tf32)
 
     def _tiles_rebuild(self, parts):
         it = iter(parts)
@@ -937,7 +948,8 @@ class tensor_descriptor:
         shape, strides = dims[:r], dims[r:]
         if self.assume_aligned:  # what make_tensor_descriptor promised holds for every value merged
             base, strides = _aligned_descriptor_parts(base, strides)
-        return tensor_descriptor(base, shape, strides, self.block_shape, self.padding, self.assume_aligned)
+        return tensor_descriptor(base, shape, strides, self.block_shape, self.padding, self.assume_aligned,
+                                 self.round_tf32)
 
     def _pointers(self, offsets):
         """The block's pointers and in-range mask."""
@@ -971,7 +983,8 @@ class tensor_descriptor:
         # A descriptor made in the kernel promises Triton's TMA contract (16-byte aligned base
         # and rows), so whole 16-byte granules of a row may be read: the compiler then reads
         # the row's last, partly selected granule at once and selects its elements after.
-        return semantic.load(ptr, mask, other, whole_granules=self.assume_aligned)
+        x = semantic.load(ptr, mask, other, whole_granules=self.assume_aligned)
+        return _round_to_tf32(x) if self.round_tf32 else x
 
     @builtin
     def store(self, offsets, value, _semantic=None):

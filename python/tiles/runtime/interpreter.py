@@ -845,8 +845,12 @@ def _descriptor_arg(mem, copies, where: str, v: Any):
     if arr is None:
         raise LaunchError(f"argument '{where}': the descriptor's base must be an array")
     addr = _register(mem, arr, where)
-    ptr = tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(arr.dtype)), ())
-    return tensor_descriptor(ptr, list(v.shape), list(v.strides), list(v.block_shape), v.padding)
+    dt = from_numpy(arr.dtype)
+    tf32 = bool(getattr(v, "round_f32_to_tf32", False))
+    if tf32 and dt.name != "fp32":
+        raise LaunchError(f"argument '{where}': round_f32_to_tf32 needs an fp32 tensor, got {dt.name}")
+    ptr = tensor(np.array(addr, dtype=np.int64), pointer_type(dt), ())
+    return tensor_descriptor(ptr, list(v.shape), list(v.strides), list(v.block_shape), v.padding, round_tf32=tf32)
 
 
 def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):

@@ -578,6 +578,10 @@ def _descriptor_spec(v: Any, where: str):
     addr, dt = ptr
     div = 16 if addr % 16 == 0 else 1
     nan = ", nan" if v.padding == "nan" else ""
+    if getattr(v, "round_f32_to_tf32", False):
+        if dt != "fp32":
+            raise LaunchError(f"argument '{where}': round_f32_to_tf32 needs an fp32 tensor, got {dt}")
+        nan += ", tf32"
     ty = f"tensordesc<{dt}[{', '.join(str(b) for b in v.block_shape)}]{nan}>"
     key = ("d", ty, div, tuple(s % 16 == 0 for s in v.strides[:-1]), tuple(n % 16 == 0 for n in v.shape))
     return key, ty, div

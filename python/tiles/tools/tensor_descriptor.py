@@ -18,6 +18,9 @@ class TensorDescriptor:
     strides: List[int]
     block_shape: List[int]
     padding: str = "zero"
+    # fp32 elements a kernel loads through the descriptor arrive rounded to TF32 (to nearest,
+    # ties to even; infinities and NaN kept), as Triton's TMA descriptors of that kind do.
+    round_f32_to_tf32: bool = False
 
     def __post_init__(self):
         self.shape = [int(s) for s in self.shape]
@@ -28,14 +31,16 @@ class TensorDescriptor:
             raise ValueError("TensorDescriptor needs one shape, stride and block size per dimension")
         if self.strides[-1] != 1:
             raise ValueError(f"the last dimension must be contiguous (stride 1), got strides {self.strides}")
-        for b in self.block_shape:
-            if b <= 0 or b & (b - 1):
-                raise ValueError(f"block dimensions must be powers of 2, got {self.block_shape}")
+        for i, b in enumerate(self.block_shape):
+            if b <= 0 or b & (b - 1):  # worded as Triton's check is
+                raise ValueError(f"Shape element {i} must be a power of 2 (block shape {self.block_shape})")
         if self.padding not in ("zero", "nan"):
             raise ValueError(f"padding must be 'zero' or 'nan', got {self.padding!r}")
 
     @staticmethod
-    def from_tensor(tensor: Any, block_shape: List[int], padding: str = "zero") -> "TensorDescriptor":
+    def from_tensor(tensor: Any, block_shape: List[int], padding: str = "zero",
+                    round_f32_to_tf32: bool = False) -> "TensorDescriptor":
         strides = tensor.stride() if callable(getattr(tensor, "stride", None)) else [
             s // tensor.itemsize for s in tensor.strides]
-        return TensorDescriptor(tensor, list(tensor.shape), list(strides), list(block_shape), padding)
+        return TensorDescriptor(tensor, list(tensor.shape), list(strides), list(block_shape), padding,
+                                round_f32_to_tf32)
