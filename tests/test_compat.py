@@ -1228,3 +1228,38 @@ def test_dtype_repr_is_the_qualified_name():
         dt = getattr(tl, name)
         assert repr(dt) == f"triton.language.{name}"
         assert eval(repr(dt), {"triton": tiles}) == dt
+
+
+def test_warmup_takes_torch_dtypes_for_tensors(monkeypatch):
+    # Triton's `kernel.warmup(torch.float32, ..., grid=...)`: a dtype where a tensor goes.
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    fake_torch_dtype = type("dtype", (), {"__module__": "torch", "__str__": lambda self: "torch.float32"})()
+    k = tiles.jit(hooked_scale_kernel.fn)
+    compiled = k.warmup(fake_torch_dtype, fake_torch_dtype, 64, BLOCK=64, grid=(1,))
+    assert "ld.global" in compiled.asm["ptx"] and len(k.device_caches[0][0]) == 1
+    x = tiles.MockTensor(tl.float32, [64])
+    assert k.warmup(x, x, 64, BLOCK=64, grid=(1,)) is compiled
+
+
+def test_compile_takes_its_source_by_keyword():
+    from tiles.compiler import ASTSource
+
+    src = ASTSource(fn=hooked_scale_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32",
+                                                       "BLOCK": "constexpr"}, constexprs={"BLOCK": 32})
+    assert "st.global" in tiles.compile(src=src, target=tiles.runtime.driver.GPUTarget("cuda", 90, 32)).asm["ptx"]
+    with pytest.raises(TypeError, match="needs the kernel"):
+        tiles.compile()
+
+
+@pytest.mark.parametrize("text,on", [("1", True), ("true", True), ("ON", True), ("yes", True), ("y", True),
+                                     ("0", False), ("false", False), ("Off", False), ("NO", False), ("n", False),
+                                     ("", False)])
+def test_boolean_settings_read_as_triton_reads_them(monkeypatch, text, on):
+    from tiles import knobs
+    from tiles.runtime.jit import env_flag
+
+    monkeypatch.setenv("TRITON_DEBUG", text)
+    monkeypatch.delenv("TILES_DEBUG", raising=False)
+    assert env_flag("DEBUG") is on
+    assert knobs.runtime.debug is on
+    knobs.refresh_knobs()  # Triton's; tiles' knobs read the environment at each use

@@ -276,3 +276,8 @@ for _tool in ("ptxas", "cuobjdump", "nvdisasm"):
     nvidia._kept[_tool] = _NvidiaTool(_tool)
 amd = base_knobs("amd")
 proton = base_knobs("proton")
+
+
+def refresh_knobs() -> None:
+    """Triton's: reread the environment. tiles' knobs read it at each use, so there is nothing
+    to refresh."""

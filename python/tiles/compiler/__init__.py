@@ -320,19 +320,24 @@ def _target_name(target: Any) -> str:
     return "sm_90a" if arch == 90 else f"sm_{arch}"
 
 
-def compile(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[Dict[str, Any]] = None,
+def compile(fn=None, signature: Optional[Dict[str, str]] = None, constexprs: Optional[Dict[str, Any]] = None,
             target: Any = "sm_90a", num_warps: int = 4, num_stages: int = 3,
             specialization: Optional[Dict[str, int]] = None, equal_to_1: Sequence[str] = (), debug: bool = False,
             enable_fp_fusion: bool = False, maxnreg: Optional[int] = None,
-            options: Optional[Dict[str, Any]] = None) -> CompiledKernel:
+            options: Optional[Dict[str, Any]] = None, src: Any = None) -> CompiledKernel:
     """Compiles `fn` (a @tiles.jit function) for `signature` without a GPU.
 
     Signature types are spelled as Triton spells them: `*fp16`, `i32`, `fp32`, and
     `constexpr` for parameters whose value is in `constexprs`. A type may carry a
     divisibility suffix (`"*fp32:16"`, `"i32:16"`) or be given through `specialization`.
     Triton's form works too: `compile(ASTSource(fn, signature, constexprs, attrs),
-    target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})`.
+    target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3})`, the source
+    also by its keyword (`compile(src=ASTSource(...), target=...)`).
     """
+    if fn is None:
+        fn = src
+    if fn is None:
+        raise TypeError("compile() needs the kernel (or Triton's ASTSource) to compile")
     ready = _front(fn, signature, constexprs, target, num_warps, num_stages, specialization, equal_to_1, debug,
                    enable_fp_fusion, maxnreg, options)
     return ready if isinstance(ready, CompiledKernel) else ready.finish()

@@ -17,7 +17,8 @@ from . import async_compile
 
 # Float multiply-adds are not contracted to fma unless asked (Triton 3.10's announced default;
 # measured faster here: ptxas schedules the loads of fused code worse, see benchmarks/results).
-DEFAULT_FP_FUSION = os.environ.get("TILES_DEFAULT_FP_FUSION", "0") not in ("", "0")
+_FUSION_ENV = os.environ.get("TILES_DEFAULT_FP_FUSION", os.environ.get("TRITON_DEFAULT_FP_FUSION"))
+DEFAULT_FP_FUSION = _FUSION_ENV is not None and _FUSION_ENV.strip().lower() not in ("", "0", "false", "off", "no", "n")
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
                    "launch_cooperative_grid", "launch_pdl", "stream")
@@ -278,9 +279,18 @@ def env_setting(name: str) -> Optional[str]:
     return v if v is not None else os.environ.get("TRITON_" + name)
 
 
+_FALSE = ("", "0", "false", "off", "no", "n")
+
+
+def env_true(value: Optional[str]) -> bool:
+    """A boolean setting's text as Triton reads it: unset, empty, 0, false, off, no and n
+    (in any case) are off; anything else is on."""
+    return value is not None and value.strip().lower() not in _FALSE
+
+
 def env_flag(name: str) -> bool:
-    """Whether the setting [`env_setting`] names is on (set, not empty, not 0)."""
-    return env_setting(name) not in (None, "", "0")
+    """Whether the setting [`env_setting`] names is on ([`env_true`])."""
+    return env_true(env_setting(name))
 
 
 def interpreting(jitfn: "JITFunction") -> bool:
@@ -1037,7 +1047,8 @@ class JITFunction(KernelInterface):
         frontend and returns a `FutureKernel` (the rest of the compile runs on the mode's
         executor)."""
         opts = self._options(kwargs)
-        vals = self.bind(args, kwargs)
+        # Triton's warmup takes a torch dtype where a tensor of it goes.
+        vals = self.bind([MockTensor.wrap_dtype(a) for a in args], kwargs)
         _warming_up.active = True
         try:
             key, info = self._specialize(vals)
