@@ -1263,3 +1263,89 @@ def test_boolean_settings_read_as_triton_reads_them(monkeypatch, text, on):
     assert env_flag("DEBUG") is on
     assert knobs.runtime.debug is on
     knobs.refresh_knobs()  # Triton's; tiles' knobs read the environment at each use
+
+
+GUARDED = tl.constexpr(1)
+
+
+@tiles.jit
+def reads_a_global_kernel(X):
+    tl.store(X, GUARDED)
+
+
+def test_a_changed_global_is_an_error_not_a_stale_kernel(dev, monkeypatch):
+    # As Triton: a global the kernel was compiled with that changes since raises (its compiled
+    # code and cache key hold the old value); rebinding it to an equal value does not.
+    global GUARDED
+    k = tiles.jit(reads_a_global_kernel.fn)
+    x = dev.put(np.zeros(1, np.int32))
+    try:
+        k[(1,)](x)
+        k[(1,)](x)  # the native dispatcher's launch, on a GPU
+        assert dev.get(x)[0] == 1 and ("GUARDED", id(reads_a_global_kernel.fn.__globals__)) in k.used_global_vals
+        GUARDED = tl.constexpr(1)
+        k[(1,)](x)
+        GUARDED = tl.constexpr(2)
+        with pytest.raises(RuntimeError, match="Global variable GUARDED has changed"):
+            k[(1,)](x)  # in both modes
+    finally:
+        GUARDED = tl.constexpr(1)
+    assert not tiles.jit(hooked_scale_kernel.fn).used_global_vals  # tl and tiles are not values
+
+
+def test_a_changed_global_is_caught_before_compiling_again(monkeypatch):
+    global GUARDED
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    k = tiles.jit(reads_a_global_kernel.fn)
+    x = tiles.MockTensor(tl.int32, [1])
+    k.warmup(x, grid=(1,))
+    try:
+        GUARDED = 5
+        with pytest.raises(RuntimeError, match="from constexpr\\[1\\] to 5"):
+            k.warmup(x, num_warps=2, grid=(1,))
+    finally:
+        GUARDED = tl.constexpr(1)
+
+
+@tiles.jit
+def returns_a_number():
+    return 0
+
+
+@tiles.jit
+def calls_its_argument_kernel(out, F: tl.constexpr):
+    tl.store(out, F())
+
+
+def test_a_jit_function_argument_edited_compiles_again(dev):
+    # Triton's higher-order kernels: the function passed as a constexpr is keyed by its code.
+    f = tiles.jit(returns_a_number.fn)
+    k = tiles.jit(calls_its_argument_kernel.fn)
+    out = dev.put(np.full(1, 7, np.int32))
+    k[(1,)](out, f)
+    assert dev.get(out)[0] == 0
+    f._unsafe_update_src(f.src.replace("return 0", "return 1"))
+    k[(1,)](out, f)
+    assert dev.get(out)[0] == 1
+
+
+DEFAULT_SOURCE = 1
+
+
+@tiles.jit
+def default_from_a_global_kernel(X, i: tl.constexpr = DEFAULT_SOURCE):
+    tl.store(X, i)
+
+
+def test_a_global_read_only_as_a_default_is_not_guarded(dev):
+    # The default was taken when the function was defined (Triton's test_kernel_default_arg).
+    global DEFAULT_SOURCE
+    k = tiles.jit(default_from_a_global_kernel.fn)
+    x = dev.put(np.zeros(1, np.int32))
+    k[(1,)](x)
+    try:
+        DEFAULT_SOURCE = 2
+        k[(1,)](x)
+        assert dev.get(x)[0] == 1 and not k.used_global_vals
+    finally:
+        DEFAULT_SOURCE = 1

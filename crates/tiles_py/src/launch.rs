@@ -120,6 +120,10 @@ pub struct Dispatcher {
     launch: Option<LaunchFn>,
     stream_fn: Option<Py<PyAny>>,
     fallback: Py<PyAny>,
+    /// Globals (or closure cells) the kernel was compiled with: (module dict or cell, name,
+    /// value). A launch whose names no longer hold those very objects takes the Python path,
+    /// which says what changed.
+    guards: Vec<(Py<PyAny>, Py<PyString>, Py<PyAny>)>,
 }
 
 fn hash_str(s: &str) -> u64 {
@@ -388,6 +392,16 @@ impl Dispatcher {
         if HOOKED.load(Ordering::Relaxed) || Self::interpreter_on() {
             return Ok(None);
         }
+        for (place, name, value) in &self.guards {
+            let place = place.bind(py);
+            let now = match place.cast::<PyDict>() {
+                Ok(d) => d.get_item(name.bind(py))?,
+                Err(_) => place.getattr(pyo3::intern!(py, "cell_contents")).ok(),
+            };
+            if !now.is_some_and(|n| n.is(value.bind(py))) {
+                return Ok(None);
+            }
+        }
         let Some(bound) = self.bind(py, args, kwargs)? else {
             return Ok(None);
         };
@@ -482,7 +496,16 @@ impl Dispatcher {
             launch: None,
             stream_fn: None,
             fallback,
+            guards: Vec::new(),
         }
+    }
+
+    /// The globals the kernel was compiled with: (module dict or closure cell, name, value).
+    fn set_guards(&mut self, py: Python<'_>, guards: Vec<(Py<PyAny>, String, Py<PyAny>)>) {
+        self.guards = guards
+            .into_iter()
+            .map(|(place, name, value)| (place, PyString::intern(py, &name).unbind(), value))
+            .collect();
     }
 
     /// Gives the dispatcher the driver's `cuLaunchKernel` address and the function that returns

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import types
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from .. import _tiles
 
@@ -124,6 +124,7 @@ def function_fingerprint(jitfn) -> str:
 
     h = hashlib.sha256()
     seen = set()
+    guards: List[GlobalGuard] = []
 
     def visit(fn: "JITFunction") -> None:
         if id(fn) in seen:
@@ -133,7 +134,13 @@ def function_fingerprint(jitfn) -> str:
         h.update(f"{fn.__module__}.{fn.__name__}\n".encode())
         h.update("".join(src.lines).encode())
         g = src.globals()
+        cells = dict(zip(fn.fn.__code__.co_freevars, fn.fn.__closure__ or ()))
         names, attributes = _names_read(src, g)
+        # Names the body reads are guarded; a parameter's default was taken when the function
+        # was defined, so a later change of the global it came from is no change to the kernel.
+        body = _code_names(src.fn.__code__) if src.from_code else {
+            n.id for part in src.node.body for n in ast.walk(part)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         for name in names:
             if name not in g:
                 continue
@@ -144,6 +151,8 @@ def function_fingerprint(jitfn) -> str:
             fpv = _value_fingerprint(v)
             if fpv is not None:
                 h.update(f"{name}={fpv}\n".encode())
+                if name in body:
+                    guards.append(GlobalGuard(cells.get(name, fn.fn.__globals__), name, v, fpv))
         for base_name, attr in attributes:
             base = g[base_name]
             try:
@@ -159,8 +168,48 @@ def function_fingerprint(jitfn) -> str:
 
     visit(jitfn)
     fp = h.hexdigest()
+    jitfn._global_guards = guards
     jitfn._fingerprint = fp
     return fp
+
+
+class GlobalGuard:
+    """A global (or closure) value a kernel's code and cache key were made with: `where` is the
+    module's globals dict (or the closure cell), `value` the object then, `fingerprint` its
+    value's (a `tl.constexpr` changed in place changes that, not the object)."""
+
+    __slots__ = ("where", "name", "value", "fingerprint")
+
+    def __init__(self, where: Any, name: str, value: Any, fingerprint: str):
+        self.where, self.name, self.value, self.fingerprint = where, name, value, fingerprint
+
+    def current(self) -> Any:
+        if isinstance(self.where, dict):
+            return self.where.get(self.name, _MISSING)
+        try:
+            return self.where.cell_contents
+        except ValueError:
+            return _MISSING
+
+    def changed(self) -> bool:
+        now = self.current()
+        return now is _MISSING or _value_fingerprint(now) != self.fingerprint
+
+
+_MISSING = object()
+
+
+def check_globals(jitfn) -> None:
+    """Raises RuntimeError, as Triton does, where a global value the kernel (or a function it
+    calls) was compiled with has changed since: its compiled code and cache key would be
+    stale. Rebinding a name to an equal value is no change."""
+    function_fingerprint(jitfn)
+    for g in jitfn._global_guards:
+        if g.changed():
+            now = g.current()
+            shown = "<deleted>" if now is _MISSING else repr(now)
+            raise RuntimeError(f"Global variable {g.name} has changed since we compiled this kernel, from "
+                               f"{g.value!r} to {shown}")
 
 
 # Environment variables the Rust compiler reads: they change the code, so they are in the key.

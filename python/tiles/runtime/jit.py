@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 from .. import core
 from ..errors import ArgumentOverflowError, HostMemoryError, LaunchError
-from . import async_compile
+from . import async_compile, cache
 
 # Float multiply-adds are not contracted to fma unless asked (Triton 3.10's announced default;
 # measured faster here: ptxas schedules the loads of fused code worse, see benchmarks/results).
@@ -270,6 +270,14 @@ def _annotated_scalar_type(p: "Param", v: Any) -> str:
     if isinstance(v, float) and not p.scalar_type.startswith(("fp", "bf")):
         raise LaunchError(f"argument '{p.name}' is annotated {p.scalar_type} but got the float {v}")
     return p.scalar_type
+
+
+def _has_source(fn: Any) -> bool:
+    """Whether `fn`'s source text can be read (not a function made by exec)."""
+    import linecache
+
+    code = getattr(fn, "__code__", None)
+    return code is not None and bool(linecache.getlines(code.co_filename, getattr(fn, "__globals__", None)))
 
 
 def env_setting(name: str) -> Optional[str]:
@@ -706,9 +714,14 @@ class JITFunction(KernelInterface):
     @property
     def cache_key(self) -> str:
         """A hash of the source and of everything it uses (what the on-disk cache keys on)."""
-        from . import cache
-
         return cache.function_fingerprint(self)
+
+    @property
+    def used_global_vals(self) -> Dict[Tuple[str, int], Tuple[Any, Any]]:
+        """The global (and closure) values the kernel and what it calls were compiled with, as
+        Triton lists them: (name, id of the globals dict or cell) -> (value, dict or cell)."""
+        cache.function_fingerprint(self)
+        return {(g.name, id(g.where)): (g.value, g.where) for g in self._global_guards}
 
     def parse(self):
         """The function's AST (an `ast.Module` holding its definition), as Triton's `parse`."""
@@ -764,6 +777,7 @@ class JITFunction(KernelInterface):
         decl = [(p.name, p.is_constexpr, p.default is not Param.empty,
                  None if p.default is Param.empty else p.default, not p.do_not_specialize) for p in self.params]
         self._dispatcher = _tiles.Dispatcher(decl, self._fallback)
+        self._driver_set = False  # the new dispatcher gets the driver (and the guards) when taught
         return self._dispatcher
 
     def _fallback(self, grid, args, kwargs):
@@ -810,7 +824,9 @@ class JITFunction(KernelInterface):
         for p, v in zip(self.params, vals):
             if p.is_constexpr:
                 cv = v.value if isinstance(v, core.constexpr) else v
-                key.append(("c", cv))
+                # A @jit function passed as a constexpr is keyed by its code too: edited
+                # (`_unsafe_update_src`), it compiles again.
+                key.append(("c", cv, cv.cache_key) if isinstance(cv, JITFunction) else ("c", cv))
                 info.append(("constexpr", None, 0, cv))
                 continue
             if v is None:
@@ -949,6 +965,11 @@ class JITFunction(KernelInterface):
         if interpreting(self):
             from . import interpreter
 
+            # The interpreted function was made with the globals of its first run: a change
+            # since is the error it is when compiled (a function without source text, made by
+            # exec, has no fingerprint to hold them).
+            if self._src is not None or _has_source(self.fn):
+                cache.check_globals(self)
             if not _launch_hooks:
                 return interpreter.run(self, vals, grid, num_warps)
             g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
@@ -963,6 +984,7 @@ class JITFunction(KernelInterface):
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
+        cache.check_globals(self)
         spec = self.cache.get(full_key)
         if spec is None:
             if self._jit_hook("jit_cache_hook", full_key, info, False):
@@ -1016,6 +1038,7 @@ class JITFunction(KernelInterface):
             if not addr:
                 return
             self._dispatcher.set_driver(addr, driver.stream_function())
+            self._dispatcher.set_guards([(g.where, g.name, g.value) for g in getattr(self, "_global_guards", ())])
             self._driver_set = True
         self._dispatcher.learn(tuple(args), kwargs or None, spec.loaded.handle, spec.threads,
                                spec.loaded.shared, spec.slots, spec.compiled)
@@ -1054,6 +1077,7 @@ class JITFunction(KernelInterface):
             key, info = self._specialize(vals)
         finally:
             _warming_up.active = False
+        cache.check_globals(self)
         num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
         debug = self.debugging()
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
