@@ -1349,3 +1349,19 @@ def test_a_global_read_only_as_a_default_is_not_guarded(dev):
         assert dev.get(x)[0] == 1 and not k.used_global_vals
     finally:
         DEFAULT_SOURCE = 1
+
+
+@tiles.jit
+def asserting_kernel(x_ptr):
+    tl.device_assert(tl.load(x_ptr) == 1, "x == 1")
+
+
+def test_debug_as_a_launch_option_is_its_own_specialisation(monkeypatch):
+    # Triton's test_jit_debug: `kernel[grid](x, debug=True)` compiles with the asserts.
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    monkeypatch.delenv("TILES_DEBUG", raising=False)
+    k = tiles.jit(asserting_kernel.fn)
+    x = tiles.MockTensor(tl.int32, [1])
+    plain = k.warmup(x, debug=False, grid=(1,))
+    checked = k.warmup(x, debug=True, grid=(1,))
+    assert len(k.device_caches[0][0]) == 2 and plain.asm["ptx"] != checked.asm["ptx"]

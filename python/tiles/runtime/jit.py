@@ -980,7 +980,7 @@ class JITFunction(KernelInterface):
                 h.exit(t)
             return out
         key, info = self._specialize(vals)
-        debug = self.debugging()
+        debug = bool(opts["debug"]) if opts.get("debug") is not None else self.debugging()
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
@@ -1079,7 +1079,7 @@ class JITFunction(KernelInterface):
             _warming_up.active = False
         cache.check_globals(self)
         num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
-        debug = self.debugging()
+        debug = bool(opts["debug"]) if opts.get("debug") is not None else self.debugging()
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
