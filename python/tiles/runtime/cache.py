@@ -193,6 +193,8 @@ class GlobalGuard:
 
     def changed(self) -> bool:
         now = self.current()
+        if now is self.value and not hasattr(now, "value"):
+            return False  # the same object, and not a `tl.constexpr` whose value may be changed in place
         return now is _MISSING or _value_fingerprint(now) != self.fingerprint
 
 
