@@ -656,9 +656,11 @@ def test_integer_order_bessel(dev, rng, dt):
     for i in range(count):
         nn, xx = int(n[i]), float(xd[i])
         sign = -1.0 if (abs(nn) % 2 and (xx < 0) != (nn < 0)) else 1.0
-        # Where |x| > n the result is good to an absolute 1e-13 (j0 and j1 near their zeros); where
-        # |x| <= n (the downward recurrence, values down to 1e-42) to a relative rtol.
-        atol = 1e-13 if abs(xx) > abs(nn) else float(np.finfo(dt).smallest_subnormal)
+        # Where |x| > n the result is good to an absolute 1e-13 (j0 and j1 near their zeros), 1e-12
+        # for 8 <= |x| < 12, where j0's and j1's power series cancel to ~1e-12 (J_0 near its zero
+        # at 11.79 was seen 6e-13 off); where |x| <= n (the downward recurrence, values down to
+        # 1e-42) to a relative rtol.
+        atol = (1e-12 if 8 <= abs(xx) < 12 else 1e-13) if abs(xx) > abs(nn) else float(np.finfo(dt).smallest_subnormal)
         if abs(xx) < 12:
             ref = sign * _j_series(abs(nn), abs(xx))
             np.testing.assert_allclose(got_j[i], ref, rtol=rtol, atol=atol, err_msg=f"jn({nn}, {xx})")
