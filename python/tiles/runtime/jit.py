@@ -97,7 +97,8 @@ class _CompiledKernels(dict):
         return out
 
 
-_CONSTANT_TYPES = {t.__name__: t for t in (int, float, bool, str, type(None), core.dtype)}
+# The constants of a tuple argument that preload can rebuild from JSON.
+_CONSTANT_TYPES = (int, float, bool, str, type(None), core.dtype)
 
 
 def _json_tuple_key(k: Any) -> Any:
@@ -110,10 +111,9 @@ def _json_tuple_key(k: Any) -> Any:
     for part in parts:
         if part[0] in ("p", "s"):
             out.append(list(part))
-        elif part[0] == "c" and len(part) == 3 and type(part[2]).__name__ in _CONSTANT_TYPES \
-                and part[1] is type(part[2]):
+        elif part[0] == "c" and len(part) == 3 and type(part[2]) in _CONSTANT_TYPES and part[1] is type(part[2]):
             out.append(["c", _json_constant(part[2])])
-        elif part[0] is tuple or part[0] is not None and not isinstance(part[0], str):
+        elif isinstance(part[0], type):  # a nested tuple's key: (its class, its parts)
             sub = _json_tuple_key(part)
             if sub is None:
                 return None
