@@ -1365,3 +1365,20 @@ def test_debug_as_a_launch_option_is_its_own_specialisation(monkeypatch):
     plain = k.warmup(x, debug=False, grid=(1,))
     checked = k.warmup(x, debug=True, grid=(1,))
     assert len(k.device_caches[0][0]) == 2 and plain.asm["ptx"] != checked.asm["ptx"]
+
+
+def test_an_equal_global_rebound_keeps_the_guard_current(dev):
+    # Rebinding a guarded name to an equal, new object is no change; the guard then holds the
+    # new object, so the native dispatcher (which compares objects) launches again by itself.
+    global GUARDED
+    k = tiles.jit(reads_a_global_kernel.fn)
+    x = dev.put(np.zeros(1, np.int32))
+    k[(1,)](x)
+    try:
+        GUARDED = tl.constexpr(1)
+        k[(1,)](x)
+        assert k.used_global_vals[("GUARDED", id(reads_a_global_kernel.fn.__globals__))][0] is GUARDED
+        k[(1,)](x)
+        assert dev.get(x)[0] == 1
+    finally:
+        GUARDED = tl.constexpr(1)

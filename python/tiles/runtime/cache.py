@@ -201,17 +201,23 @@ class GlobalGuard:
 _MISSING = object()
 
 
-def check_globals(jitfn) -> None:
+def check_globals(jitfn) -> bool:
     """Raises RuntimeError, as Triton does, where a global value the kernel (or a function it
     calls) was compiled with has changed since: its compiled code and cache key would be
-    stale. Rebinding a name to an equal value is no change."""
+    stale. Rebinding a name to an equal value is no change: the guard then holds the new object,
+    and True says so (the native dispatcher, which compares objects, needs them again)."""
     function_fingerprint(jitfn)
+    rebound = False
     for g in jitfn._global_guards:
         if g.changed():
             now = g.current()
             shown = "<deleted>" if now is _MISSING else repr(now)
             raise RuntimeError(f"Global variable {g.name} has changed since we compiled this kernel, from "
                                f"{g.value!r} to {shown}")
+        now = g.current()
+        if now is not g.value:
+            g.value, rebound = now, True
+    return rebound
 
 
 # Environment variables the Rust compiler reads: they change the code, so they are in the key.

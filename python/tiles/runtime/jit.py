@@ -771,6 +771,10 @@ class JITFunction(KernelInterface):
             raise TypeError(f"a pre-run hook must be callable, got {hook!r}")
         self.pre_run_hooks.append(hook)
 
+    def _guard_list(self) -> List[Tuple[Any, str, Any]]:
+        """The native dispatcher's view of the global guards: (dict or cell, name, object)."""
+        return [(g.where, g.name, g.value) for g in getattr(self, "_global_guards", ())]
+
     def _make_dispatcher(self):
         from .. import _tiles
 
@@ -984,7 +988,8 @@ class JITFunction(KernelInterface):
         fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
         maxnreg = opts.get("maxnreg")
         full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
-        cache.check_globals(self)
+        if cache.check_globals(self) and self._driver_set and self._dispatcher is not None:
+            self._dispatcher.set_guards(self._guard_list())
         spec = self.cache.get(full_key)
         if spec is None:
             if self._jit_hook("jit_cache_hook", full_key, info, False):
@@ -1038,7 +1043,7 @@ class JITFunction(KernelInterface):
             if not addr:
                 return
             self._dispatcher.set_driver(addr, driver.stream_function())
-            self._dispatcher.set_guards([(g.where, g.name, g.value) for g in getattr(self, "_global_guards", ())])
+            self._dispatcher.set_guards(self._guard_list())
             self._driver_set = True
         self._dispatcher.learn(tuple(args), kwargs or None, spec.loaded.handle, spec.threads,
                                spec.loaded.shared, spec.slots, spec.compiled)
