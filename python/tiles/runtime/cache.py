@@ -94,12 +94,12 @@ def _code_names(code: types.CodeType) -> set:
 
 
 def _names_read(src, g: Dict[str, Any]):
-    """The names a function's body, defaults and annotations read (sorted), and the
-    (global name, attribute) pairs it may read (decorators are not the kernel). Where the
-    source is the one Python compiled, its code object lists the body's names: pairs are then
-    every such name of every global the body names (a superset: extra pairs only add to the
-    key), and no walk over the body's AST is needed, which is most of a small kernel's
-    fingerprint. A replaced source text is walked."""
+    """The names a function's body, defaults and annotations read (sorted), the (global name,
+    attribute) pairs it may read (decorators are not the kernel), and the names the body alone
+    reads. Where the source is the one Python compiled, its code object lists the body's
+    names: pairs are then every such name of every global the body names (a superset: extra
+    pairs only add to the key), and no walk over the body's AST is needed, which is most of a
+    small kernel's fingerprint. A replaced source text is walked."""
     arg_nodes = list(ast.walk(src.node.args))
     names = {n.id for n in arg_nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     if src.from_code:
@@ -107,12 +107,13 @@ def _names_read(src, g: Dict[str, Any]):
         names |= body
         attrs = sorted(body)
         pairs = [(b, a) for b in sorted(names) if b in g for a in attrs]
-        return sorted(names), pairs
-    nodes = arg_nodes + [n for part in src.node.body for n in ast.walk(part)]
-    names |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    pairs = [(n.value.id, n.attr) for n in nodes
+        return sorted(names), pairs, body
+    body_nodes = [n for part in src.node.body for n in ast.walk(part)]
+    body = {n.id for n in body_nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    names |= body
+    pairs = [(n.value.id, n.attr) for n in arg_nodes + body_nodes
              if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in g]
-    return sorted(names), pairs
+    return sorted(names), pairs, body
 
 
 def function_fingerprint(jitfn) -> str:
@@ -135,12 +136,9 @@ def function_fingerprint(jitfn) -> str:
         h.update("".join(src.lines).encode())
         g = src.globals()
         cells = dict(zip(fn.fn.__code__.co_freevars, fn.fn.__closure__ or ()))
-        names, attributes = _names_read(src, g)
         # Names the body reads are guarded; a parameter's default was taken when the function
         # was defined, so a later change of the global it came from is no change to the kernel.
-        body = _code_names(src.fn.__code__) if src.from_code else {
-            n.id for part in src.node.body for n in ast.walk(part)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        names, attributes, body = _names_read(src, g)
         for name in names:
             if name not in g:
                 continue
@@ -191,12 +189,6 @@ class GlobalGuard:
         except ValueError:
             return _MISSING
 
-    def changed(self) -> bool:
-        now = self.current()
-        if now is self.value and not hasattr(now, "value"):
-            return False  # the same object, and not a `tl.constexpr` whose value may be changed in place
-        return now is _MISSING or _value_fingerprint(now) != self.fingerprint
-
 
 _MISSING = object()
 
@@ -209,12 +201,13 @@ def check_globals(jitfn) -> bool:
     function_fingerprint(jitfn)
     rebound = False
     for g in jitfn._global_guards:
-        if g.changed():
-            now = g.current()
+        now = g.current()
+        if now is g.value and not hasattr(now, "value"):
+            continue  # the same object, and not a `tl.constexpr` whose value may change in place
+        if now is _MISSING or _value_fingerprint(now) != g.fingerprint:
             shown = "<deleted>" if now is _MISSING else repr(now)
             raise RuntimeError(f"Global variable {g.name} has changed since we compiled this kernel, from "
                                f"{g.value!r} to {shown}")
-        now = g.current()
         if now is not g.value:
             g.value, rebound = now, True
     return rebound
