@@ -15,11 +15,6 @@ from .. import core
 from ..errors import ArgumentOverflowError, HostMemoryError, LaunchError
 from . import async_compile, cache
 
-# Float multiply-adds are not contracted to fma unless asked (Triton 3.10's announced default;
-# measured faster here: ptxas schedules the loads of fused code worse, see benchmarks/results).
-_FUSION_ENV = os.environ.get("TILES_DEFAULT_FP_FUSION", os.environ.get("TRITON_DEFAULT_FP_FUSION"))
-DEFAULT_FP_FUSION = _FUSION_ENV is not None and _FUSION_ENV.strip().lower() not in ("", "0", "false", "off", "no", "n")
-
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
                    "launch_cooperative_grid", "launch_pdl", "stream")
 # Objects with `enter(fn, grid, args, compiled, stream) -> token` and `exit(token)`, called around
@@ -299,6 +294,11 @@ def env_true(value: Optional[str]) -> bool:
 def env_flag(name: str) -> bool:
     """Whether the setting [`env_setting`] names is on ([`env_true`])."""
     return env_true(env_setting(name))
+
+
+# Float multiply-adds are not contracted to fma unless asked (Triton 3.10's announced default;
+# measured faster here: ptxas schedules the loads of fused code worse, see benchmarks/results).
+DEFAULT_FP_FUSION = env_flag("DEFAULT_FP_FUSION")
 
 
 def interpreting(jitfn: "JITFunction") -> bool:
@@ -865,6 +865,13 @@ class JITFunction(KernelInterface):
         return tuple(key), info
 
     # -- compile and launch -------------------------------------------------------------------------
+    def _full_key(self, key, opts: Dict[str, Any], num_warps: int, num_stages: int) -> Tuple[Any, ...]:
+        """The in-memory cache key: the arguments' key and the options that change the code
+        (`debug` given at launch, else the function's or the environment's)."""
+        debug = bool(opts["debug"]) if opts.get("debug") is not None else self.debugging()
+        return (key, num_warps, num_stages, debug, bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION)),
+                opts.get("maxnreg"))
+
     def debugging(self) -> bool:
         if self.debug is not None:
             return bool(self.debug)
@@ -984,10 +991,8 @@ class JITFunction(KernelInterface):
                 h.exit(t)
             return out
         key, info = self._specialize(vals)
-        debug = bool(opts["debug"]) if opts.get("debug") is not None else self.debugging()
-        fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
-        maxnreg = opts.get("maxnreg")
-        full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
+        full_key = self._full_key(key, opts, num_warps, num_stages)
+        _, _, _, debug, fusion, maxnreg = full_key
         if cache.check_globals(self) and self._driver_set and self._dispatcher is not None:
             self._dispatcher.set_guards(self._guard_list())
         spec = self.cache.get(full_key)
@@ -1084,10 +1089,8 @@ class JITFunction(KernelInterface):
             _warming_up.active = False
         cache.check_globals(self)
         num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
-        debug = bool(opts["debug"]) if opts.get("debug") is not None else self.debugging()
-        fusion = bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION))
-        maxnreg = opts.get("maxnreg")
-        full_key = (key, num_warps, num_stages, debug, fusion, maxnreg)
+        full_key = self._full_key(key, opts, num_warps, num_stages)
+        _, _, _, debug, fusion, maxnreg = full_key
         if full_key not in self.cache:
             if self._jit_hook("jit_cache_hook", full_key, info, True):
                 return None
