@@ -1152,17 +1152,22 @@ def _access_operands(name: str, ptr: Any, val: Any, mask: Any, sem: Any, scope: 
     elem = ptr.dtype.element_ty
     if not (elem.is_int() or elem.is_floating() or elem.is_bool()):
         raise TilesTypeError(f"{name} takes integer and floating-point elements, not {elem}")
-    shape = ptr.shape
-    if val is not None:
-        val = to_tensor(val, elem if _is_literal(val) else None)
-        shape = broadcast_shapes(shape, val.shape)
-    if mask is not None:
-        mask = cast(to_tensor(mask), core.int1)
-        shape = broadcast_shapes(shape, mask.shape)
-    ptr = broadcast_to(ptr, shape)
-    val = None if val is None else broadcast_to(cast(val, elem), shape)
-    mask = None if mask is None else broadcast_to(mask, shape)
+    ptr, (val,), mask = _broadcast_atomic_operands(ptr, [val], mask)
     return ptr, val, mask, sems[sem], _SCOPES[scope]
+
+
+def _broadcast_atomic_operands(ptr: tensor, values: Sequence[Any], mask: Any):
+    """An atomic's pointer, its value operands (each cast to the pointee type; None stays None)
+    and its mask (as int1), broadcast to one shape."""
+    elem = ptr.dtype.element_ty
+    vals = [None if v is None else to_tensor(v, elem if _is_literal(v) else None) for v in values]
+    mask = None if mask is None else cast(to_tensor(mask), core.int1)
+    shape = ptr.shape
+    for t in vals + [mask]:
+        if t is not None:
+            shape = broadcast_shapes(shape, t.shape)
+    vals = [None if v is None else broadcast_to(cast(v, elem), shape) for v in vals]
+    return broadcast_to(ptr, shape), vals, None if mask is None else broadcast_to(mask, shape)
 
 
 def atomic_load(ptr: Any, mask: Any = None, sem: Any = None, scope: Any = None) -> tensor:
@@ -1268,19 +1273,8 @@ def atomic(op: str, ptr: Any, val: Any, mask: Any = None, sem: Any = None, scope
         raise ValueError(f"unknown sem {sem!r} or scope {scope!r}")
     elem = ptr.dtype.element_ty
     _check_atomic_type(op, elem)
-    val = to_tensor(val, elem if _is_literal(val) else None)
-    shape = broadcast_shapes(ptr.shape, val.shape)
-    if cmp is not None:
-        cmp = to_tensor(cmp, elem if _is_literal(cmp) else None)
-        shape = broadcast_shapes(shape, cmp.shape)
-    if mask is not None:
-        mask = cast(to_tensor(mask), core.int1)
-        shape = broadcast_shapes(shape, mask.shape)
-        mask = broadcast_to(mask, shape)
-    ptr = broadcast_to(ptr, shape)
-    val = broadcast_to(cast(val, elem), shape)
-    if cmp is not None:
-        cmp = broadcast_to(cast(cmp, elem), shape)
+    ptr, (val, cmp), mask = _broadcast_atomic_operands(ptr, [val, cmp], mask)
+    shape = ptr.shape
     if op in ("max", "min") and elem.is_floating():
         # Floats with the sign bit clear order like their bits as signed ints; those with it set
         # (-0.0 among them: max(-inf, -0.0) is -0.0) reversed, as unsigned.

@@ -87,12 +87,11 @@ class CompiledKernel:
                 raise OutOfResources(threads, 1024, "threads", self.name)
             cubin = self.link()
             t0 = time.perf_counter()
-            start, end = knobs.runtime.kernel_load_start_hook, knobs.runtime.kernel_load_end_hook
-            if start is not None:  # Triton's (module, function, name, metadata_group, hash)
-                start(None, None, self.name, {}, self.cache_key)
+            # The load hooks (HookChains): Triton's (module, function, name, metadata_group, hash).
+            knobs.runtime.kernel_load_start_hook(None, None, self.name, {}, self.cache_key)
             self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared)
-            if end is not None:
-                end(self._loaded.module, self._loaded.function, self.name, {}, self.cache_key)
+            knobs.runtime.kernel_load_end_hook(self._loaded.module, self._loaded.function, self.name, {},
+                                               self.cache_key)
             if _timing():
                 print(f"tiles: {self.name}: load {(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
         return self._loaded
