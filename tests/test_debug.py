@@ -101,7 +101,11 @@ def test_debug_ops_compile_to_vprintf_and_an_assert_flag(ptxas):
     assemble(ptxas, k.asm["ptx"], "sm_90a")
     k = tiles.compile(assert_kernel, signature={"x_ptr": "*i32", "n": "i32"}, constexprs={"BLOCK": 16}, debug=True,
                       target="sm_80")
-    assert "tiles_assert_line" in k.asm["ptx"] and len(k.metadata.asserts) == 2
+    asserts = k.metadata.asserts
+    assert "tiles_assert_line" in k.asm["ptx"]
+    assert {"x must be non-negative", "x must be below 100"} <= set(asserts.values())
+    assert all(m.startswith("int32 overflow") for m in set(asserts.values()) - {"x must be non-negative",
+                                                                              "x must be below 100"})
     assemble(ptxas, k.asm["ptx"], "sm_80")
     k = tiles.compile(assert_kernel, signature={"x_ptr": "*i32", "n": "i32"}, constexprs={"BLOCK": 16})
     assert "tiles_assert_line" not in k.asm["ptx"]
@@ -146,3 +150,154 @@ def test_device_print_prefix_gets_a_colon_as_in_triton(monkeypatch, capsys):
     monkeypatch.setenv("TILES_INTERPRET", "1")
     bare_prefix_kernel[(1,)](np.array([0.5, 2.0], np.float32), BLOCK=2)
     assert "pid (0, 0, 0) idx (1) x: 2.0" in capsys.readouterr().out.splitlines()
+
+
+# -- debug mode's integer overflow checks (Triton's `sanitize_overflow`) ---------------------------
+
+
+@tiles.jit
+def arith_kernel(x_ptr, y_ptr, z_ptr, OP: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, 8))
+    y = tl.load(y_ptr + tl.arange(0, 8))
+    if OP == "add":
+        z = x + y
+    elif OP == "sub":
+        z = x - y
+    else:
+        z = x * y
+    tl.store(z_ptr + tl.arange(0, 8), z)
+
+
+@tiles.jit
+def unchecked_kernel(x_ptr, y_ptr, z_ptr, r_ptr):
+    offs = tl.arange(0, 8)
+    x = tl.load(x_ptr + offs)
+    y = tl.load(y_ptr + offs)
+    tl.store(z_ptr + offs, tl.add(tl.mul(x, y, sanitize_overflow=False), y, sanitize_overflow=False))
+    tl.store(r_ptr + offs, tl.randint(12345, offs))  # Philox's wrapping arithmetic is not checked
+
+
+_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+
+
+def _operands(rng, dt, op, overflow):
+    """Random operands whose exact result overflows `dt` in one lane (or in none)."""
+    info = np.iinfo(dt)
+    cap = 3 if op == "mul" else min(100, info.max // 8)
+    x = rng.integers(info.min // 4, info.max // 4, 8, endpoint=True)
+    if info.min == 0 and op == "sub":
+        x += cap
+    x = x.astype(dt)
+    y = rng.integers(1, cap, 8, endpoint=True).astype(dt)
+    if overflow:
+        lane = int(rng.integers(0, 8))
+        big = info.max - int(rng.integers(0, 50))
+        x[lane], y[lane] = {"add": (big, 100), "sub": (info.min + int(rng.integers(0, 50)), 100),
+                            "mul": (big, 2 + int(rng.integers(0, 5)))}[op]
+        if info.min == 0 and op == "sub":
+            x[lane], y[lane] = int(rng.integers(0, 50)), 100
+    return x, y
+
+
+def _run_arith(kernel, x, y, op, **launch):
+    z = np.empty_like(x)
+    if kernel is arith_kernel:
+        kernel[(1,)](x, y, z, OP=op, **launch)
+    else:
+        kernel[(1,)](x, y, z, np.empty(8, np.uint32), **launch)
+    return z
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("dt", [np.int8, np.int16, np.int32, np.uint16, np.uint32])
+def test_debug_mode_checks_integer_overflow_in_the_interpreter(monkeypatch, op, dt):
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    monkeypatch.delenv("TILES_DEBUG", raising=False)
+    monkeypatch.delenv("TRITON_DEBUG", raising=False)
+    rng = np.random.default_rng()
+    x, y = _operands(rng, dt, op, overflow=False)
+    want = _OPS[op](x.astype(np.int64), y.astype(np.int64))
+    np.testing.assert_array_equal(_run_arith(arith_kernel, x, y, op, debug=True), want.astype(dt))
+    x, y = _operands(rng, dt, op, overflow=True)
+    wrapped = _OPS[op](x.astype(np.int64), y.astype(np.int64)).astype(dt)  # two's complement wrap
+    bits = np.dtype(dt).itemsize * 8
+    # As in Triton: a RuntimeError saying "device-side assert", and an AssertionError.
+    with pytest.raises(RuntimeError, match=f"device-side assert.*int{bits} overflow detected for operation {op}"):
+        _run_arith(arith_kernel, x, y, op, debug=True)
+    with pytest.raises(AssertionError):
+        _run_arith(arith_kernel, x, y, op, debug=True)
+    # Not checked: without debug, with the option off, or through tl.* with the call's flag off.
+    np.testing.assert_array_equal(_run_arith(arith_kernel, x, y, op), wrapped)
+    np.testing.assert_array_equal(_run_arith(arith_kernel, x, y, op, debug=True, sanitize_overflow=False), wrapped)
+    if op == "mul":
+        want = (x.astype(np.int64) * y + y).astype(dt)
+        np.testing.assert_array_equal(_run_arith(unchecked_kernel, x, y, op, debug=True), want)
+
+
+def test_overflow_checks_skip_64_bit_integers_and_follow_the_debug_environment(monkeypatch):
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    rng = np.random.default_rng()
+    x = rng.integers(2**62, 2**63 - 1, 8, dtype=np.int64)
+    y = rng.integers(2**62, 2**63 - 1, 8, dtype=np.int64)
+    np.testing.assert_array_equal(_run_arith(arith_kernel, x, y, "add", debug=True), x + y)  # wraps, unchecked
+    x32 = np.full(8, 2**31 - 1, np.int32) - rng.integers(0, 9, 8).astype(np.int32)
+    y32 = rng.integers(10, 20, 8).astype(np.int32)
+    # TILES_DEBUG / TRITON_DEBUG turn debugging on even where the launch or @jit says False.
+    monkeypatch.setenv("TRITON_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="int32 overflow"):
+        _run_arith(arith_kernel, x32, y32, "add", debug=False)
+
+
+@tiles.jit
+def masked_assert_kernel(COND: tl.constexpr, MASK: tl.constexpr):
+    tl.device_assert(COND, "cond failed", mask=MASK)
+
+
+def test_device_assert_takes_a_none_mask(monkeypatch):
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    masked_assert_kernel[(1,)](True, None)
+    masked_assert_kernel[(1,)](False, False)
+    with pytest.raises(RuntimeError, match="cond failed"):
+        masked_assert_kernel[(1,)](False, None)
+    with pytest.raises(RuntimeError, match="cond failed"):
+        masked_assert_kernel[(1,)](False, True)
+
+
+def test_overflow_checks_compile_only_in_debug_mode(ptxas):
+    sig = {"x_ptr": "*i32", "y_ptr": "*i32", "z_ptr": "*i32"}
+    k = tiles.compile(arith_kernel, signature=sig, constexprs={"OP": "mul"}, debug=True, target="sm_80")
+    assert "tiles_assert_line" in k.asm["ptx"]
+    assert list(k.metadata.asserts.values()) == ["int32 overflow detected for operation mul"]
+    assemble(ptxas, k.asm["ptx"], "sm_80")
+    for options in ({"debug": False}, {"debug": True, "sanitize_overflow": False}):
+        k = tiles.compile(arith_kernel, signature=sig, constexprs={"OP": "mul"}, options=options)
+        assert "tiles_assert_line" not in k.asm["ptx"]
+    k = tiles.compile(unchecked_kernel, signature=dict(sig, r_ptr="*u32"), debug=True)
+    assert "tiles_assert_line" not in k.asm["ptx"]  # tl.mul/tl.add with sanitize_overflow=False, and randint
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+def test_debug_mode_checks_integer_overflow_on_the_gpu(monkeypatch, op):
+    import torch
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    monkeypatch.delenv("TILES_DEBUG", raising=False)
+    monkeypatch.delenv("TRITON_DEBUG", raising=False)
+    rng = np.random.default_rng()
+    for dt in (np.int16, np.int32, np.uint32):
+        tdt = {np.int16: torch.int16, np.int32: torch.int32, np.uint32: torch.uint32}[dt]
+        x, y = _operands(rng, dt, op, overflow=False)
+        want = _OPS[op](x.astype(np.int64), y.astype(np.int64)).astype(dt)
+        gx, gy = (torch.from_numpy(a.view(np.int32) if dt == np.uint32 else a).cuda().view(tdt) for a in (x, y))
+        gz = torch.empty_like(gx)
+        arith_kernel[(1,)](gx, gy, gz, OP=op, debug=True)
+        got = gz.view(torch.int32 if dt == np.uint32 else tdt).cpu().numpy().view(dt)
+        np.testing.assert_array_equal(got, want)
+        x, y = _operands(rng, dt, op, overflow=True)
+        gx, gy = (torch.from_numpy(a.view(np.int32) if dt == np.uint32 else a).cuda().view(tdt) for a in (x, y))
+        with pytest.raises(RuntimeError, match="device-side assert.*overflow detected"):
+            arith_kernel[(1,)](gx, gy, gz, OP=op, debug=True)
+        arith_kernel[(1,)](gx, gy, gz, OP=op, debug=True, sanitize_overflow=False)  # the context still works
+        got = gz.view(torch.int32 if dt == np.uint32 else tdt).cpu().numpy().view(dt)
+        np.testing.assert_array_equal(got, _OPS[op](x.astype(np.int64), y.astype(np.int64)).astype(dt))

@@ -17,6 +17,7 @@ from .core import _aggregate as aggregate  # noqa: F401
 from .core import constexpr  # noqa: F401
 from .errors import (  # noqa: F401
     CompilationError,
+    DeviceAssertionError,
     InterpreterError,
     LaunchError,
     OutOfBoundsError,
@@ -57,7 +58,8 @@ def next_power_of_2(n: int) -> int:
 
 
 __all__ = ["autotune", "heuristics", "Config", "testing", "jit", "JITFunction", "compile", "compile_many",
-           "CompiledKernel", "CompilationError", "OutOfBoundsError", "InterpreterError", "LaunchError", "constexpr",
+           "CompiledKernel", "CompilationError", "DeviceAssertionError", "OutOfBoundsError", "InterpreterError",
+           "LaunchError", "constexpr",
            "cdiv", "next_power_of_2", "language", "set_allocator", "tools", "reinterpret",
            "TensorWrapper", "OutOfResources", "TilesError", "TritonError", "constexpr_function", "must_use_result",
            "AsyncCompileMode", "FutureKernel", "MockTensor", "aggregate"]

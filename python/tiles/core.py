@@ -672,6 +672,8 @@ class constant_tensor(tensor):
 
 def _tensor_binop(sem_name: str, reflected: bool = False):
     f = None  # semantic's function, found on first use (semantic imports this module)
+    # `+`, `-` and `*` are checked for integer overflow in debug mode (Triton's operators are).
+    extra = (True,) if sem_name in ("add", "sub", "mul") else ()
 
     def op(self, other):
         nonlocal f
@@ -679,7 +681,7 @@ def _tensor_binop(sem_name: str, reflected: bool = False):
             from . import semantic
 
             f = getattr(semantic, sem_name)
-        return f(other, self) if reflected else f(self, other)
+        return f(other, self, *extra) if reflected else f(self, other, *extra)
 
     return op
 

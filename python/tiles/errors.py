@@ -34,6 +34,13 @@ class StaticAssertFailed(AssertionError):
     """Raised by `tl.static_assert`; the compiler reports it as CompileTimeAssertionFailure."""
 
 
+class DeviceAssertionError(TilesError, AssertionError, RuntimeError):
+    """A `tl.device_assert` (or a debug-mode overflow check) failed. An AssertionError, as
+    Triton's interpreter raises, and a RuntimeError saying "device-side assert triggered", as a
+    failed assert reaches Triton's users on the GPU; tiles' message also names the kernel, the
+    line and the assert's message."""
+
+
 class OutOfBoundsError(TilesError, IndexError):
     """The interpreter caught a load or store outside the buffer its pointer came from."""
 

@@ -546,23 +546,25 @@ def reduce_or(input, axis, keep_dims=False, _semantic=None):
     return semantic.reduce([input], _v(axis), _or_combine, _v(keep_dims))[0]
 
 
-# The functions behind `+`, `-` and `*` (Triton names them; the overflow check is not ours to do).
+# The functions behind `+`, `-` and `*`. In debug mode, unless the compile option or the
+# call says `sanitize_overflow=False`, an integer result that overflows its type fails a
+# device assert (Triton's rule).
 @builtin
 def add(x, y, sanitize_overflow=True, _semantic=None):
     """x + y."""
-    return semantic.add(x, y)
+    return semantic.add(x, y, bool(_v(sanitize_overflow)))
 
 
 @builtin
 def sub(x, y, sanitize_overflow=True, _semantic=None):
     """x - y."""
-    return semantic.sub(x, y)
+    return semantic.sub(x, y, bool(_v(sanitize_overflow)))
 
 
 @builtin
 def mul(x, y, sanitize_overflow=True, _semantic=None):
     """x * y."""
-    return semantic.mul(x, y)
+    return semantic.mul(x, y, bool(_v(sanitize_overflow)))
 
 
 @builtin

@@ -468,7 +468,21 @@ def _binary(op: str, a: tensor, b: tensor) -> tensor:
     return make(_be().binary(op, a, b), a.dtype, a.shape)
 
 
-def add(a: Any, b: Any) -> tensor:
+def _check_overflow(op: str, a: tensor, b: tensor) -> None:
+    """Debug mode's overflow check of an integer `+`, `-` or `*` narrower than 64 bits
+    (Triton's `sanitize_overflow`): the exact result, computed in int64, must lie in the
+    operands' type's range, unsigned types included."""
+    dt = a.dtype
+    if not dt.is_int() or dt.is_int1() or dt.primitive_bitwidth >= 64 or not _be().sanitize_overflow:
+        return
+    exact = _binary(op, cast(a, core.int64), cast(b, core.int64))
+    ok = and_(less_equal(exact, dt.get_int_max_value()), greater_equal(exact, dt.get_int_min_value()))
+    device_assert(ok, f"int{dt.primitive_bitwidth} overflow detected for operation {op}")
+
+
+def add(a: Any, b: Any, sanitize_overflow: bool = False) -> tensor:
+    """`a + b`; with `sanitize_overflow` (the operator's, and `tl.add`'s default), debug mode
+    checks integer overflow."""
     a, b = binary_operands(a, b, True, True)
     if a.dtype.is_ptr() and b.dtype.is_ptr():
         raise TilesTypeError("cannot add two pointers")
@@ -476,18 +490,24 @@ def add(a: Any, b: Any) -> tensor:
         a, b = b, a
     if a.dtype.is_ptr():
         return make(_be().addptr(a, b), a.dtype, a.shape)
+    if sanitize_overflow:
+        _check_overflow("add", a, b)
     return _binary("add", a, b)
 
 
-def sub(a: Any, b: Any) -> tensor:
+def sub(a: Any, b: Any, sanitize_overflow: bool = False) -> tensor:
     a, b = binary_operands(a, b, True, False)
     if a.dtype.is_ptr():
         return make(_be().addptr(a, minus(b)), a.dtype, a.shape)
+    if sanitize_overflow:
+        _check_overflow("sub", a, b)
     return _binary("sub", a, b)
 
 
-def mul(a: Any, b: Any) -> tensor:
+def mul(a: Any, b: Any, sanitize_overflow: bool = False) -> tensor:
     a, b = binary_operands(a, b)
+    if sanitize_overflow:
+        _check_overflow("mul", a, b)
     return _binary("mul", a, b)
 
 
@@ -1026,7 +1046,7 @@ def device_print(prefix: str, args: Sequence[Any], hex: bool = False) -> None:
 
 def device_assert(cond: Any, msg: str = "", mask: Any = None) -> None:
     cond = cast(to_tensor(cond), core.int1)
-    if mask is not None:
+    if _unwrap(mask) is not None:
         mask = cast(to_tensor(mask), core.int1)
         cond, mask = broadcast_pair(cond, mask)
         cond = or_(cond, not_(mask))

@@ -15,6 +15,16 @@ from .. import _tiles
 from ..errors import CompilationError
 
 
+def _asserts_by_line(asserts) -> Dict[int, str]:
+    """The assert messages by source line (the flag a failed assert sets holds its line); the
+    messages of several asserts on one line (`a * b + c` in debug mode) are joined."""
+    out: Dict[int, str] = {}
+    for line, msg in asserts:
+        prev = out.get(line)
+        out[line] = msg if prev is None or msg in prev.split(" | ") else f"{prev} | {msg}"
+    return out
+
+
 class CompiledKernel:
     """One kernel compiled for one signature, specialisation and target.
 
@@ -33,7 +43,7 @@ class CompiledKernel:
             lambda: _tiles.parse_ir(tir).compile(target, fp_fusion=fp_fusion, maxnreg=maxnreg)["llir"])
         self.metadata = SimpleNamespace(name=self.name, target=target, num_warps=num_warps, num_stages=num_stages,
                                         shared=out["shared"], num_threads=out["num_threads"],
-                                        asserts=dict(out.get("asserts", [])))
+                                        asserts=_asserts_by_line(out.get("asserts", [])))
         self.file = file
         self.signature = signature
         self.constexprs = constexprs
@@ -97,13 +107,16 @@ class CompiledKernel:
         return self._loaded
 
     def check_asserts(self) -> None:
-        """After a launch with debugging on: raises AssertionError if a device_assert failed."""
+        """After a launch with debugging on: raises DeviceAssertionError if a device_assert failed."""
         if not self.metadata.asserts or self._loaded is None:
             return
         line = self._loaded.read_assert_flag()
         if line:
+            from ..errors import DeviceAssertionError
+
             msg = self.metadata.asserts.get(line, "")
-            raise AssertionError(f"device_assert failed in {self.function_name} at {self.file}:{line}: {msg}")
+            raise DeviceAssertionError(f"device-side assert triggered: device_assert failed in {self.function_name} "
+                                       f"at {self.file}:{line}: {msg}")
 
     def _init_handles(self) -> None:
         """Loads the kernel on the GPU (Triton's name for it)."""
@@ -383,7 +396,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
            target: Any = "sm_90a", num_warps: int = 4, num_stages: int = 3,
            specialization: Optional[Dict[str, int]] = None, equal_to_1: Sequence[str] = (), debug: bool = False,
            enable_fp_fusion: bool = False, maxnreg: Optional[int] = None,
-           options: Optional[Dict[str, Any]] = None):
+           options: Optional[Dict[str, Any]] = None, sanitize_overflow: bool = True):
     """`compile` up to the end of the frontend (the part that needs the GIL): a CompiledKernel
     on a disk-cache hit, else the `_Backend` that finishes it."""
     from .. import frontend
@@ -395,7 +408,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         constexprs = dict(src.constants, **(constexprs or {}))
         specialization = dict(src.specialization, **(specialization or {}))
     if options:
-        known = {"num_warps", "num_stages", "debug", "enable_fp_fusion", "maxnreg", "num_ctas"}
+        known = {"num_warps", "num_stages", "debug", "enable_fp_fusion", "maxnreg", "num_ctas", "sanitize_overflow"}
         unknown = set(options) - known
         if unknown:
             raise TypeError(f"unknown compile option(s) {sorted(unknown)}; tiles takes {sorted(known)}")
@@ -406,6 +419,9 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         debug = options.get("debug", debug)
         enable_fp_fusion = options.get("enable_fp_fusion", enable_fp_fusion)
         maxnreg = options.get("maxnreg", maxnreg)
+        sanitize_overflow = options.get("sanitize_overflow", sanitize_overflow)
+    # Integer overflow checks are part of debug mode (Triton's `sanitize_overflow` option).
+    sanitize = bool(debug) and bool(sanitize_overflow)
     if signature is None:
         raise TypeError("compile() needs a signature (or an ASTSource)")
     target = _target_name(target)
@@ -438,7 +454,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
     dump = bool(os.environ.get("TILES_DUMP_IR"))
     key = cache.kernel_key(fn, signature=sig, spec=spec, ones=sorted(equal_to_1), constexprs=constexprs,
                            target=target, num_warps=num_warps, num_stages=num_stages, debug=bool(debug),
-                           fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg)
+                           fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, sanitize_overflow=sanitize)
     hit = None if dump else cache.load(key)
     if hit is not None:
         out = dict(hit["stages"], name=hit["name"], shared=hit["shared"], num_threads=hit["num_threads"],
@@ -452,7 +468,8 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
             print(f"tiles: {ck.name}: disk cache hit", file=sys.stderr)
         return ck
     t0 = time.perf_counter()
-    kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target)
+    kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target,
+                                  sanitize)
     return _Backend(fn=fn, kernel=kernel, key=key, target=target, num_warps=num_warps, num_stages=num_stages,
                     sig=sig, constexprs=constexprs, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, dump=dump,
                     frontend_s=time.perf_counter() - t0)

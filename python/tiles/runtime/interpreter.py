@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import core
 from .._numpy_types import from_numpy, numpy_dtype
-from ..errors import InterpreterError, LaunchError, OutOfBoundsError
+from ..errors import DeviceAssertionError, InterpreterError, LaunchError, OutOfBoundsError
 from .jit import _is_descriptor
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -139,8 +139,10 @@ class NumpyBackend:
 
     interpreter = True
 
-    def __init__(self, kernel: str, grid: Tuple[int, int, int], memory: Memory, num_warps: int = 4):
+    def __init__(self, kernel: str, grid: Tuple[int, int, int], memory: Memory, num_warps: int = 4,
+                 sanitize_overflow: bool = False):
         self.kernel, self.grid, self.memory = kernel, grid, memory
+        self.sanitize_overflow = sanitize_overflow  # debug mode's integer overflow checks
         self.num_warps = num_warps  # for tl.extra.cuda.num_warps()
         self.pid = (0, 0, 0)
 
@@ -546,7 +548,7 @@ class NumpyBackend:
         if not c.all():
             bad = np.argwhere(~np.broadcast_to(c, c.shape)) if c.ndim else None
             at = f", first failing index {tuple(int(i) for i in bad[0])}" if bad is not None and len(bad) else ""
-            raise AssertionError(f"device_assert failed {self.where()}{at}: {msg}")
+            raise DeviceAssertionError(f"device-side assert triggered: device_assert failed {self.where()}{at}: {msg}")
 
     def to_python_bool(self, t):
         h = _arr(t.handle)
@@ -889,8 +891,9 @@ def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
     return type(v)(*elems) if _is_namedtuple(v) else tuple(elems)
 
 
-def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4) -> None:
-    """Runs every program of the grid, in order, on the CPU."""
+def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow: bool = False) -> None:
+    """Runs every program of the grid, in order, on the CPU (device asserts always checked;
+    integer overflow with `sanitize_overflow`, which debug mode sets)."""
     from ..core import constexpr, pointer_type, tensor, use_backend
     from .jit import _annotated_scalar_type
 
@@ -930,7 +933,7 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4) -> None:
     g = grid(dict(zip(jitfn.param_names, vals))) if callable(grid) else grid
     g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
     g = g + (1,) * (3 - len(g))
-    be = NumpyBackend(jitfn.__name__, g, mem, num_warps)
+    be = NumpyBackend(jitfn.__name__, g, mem, num_warps, sanitize_overflow)
     kernel = interpreted_function(jitfn)
     with use_backend(be):
         for z in range(g[2]):

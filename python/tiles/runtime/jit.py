@@ -16,7 +16,7 @@ from ..errors import ArgumentOverflowError, HostMemoryError, LaunchError
 from . import async_compile, cache
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
-                   "launch_cooperative_grid", "launch_pdl", "stream")
+                   "sanitize_overflow", "launch_cooperative_grid", "launch_pdl", "stream")
 # Objects with `enter(fn, grid, args, compiled, stream) -> token` and `exit(token)`, called around
 # every launch while present (tiles.profiler); see `add_launch_hook`.
 _launch_hooks: List[Any] = []
@@ -866,23 +866,26 @@ class JITFunction(KernelInterface):
 
     # -- compile and launch -------------------------------------------------------------------------
     def _full_key(self, key, opts: Dict[str, Any], num_warps: int, num_stages: int) -> Tuple[Any, ...]:
-        """The in-memory cache key: the arguments' key and the options that change the code
-        (`debug` given at launch, else the function's or the environment's)."""
-        debug = bool(opts["debug"]) if opts.get("debug") is not None else self.debugging()
+        """The in-memory cache key: the arguments' key and the options that change the code:
+        `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow)`."""
+        debug = self.debugging(opts.get("debug"))
+        sanitize = debug and bool(opts.get("sanitize_overflow", True))
         return (key, num_warps, num_stages, debug, bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION)),
-                opts.get("maxnreg"))
+                opts.get("maxnreg"), sanitize)
 
-    def debugging(self) -> bool:
-        if self.debug is not None:
-            return bool(self.debug)
-        return env_flag("DEBUG")
+    def debugging(self, launch_debug: Optional[bool] = None) -> bool:
+        """Whether a launch compiles with debug checks (Triton's rule): `debug` given at launch,
+        else the function's; `TILES_DEBUG` / `TRITON_DEBUG` turn it on for every launch."""
+        given = launch_debug if launch_debug is not None else self.debug
+        return bool(given) or env_flag("DEBUG")
 
     def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False,
-                 fp_fusion: bool = False, maxnreg: Optional[int] = None) -> _Specialization:
-        return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg)()
+                 fp_fusion: bool = False, maxnreg: Optional[int] = None, sanitize: bool = False) -> _Specialization:
+        return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize)()
 
     def _compile_front(self, info, num_warps: int, num_stages: int, debug: bool = False,
-                       fp_fusion: bool = False, maxnreg: Optional[int] = None) -> Callable[[], _Specialization]:
+                       fp_fusion: bool = False, maxnreg: Optional[int] = None,
+                       sanitize: bool = False) -> Callable[[], _Specialization]:
         """Runs the part of a compile that holds the GIL throughout (the frontend) on this
         thread and returns the rest as a function for any thread: passes, LLVM, PTX, the
         driver's PTX -> cubin and the module's load, which run without the GIL. An
@@ -937,7 +940,7 @@ class JITFunction(KernelInterface):
         def front(stages: int):
             return compiler._front(self, signature, constexprs, target=target, num_warps=num_warps,
                                    num_stages=stages, specialization=spec, equal_to_1=ones, debug=debug,
-                                   enable_fp_fusion=fp_fusion, maxnreg=maxnreg)
+                                   enable_fp_fusion=fp_fusion, maxnreg=maxnreg, sanitize_overflow=sanitize)
 
         try:
             first = front(num_stages)
@@ -974,6 +977,7 @@ class JITFunction(KernelInterface):
         num_stages = int(opts.get("num_stages") or 3)
         vals = self.bind(args, kwargs)
         if interpreting(self):
+            sanitize = self.debugging(opts.get("debug")) and bool(opts.get("sanitize_overflow", True))
             from . import interpreter
 
             # The interpreted function was made with the globals of its first run: a change
@@ -982,17 +986,17 @@ class JITFunction(KernelInterface):
             if self._src is not None or _has_source(self.fn):
                 cache.check_globals(self)
             if not _launch_hooks:
-                return interpreter.run(self, vals, grid, num_warps)
+                return interpreter.run(self, vals, grid, num_warps, sanitize)
             g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
             stand_in = SimpleNamespace(name=self.__name__, function_name=self.__name__)
             tokens = [h.enter(self, g, vals, stand_in, 0) for h in _launch_hooks]
-            out = interpreter.run(self, vals, grid, num_warps)
+            out = interpreter.run(self, vals, grid, num_warps, sanitize)
             for h, t in zip(_launch_hooks, tokens):
                 h.exit(t)
             return out
         key, info = self._specialize(vals)
         full_key = self._full_key(key, opts, num_warps, num_stages)
-        _, _, _, debug, fusion, maxnreg = full_key
+        debug = full_key[3]
         if cache.check_globals(self) and self._driver_set and self._dispatcher is not None:
             self._dispatcher.set_guards(self._guard_list())
         spec = self.cache.get(full_key)
@@ -1000,13 +1004,13 @@ class JITFunction(KernelInterface):
             if self._jit_hook("jit_cache_hook", full_key, info, False):
                 return None  # the hook took over this compile (Triton's contract): nothing to launch
             if async_compile.active_mode() is not None:
-                self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg).result()
+                self._submit(full_key, info).result()
                 spec = self.cache[full_key]
             else:
                 with self._lock:
                     spec = self.cache.get(full_key)
                     if spec is None:
-                        spec = self._compile(info, num_warps, num_stages, debug, fusion, maxnreg)
+                        spec = self._compile(info, *full_key[1:])
                         self.cache[full_key] = spec
                 self._jit_hook("jit_post_compile_hook", full_key, info, False)
         g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
@@ -1053,8 +1057,7 @@ class JITFunction(KernelInterface):
         self._dispatcher.learn(tuple(args), kwargs or None, spec.loaded.handle, spec.threads,
                                spec.loaded.shared, spec.slots, spec.compiled)
 
-    def _submit(self, full_key, info, num_warps: int, num_stages: int, debug: bool, fusion: bool,
-                maxnreg: Optional[int]) -> async_compile.FutureKernel:
+    def _submit(self, full_key, info) -> async_compile.FutureKernel:
         """This specialisation's compile: its frontend here, the rest on the active
         AsyncCompileMode's executor."""
 
@@ -1066,7 +1069,7 @@ class JITFunction(KernelInterface):
         mode = async_compile.active_mode()
         key = (id(self), full_key)
         return mode.submitted(key) or mode.submit(
-            key, self._compile_front(info, num_warps, num_stages, debug, fusion, maxnreg), finish)
+            key, self._compile_front(info, *full_key[1:]), finish)
 
     def _keep(self, full_key, spec: _Specialization) -> _Specialization:
         """Caches a compiled specialisation (the first one kept wins); with a GPU, `_compile`
@@ -1090,13 +1093,12 @@ class JITFunction(KernelInterface):
         cache.check_globals(self)
         num_warps, num_stages = int(opts.get("num_warps") or 4), int(opts.get("num_stages") or 3)
         full_key = self._full_key(key, opts, num_warps, num_stages)
-        _, _, _, debug, fusion, maxnreg = full_key
         if full_key not in self.cache:
             if self._jit_hook("jit_cache_hook", full_key, info, True):
                 return None
             if async_compile.active_mode() is not None:
-                return self._submit(full_key, info, num_warps, num_stages, debug, fusion, maxnreg)
-            self._keep(full_key, self._compile(info, num_warps, num_stages, debug, fusion, maxnreg))
+                return self._submit(full_key, info)
+            self._keep(full_key, self._compile(info, *full_key[1:]))
             self._jit_hook("jit_post_compile_hook", full_key, info, True)
         return self.cache[full_key].compiled
 
@@ -1165,8 +1167,9 @@ class JITFunction(KernelInterface):
                 raise RuntimeError(f"preload does not take a {kind!r} parameter (descriptors, named tuples "
                                    "and tuples holding them or other objects)")
         o = data["options"]
-        full_key = (tuple(key), int(o["num_warps"]), int(o["num_stages"]), bool(o.get("debug", False)),
-                    bool(o["enable_fp_fusion"]), o.get("maxnreg"))
+        debug = bool(o.get("debug", False))
+        full_key = (tuple(key), int(o["num_warps"]), int(o["num_stages"]), debug,
+                    bool(o["enable_fp_fusion"]), o.get("maxnreg"), debug and bool(o.get("sanitize_overflow", True)))
         if full_key not in self.cache:
             self._keep(full_key, self._compile(info, *full_key[1:]))
         return self.cache[full_key].compiled
@@ -1183,13 +1186,13 @@ class JITFunction(KernelInterface):
             return None
         import json
 
-        key, num_warps, num_stages, debug, fusion, maxnreg = full_key
+        key, num_warps, num_stages, debug, fusion, maxnreg, sanitize = full_key
         signature = {p.name: ("constexpr" if kind == "constexpr" else ty) for p, (kind, ty, _d, _r) in
                      zip(self.params, info)}
         constants = {p.name: raw for p, (kind, _t, _d, raw) in zip(self.params, info) if kind == "constexpr"}
         name = self.fn.__qualname__
         options = {"num_warps": num_warps, "num_ctas": 1, "num_stages": num_stages, "enable_fp_fusion": fusion,
-                   "launch_cooperative_grid": False, "debug": debug, "maxnreg": maxnreg}
+                   "launch_cooperative_grid": False, "debug": debug, "sanitize_overflow": sanitize, "maxnreg": maxnreg}
         rep = (f"{name}[num_warps={num_warps}, num_ctas=1, num_stages={num_stages}, enable_fp_fusion={fusion}, "
                f"launch_cooperative_grid=False](" + ", ".join(f"{n}: {t}" for n, t in signature.items()) + ")")
         data = json.dumps({"name": f"{self.fn.__module__}.{name}", "signature": signature,
