@@ -933,6 +933,8 @@ def test_int8_warpgroup_dots_assemble(ptxas):
         ptx = k.asm["ptx"]
         assert ("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8" in ptx) == wgmma, b_layout
         assert ("mma.sync" in ptx) != wgmma
+        # mma.sync saturates an overflowing int32 accumulator, as Triton's int8 dot does.
+        assert ("mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32" in ptx) != wgmma
         assemble(ptxas, ptx, "sm_90a")
 
 

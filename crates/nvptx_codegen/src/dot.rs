@@ -87,7 +87,12 @@ fn mma_kind(input: DType, acc: DType) -> Option<MmaKind> {
             'f',
         ),
         (DType::F32, DType::F32) => ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 4, 'f'),
-        (DType::I8, DType::I32) => ("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", 4, 'r'),
+        // Saturating on int32 overflow, as Triton's mma.sync int8 dot does.
+        (DType::I8, DType::I32) => (
+            "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32",
+            4,
+            'r',
+        ),
         _ => return None,
     };
     Some(MmaKind {
