@@ -374,3 +374,32 @@ def test_num_warps_must_be_a_power_of_two():
         with pytest.raises(exc, match="must be a power of 2"):
             tiles.compile(copy_kernel, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
                           constexprs={"BLOCK": 128}, num_warps=3)
+
+
+@tiles.jit
+def bad_expand_dims(x_ptr, AXES: tl.constexpr):
+    t = tl.expand_dims(tl.arange(0, 16), AXES)
+    tl.store(x_ptr + tl.arange(0, 16), tl.reshape(t, (16,)))
+
+
+@tiles.jit
+def bad_program_id(x_ptr, AXIS: tl.constexpr):
+    tl.store(x_ptr, tl.program_id(AXIS))
+
+
+@pytest.mark.parametrize("kernel,constexprs,cause,text", [
+    (bad_expand_dims, {"AXES": (0, -3)}, ValueError, r"duplicate axes, normalized axes = \[0, 0\]"),
+    (bad_expand_dims, {"AXES": 2}, ValueError, "invalid axis 2"),
+    (bad_expand_dims, {"AXES": -3}, ValueError, "invalid axis -3"),
+    (bad_program_id, {"AXIS": 3 + int(np.random.default_rng().integers(0, 30))}, ValueError,
+     r"program_id axis must be 0, 1, or 2 but got \d+"),
+])
+def test_compile_errors_keep_the_original_exception_as_their_cause(kernel, constexprs, cause, text):
+    # Code written for Triton reads the original error from `__cause__`; tiles keeps it, without
+    # tiles' own frames, while its message still shows the kernel's line and caret.
+    e = compile_error(kernel, {"x_ptr": "*i32"}, constexprs)
+    assert isinstance(e.__cause__, cause) and e.__cause__.__traceback__ is None
+    import re
+
+    assert re.search(text, str(e.__cause__)) and re.search(text, str(e))
+    assert "test_errors.py" in str(e) and "^" in str(e)

@@ -631,14 +631,17 @@ class CodeGenerator(ast.NodeVisitor):
             return method(self, node)
         except (CompilationError, _Return):
             raise
+        # The error's cause is the original exception, as Triton's (code that handles compile
+        # errors reads `__cause__`), stripped of tiles' frames: the traceback shows its one line.
         except _tiles.IrError as e:
-            raise self.src.error(node, f"invalid operation: {e}") from None
+            raise self.src.error(node, f"invalid operation: {e}") from e.with_traceback(None)
         except RecursionError:
             raise self.src.error(node, "recursion is not supported in kernels") from None
         except StaticAssertFailed as e:
-            raise self.src.error(node, f"AssertionError: {e}", CompileTimeAssertionFailure) from None
+            raise self.src.error(node, f"AssertionError: {e}",
+                                 CompileTimeAssertionFailure) from e.with_traceback(None)
         except Exception as e:
-            raise self.src.error(node, f"{type(e).__name__}: {e}") from None
+            raise self.src.error(node, f"{type(e).__name__}: {e}") from e.with_traceback(None)
 
     def generic_visit(self, node: ast.AST) -> Any:
         raise self.src.error(node, f"unsupported Python construct in a kernel: {type(node).__name__}")

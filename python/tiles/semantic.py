@@ -278,7 +278,7 @@ def expand_dims(x: Any, axis: Any) -> tensor:
             raise ValueError(f"invalid axis {a} for expand_dims: the result has rank {rank}")
     axes = [a % rank for a in axes]
     if len(set(axes)) != len(axes):
-        raise ValueError(f"expand_dims got an axis twice: {axes}")
+        raise ValueError(f"expand_dims: duplicate axes, normalized axes = {axes}")
     for a in sorted(axes):
         shape = x.shape[:a] + (1,) + x.shape[a:]
         if not x.shape:
@@ -934,7 +934,7 @@ def full(shape: Any, value: Any, dt: Any) -> tensor:
 def program_id(axis: Any) -> tensor:
     axis = int(_unwrap(axis))
     if axis not in (0, 1, 2):
-        raise ValueError(f"program_id axis must be 0, 1 or 2, got {axis}")
+        raise ValueError(f"program_id axis must be 0, 1, or 2 but got {axis}")
     return make(_be().program_id(axis), core.int32)
 
 
