@@ -1043,3 +1043,45 @@ def test_triton_cache_manager_api(cache_dir, monkeypatch):
     import tiles
 
     assert tiles.runtime.cache.FileCacheManager is cache.FileCacheManager
+
+
+def _specialisation_kernels():
+    """One store kernel under each of Triton's three specialisation settings for `i`."""
+    def store_i(x_ptr, i, BLOCK: tl.constexpr):
+        tl.store(x_ptr + tl.arange(0, BLOCK), tl.full((BLOCK,), i, tl.int32))
+
+    return {"enable": tiles.jit(store_i), "disable": tiles.jit(do_not_specialize=["i"])(store_i),
+            "disable_on_alignment": tiles.jit(do_not_specialize_on_alignment=["i"])(store_i),
+            "pointer_too": tiles.jit(do_not_specialize_on_alignment=[0, "i"])(store_i)}
+
+
+# Specialisations of the values 1, 2, 4, 8, 16, 32 (as Triton's test counts them): all of them
+# tell 1, 16-divisible and others apart; `do_not_specialize_on_alignment` only 1 from others.
+_SPECIALISATIONS = {"enable": 3, "disable": 1, "disable_on_alignment": 2, "pointer_too": 2}
+
+
+@pytest.mark.parametrize("mode", list(_SPECIALISATIONS))
+def test_do_not_specialize_on_alignment_compiles(mode):
+    kernel = _specialisation_kernels()[mode]
+    for i in np.random.default_rng().permutation([1, 2, 4, 8, 16, 32]):
+        kernel.warmup(tiles.MockTensor(tl.int32), int(i), BLOCK=64, grid=(1,))
+    keys = list(kernel.device_caches[0][0])
+    assert len(keys) == _SPECIALISATIONS[mode]
+    aligned = {k[0][0][2] for k in keys}  # the pointer's part of the key: ('p', 'i32', alignment)
+    assert aligned == ({1} if mode == "pointer_too" else {16})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", list(_SPECIALISATIONS))
+def test_do_not_specialize_on_alignment_launches(monkeypatch, mode):
+    import torch
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    kernel = _specialisation_kernels()[mode]
+    x = torch.empty(64, dtype=torch.int32, device="cuda")
+    values = [int(v) for v in np.random.default_rng().permutation([1, 2, 4, 8, 16, 32])]
+    for _ in range(2):  # the second round runs through the native dispatcher
+        for v in values:
+            kernel[(1,)](x, v, BLOCK=64)
+            assert int(x[17]) == v
+    assert len(kernel.device_caches[0][0]) == _SPECIALISATIONS[mode]

@@ -64,7 +64,9 @@ struct ParamDecl {
     name: Py<PyString>,
     constexpr: bool,
     default: Option<Py<PyAny>>,
-    specialize: bool,
+    /// What the key notes of an int or pointer: 2 its value 1 and divisibility (or alignment)
+    /// by 16, 1 only its value 1 (`do_not_specialize_on_alignment`), 0 nothing.
+    specialize: u8,
 }
 
 /// Key parts and the values to pass, computed from one call's arguments.
@@ -195,11 +197,11 @@ impl Dispatcher {
                 } else {
                     1
                 };
-                let spec = if !p.specialize {
+                let spec = if p.specialize == 0 {
                     0
                 } else if x == 1 {
                     1
-                } else if x % 16 == 0 {
+                } else if p.specialize == 2 && x % 16 == 0 {
                     16
                 } else {
                     0
@@ -222,7 +224,7 @@ impl Dispatcher {
                 else {
                     return Ok(None);
                 };
-                let align = if p.specialize && addr % 16 == 0 {
+                let align = if p.specialize == 2 && addr % 16 == 0 {
                     16
                 } else {
                     1
@@ -471,12 +473,13 @@ impl Dispatcher {
 
 #[pymethods]
 impl Dispatcher {
-    /// `params`: (name, is_constexpr, has_default, default, specialize) per parameter;
+    /// `params`: (name, is_constexpr, has_default, default, specialize: 0, 1 or 2, see
+    /// `ParamDecl`) per parameter;
     /// `fallback(grid, args, kwargs)`: the Python launcher.
     #[new]
     fn new(
         py: Python<'_>,
-        params: Vec<(String, bool, bool, Py<PyAny>, bool)>,
+        params: Vec<(String, bool, bool, Py<PyAny>, u8)>,
         fallback: Py<PyAny>,
     ) -> Self {
         let params = params

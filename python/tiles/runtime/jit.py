@@ -239,7 +239,7 @@ class Param:
 
     empty = inspect.Parameter.empty
 
-    def __init__(self, p: inspect.Parameter, index: int, do_not_specialize: bool):
+    def __init__(self, p: inspect.Parameter, index: int, do_not_specialize: bool, on_alignment: bool = False):
         self.name = p.name
         self.index = index
         self.default = p.default
@@ -249,6 +249,9 @@ class Param:
         named = ann.split(".")[-1] if isinstance(ann, str) else getattr(ann, "__qualname__", None)
         self.is_const = named == "const" and (isinstance(ann, str) or ann.__module__.startswith("tiles"))
         self.do_not_specialize = do_not_specialize
+        # `do_not_specialize_on_alignment`: an int is still specialised on being 1, but neither
+        # it nor a pointer on divisibility (alignment) by 16.
+        self.no_align = do_not_specialize or on_alignment
         # `n: tl.int64` (or the string "tl.int64") fixes a scalar parameter's type, as in Triton.
         if isinstance(ann, str):
             ann = getattr(core, ann.split(".")[-1], None)
@@ -677,7 +680,7 @@ class JITFunction(KernelInterface):
 
     def __init__(self, fn: Callable, do_not_specialize: Sequence[Any] = (), debug: Optional[bool] = None,
                  noinline: bool = False, interpret: Optional[bool] = None, launch_metadata: Optional[Callable] = None,
-                 **_ignored: Any):
+                 do_not_specialize_on_alignment: Sequence[Any] = (), **_ignored: Any):
         self.fn = fn
         # `launch_metadata(grid, kernel, args)`: a dict (name, flops*, bytes) the profiler records per launch.
         self.launch_metadata = launch_metadata
@@ -686,8 +689,10 @@ class JITFunction(KernelInterface):
         self.__module__ = fn.__module__
         self.__wrapped__ = fn
         sig = inspect.signature(fn)
-        dns = {d if isinstance(d, str) else list(sig.parameters)[d] for d in do_not_specialize}
-        self.params = [Param(p, i, p.name in dns) for i, p in enumerate(sig.parameters.values())]
+        names = list(sig.parameters)
+        dns = {d if isinstance(d, str) else names[d] for d in do_not_specialize}
+        dnsa = {d if isinstance(d, str) else names[d] for d in do_not_specialize_on_alignment}
+        self.params = [Param(p, i, p.name in dns, p.name in dnsa) for i, p in enumerate(sig.parameters.values())]
         self.param_names = [p.name for p in self.params]
         self.arg_names = self.param_names
         self.constexprs = [p.index for p in self.params if p.is_constexpr]
@@ -779,7 +784,8 @@ class JITFunction(KernelInterface):
         from .. import _tiles
 
         decl = [(p.name, p.is_constexpr, p.default is not Param.empty,
-                 None if p.default is Param.empty else p.default, not p.do_not_specialize) for p in self.params]
+                 None if p.default is Param.empty else p.default,
+                 0 if p.do_not_specialize else 1 if p.no_align else 2) for p in self.params]
         self._dispatcher = _tiles.Dispatcher(decl, self._fallback)
         self._driver_set = False  # the new dispatcher gets the driver (and the guards) when taught
         return self._dispatcher
@@ -850,7 +856,7 @@ class JITFunction(KernelInterface):
             ptr = _pointer_info(v, p.name)
             if ptr is not None:
                 addr, dt = ptr
-                div = 16 if addr % 16 == 0 and not p.do_not_specialize else 1
+                div = 16 if addr % 16 == 0 and not p.no_align else 1
                 key.append(("p", dt, div))
                 info.append(("ptr", "*" + dt, div, addr))
                 continue
@@ -859,7 +865,7 @@ class JITFunction(KernelInterface):
             ty = _annotated_scalar_type(p, v)
             div = 0
             if ty in ("i32", "i64", "u64") and not p.do_not_specialize:
-                div = 1 if v == 1 else 16 if v % 16 == 0 else 0
+                div = 1 if v == 1 else 16 if v % 16 == 0 and not p.no_align else 0
             key.append(("s", ty, div))
             info.append(("scalar", ty, div, v))
         return tuple(key), info
@@ -1229,12 +1235,14 @@ def fit_shared_memory(build: Callable[[int], Any], num_stages: int, limit: int, 
     return compiled
 
 
-def jit(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[Any] = (), debug: Optional[bool] = None,
+def jit(fn: Optional[Callable] = None, *, do_not_specialize: Sequence[Any] = (),
+        do_not_specialize_on_alignment: Sequence[Any] = (), debug: Optional[bool] = None,
         noinline: bool = False, interpret: Optional[bool] = None, **kwargs: Any):
     """Decorates a kernel written in the tiles (Triton) language."""
 
     def wrap(f: Callable) -> JITFunction:
-        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline,
-                           interpret=interpret, **kwargs)
+        return JITFunction(f, do_not_specialize=do_not_specialize,
+                           do_not_specialize_on_alignment=do_not_specialize_on_alignment, debug=debug,
+                           noinline=noinline, interpret=interpret, **kwargs)
 
     return wrap(fn) if fn is not None else wrap
