@@ -966,3 +966,56 @@ def test_tf32_warpgroup_dots_assemble(ptxas):
         ptx = k.asm["ptx"]
         assert ("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ptx) == wgmma, (b_nk, prec)
         assemble(ptxas, ptx, "sm_90a")
+
+
+@tiles.jit
+def rms_mix_bwd_kernel(x_ptr, w_ptr, mix_ptr, scale_ptr, g_ptr, gx_ptr, gw_ptr, N: tl.constexpr, K: tl.constexpr,
+                       M: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr):
+    # The backward of mix = (x @ w) * scale[:, None], scale = rsqrt(mean(x^2)): dx through one
+    # dot plus x times a row factor, dw = x^T @ (g * scale) added atomically. On sm_90a, `x`
+    # lives in the mma.sync dot's accumulator layout and reaches wgmma as a register-form `a`.
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    cols = tl.program_id(1) * BK + tl.arange(0, BK)
+    outs = tl.arange(0, BM)
+    rmask = rows < N
+    scale = tl.load(scale_ptr + rows, mask=rmask, other=0.0)
+    x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=rmask[:, None] & (cols[None, :] < K), other=0.0)
+    gm = tl.load(g_ptr + rows[:, None] * M + outs[None, :], mask=rmask[:, None] & (outs[None, :] < M), other=0.0)
+    mix = tl.load(mix_ptr + rows[:, None] * M + outs[None, :], mask=rmask[:, None] & (outs[None, :] < M), other=0.0)
+    w = tl.load(w_ptr + cols[:, None] * M + outs[None, :], mask=(cols[:, None] < K) & (outs[None, :] < M), other=0.0)
+    gs = (gm * scale[:, None]).to(w.dtype)
+    dx = tl.dot(gs, tl.trans(w))
+    dw = tl.dot(tl.trans(x), gs)
+    tl.atomic_add(gw_ptr + cols[:, None] * M + outs[None, :], dw, mask=(cols[:, None] < K) & (outs[None, :] < M))
+    row_dot = tl.sum(gm * mix, axis=1)
+    factor = -(row_dot / scale) * scale * scale * scale / K
+    dx += x.to(tl.float32) * factor[:, None]
+    tl.store(gx_ptr + rows[:, None] * K + cols[None, :], dx.to(x.dtype), mask=rmask[:, None] & (cols[None, :] < K))
+
+
+@pytest.mark.parametrize("K", [64, 128, 256])
+def test_masked_mixed_dots_with_an_atomic_gradient(dev, rng, K):
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    N, M = 8, 8
+    x = rng.standard_normal((N, K)).astype(bf16)
+    w = rng.standard_normal((K, M)).astype(bf16)
+    mix = rng.standard_normal((N, M)).astype(np.float32)
+    scale = (rng.random(N) + 0.5).astype(np.float32)
+    g = rng.standard_normal((N, M)).astype(np.float32)
+    gx = dev.put(np.zeros((N, K), bf16))
+    gw = dev.put(np.zeros((K, M), np.float32))
+    rms_mix_bwd_kernel[(1, 1)](dev.put(x), dev.put(w), dev.put(mix), dev.put(scale), dev.put(g), gx, gw, N=N, K=K,
+                               M=M, BN=32, BK=256, BM=32, num_warps=4)
+    gs = (g * scale[:, None]).astype(bf16).astype(np.float64)
+    want_gw = x.astype(np.float64).T @ gs
+    factor = -((g * mix).sum(1) / scale) * scale**3 / K
+    want_gx = gs @ w.astype(np.float64).T + x.astype(np.float64) * factor[:, None]
+    gw_err = np.abs(dev.get(gw) - want_gw).max() / np.abs(want_gw).max()
+    gx_err = np.abs(dev.get(gx).astype(np.float64) - want_gx).max() / np.abs(want_gx).max()
+    if dev.mode == "gpu" and K < 256 and gw_err > 1e-2:
+        # Known, not yet fixed: found in Liger-Kernel's mHC backward (stop 26). dw comes out
+        # wrong when K < BK (LLVM's codegen at -O0 gets it right; see the stop's note).
+        pytest.xfail(f"known wrong dw on the GPU for K={K} (relative error {gw_err:.2g})")
+    assert gw_err < 1e-2 and gx_err < 2e-2, (gw_err, gx_err)
