@@ -1015,7 +1015,26 @@ def test_masked_mixed_dots_with_an_atomic_gradient(dev, rng, K):
     gw_err = np.abs(dev.get(gw) - want_gw).max() / np.abs(want_gw).max()
     gx_err = np.abs(dev.get(gx).astype(np.float64) - want_gx).max() / np.abs(want_gx).max()
     if dev.mode == "gpu" and K < 256 and gw_err > 1e-2:
-        # Known, not yet fixed: found in Liger-Kernel's mHC backward (stop 26). dw comes out
-        # wrong when K < BK (LLVM's codegen at -O0 gets it right; see the stop's note).
-        pytest.xfail(f"known wrong dw on the GPU for K={K} (relative error {gw_err:.2g})")
+        # Found in Liger-Kernel's mHC backward (stop 26): dw came out wrong for K < BK. The
+        # SASS showed ptxas moving a wgmma accumulator between in-flight instructions when a
+        # zero accumulator was passed as tied inputs; zero accumulators are no longer passed
+        # (test_zero_accumulator_wgmma_reads_no_inputs). The fix had not run on a GPU when
+        # this was written: a failure here means it did not hold.
+        pytest.xfail(f"wrong dw on the GPU for K={K} (relative error {gw_err:.2g}): the stop 26 fix did not hold")
     assert gw_err < 1e-2 and gx_err < 2e-2, (gw_err, gx_err)
+
+
+def test_zero_accumulator_wgmma_reads_no_inputs(ptxas):
+    # A zero accumulator is not fed to wgmma: each 64-row block's first K step runs with
+    # scale-d false (`pz`), later ones accumulate (`p`); the outputs are not tied to inputs.
+    from test_compile import assemble
+
+    sig = {"x_ptr": "*bf16:16", "w_ptr": "*bf16:16", "mix_ptr": "*fp32:16", "scale_ptr": "*fp32:16",
+           "g_ptr": "*fp32:16", "gx_ptr": "*bf16:16", "gw_ptr": "*fp32:16"}
+    k = tiles.compile(rms_mix_bwd_kernel, signature=sig, constexprs=dict(N=8, K=64, M=8, BN=32, BK=256, BM=32),
+                      num_warps=4, target="sm_90a")
+    ptx = k.asm["ptx"]
+    wgmma = [line for line in ptx.splitlines() if line.startswith("wgmma.mma_async")]
+    assert len(wgmma) == 8, wgmma  # 4 blocks of 64 rows x 2 K steps of 16
+    assert sum(", pz, " in w for w in wgmma) == 4 and sum(", p, " in w for w in wgmma) == 4
+    assemble(ptxas, ptx, "sm_90a")

@@ -1080,6 +1080,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         let pred = n_acc + ins.len();
         ins.push(one.into());
         in_cons.push("r");
+        // A zero accumulator (`tl.dot(a, b)`, or `tl.zeros` outside a loop) is not read: each
+        // instruction group's first K step runs with scale-d false (D = A*B), and the outputs
+        // are not tied to inputs. Zeros passed as tied inputs are copies of one register, which
+        // ptxas was seen to move between wgmma instructions still in flight, reading their
+        // accumulators early (wrong results in Liger-Kernel's mHC backward; stop 26).
+        // TILES_WGMMA_TIED_ZERO (developers): pass zero accumulators as tied inputs anyway.
+        let zero_c = pending == 0
+            && !deferred
+            && self.is_zero_constant(c)
+            && std::env::var_os("TILES_WGMMA_TIED_ZERO").is_none();
         let mut descs: HashMap<(bool, u64), usize> = HashMap::new();
         let mut desc = |lw: &Self,
                         ins: &mut Vec<BasicValueEnum<'ctx>>,
@@ -1102,8 +1112,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         let list = |r: std::ops::Range<usize>| -> String {
             r.map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
         };
-        let mut text =
-            format!("{{\n.reg .pred p;\nsetp.ne.b32 p, ${pred}, 0;\nwgmma.fence.sync.aligned;\n");
+        let first_scale = if zero_c {
+            format!(".reg .pred pz;\nsetp.eq.b32 pz, ${pred}, 0;\n")
+        } else {
+            String::new()
+        };
+        let mut text = format!(
+            "{{\n.reg .pred p;\nsetp.ne.b32 p, ${pred}, 0;\n{first_scale}wgmma.fence.sync.aligned;\n"
+        );
         for (g, (rm, nc, _)) in groups.iter().enumerate() {
             let (rm, nc) = (*rm, *nc);
             let m0 = rm * 16 * wm;
@@ -1122,8 +1138,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                     },
                 };
                 let sep = if flags.is_empty() { "" } else { ", " };
+                let scale = if zero_c && kk == 0 { "pz" } else { "p" };
                 text.push_str(&format!(
-                    "{instr} {{{}}}, {a_text}, ${b}, p{sep}{flags};\n",
+                    "{instr} {{{}}}, {a_text}, ${b}, {scale}{sep}{flags};\n",
                     list(acc_at[g].clone())
                 ));
             }
@@ -1134,16 +1151,32 @@ impl<'ctx> Lowering<'ctx, '_> {
         let letter = if packed || int8 { "=r" } else { "=f" };
         let mut cons: Vec<String> = (0..n_acc).map(|_| letter.to_string()).collect();
         cons.extend(in_cons.iter().map(|c| c.to_string()));
-        cons.extend((0..n_acc).map(|i| i.to_string()));
+        if !zero_c {
+            cons.extend((0..n_acc).map(|i| i.to_string()));
+        }
         cons.push("~{memory}".to_string());
         let mut args = ins;
-        args.extend_from_slice(&acc);
+        if !zero_c {
+            args.extend_from_slice(&acc);
+        }
         let out = self.asm_struct(acc[0].get_type(), n_acc, &text, &cons, &args)?;
         for (g, (_, _, slots)) in groups.iter().enumerate() {
             let part = out[acc_at[g].clone()].to_vec();
             self.scatter_acc(&mut rc, slots, part, packed, acc_elem_t)?;
         }
         Ok(rc)
+    }
+
+    /// Whether `v` is a constant tile of zeros (`tl.zeros`, a dot's default accumulator).
+    fn is_zero_constant(&self, v: Value) -> bool {
+        match self.func.values[v].def {
+            tile_ir::ValueDef::Result(o, _) => match self.func.ops[o].kind {
+                OpKind::Constant(tile_ir::Const::Int(i)) => i == 0,
+                OpKind::Constant(tile_ir::Const::Float(f)) => f == 0.0,
+                _ => false,
+            },
+            tile_ir::ValueDef::Arg(..) => false,
+        }
     }
 
     /// `wgmma.wait_group pending`, passing the registers of `values` (warpgroup accumulators)
