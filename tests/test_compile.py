@@ -44,6 +44,16 @@ def assemble(ptxas: str, ptx: str, arch: str) -> str:
         r = subprocess.run([ptxas, f"-arch={arch}", "-v", src, "-o", os.path.join(d, "k.cubin")],
                            capture_output=True, text=True)
         assert r.returncode == 0, f"ptxas rejected the PTX for {arch}:\n{r.stderr}\n{ptx}"
+        if "wgmma.mma_async" in ptx:
+            # Nothing may touch a wgmma's registers while it runs (see sass_hazards).
+            from sass_hazards import find_nvdisasm, hazards
+
+            nvdisasm = find_nvdisasm()
+            if nvdisasm is not None:
+                sass = subprocess.run([nvdisasm, "-c", os.path.join(d, "k.cubin")], check=True,
+                                      capture_output=True, text=True).stdout
+                found = hazards(sass)
+                assert found == [], "\n".join(found)
         return r.stderr
 
 

@@ -972,24 +972,31 @@ def test_tf32_warpgroup_dots_assemble(ptxas):
 def rms_mix_bwd_kernel(x_ptr, w_ptr, mix_ptr, scale_ptr, g_ptr, gx_ptr, gw_ptr, N: tl.constexpr, K: tl.constexpr,
                        M: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr):
     # The backward of mix = (x @ w) * scale[:, None], scale = rsqrt(mean(x^2)): dx through one
-    # dot plus x times a row factor, dw = x^T @ (g * scale) added atomically. On sm_90a, `x`
-    # lives in the mma.sync dot's accumulator layout and reaches wgmma as a register-form `a`.
+    # dot per block of outputs plus x times a row factor, dw = x^T @ (g * scale) added
+    # atomically. On sm_90a, `x` lives in the mma.sync dot's accumulator layout and reaches
+    # wgmma as a register-form `a` whose accumulator starts at zero.
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     cols = tl.program_id(1) * BK + tl.arange(0, BK)
-    outs = tl.arange(0, BM)
     rmask = rows < N
-    scale = tl.load(scale_ptr + rows, mask=rmask, other=0.0)
+    scale = tl.load(scale_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=rmask[:, None] & (cols[None, :] < K), other=0.0)
-    gm = tl.load(g_ptr + rows[:, None] * M + outs[None, :], mask=rmask[:, None] & (outs[None, :] < M), other=0.0)
-    mix = tl.load(mix_ptr + rows[:, None] * M + outs[None, :], mask=rmask[:, None] & (outs[None, :] < M), other=0.0)
-    w = tl.load(w_ptr + cols[:, None] * M + outs[None, :], mask=(cols[:, None] < K) & (outs[None, :] < M), other=0.0)
-    gs = (gm * scale[:, None]).to(w.dtype)
-    dx = tl.dot(gs, tl.trans(w))
-    dw = tl.dot(tl.trans(x), gs)
-    tl.atomic_add(gw_ptr + cols[:, None] * M + outs[None, :], dw, mask=(cols[:, None] < K) & (outs[None, :] < M))
-    row_dot = tl.sum(gm * mix, axis=1)
+    xf = x.to(tl.float32)
+    dx = tl.zeros((BN, BK), tl.float32)
+    row_dot = tl.zeros((BN,), tl.float32)
+    for m0 in tl.static_range(0, M, BM):
+        outs = m0 + tl.arange(0, BM)
+        omask = rmask[:, None] & (outs[None, :] < M)
+        gm = tl.load(g_ptr + rows[:, None] * M + outs[None, :], mask=omask, other=0.0).to(tl.float32)
+        mix = tl.load(mix_ptr + rows[:, None] * M + outs[None, :], mask=omask, other=0.0).to(tl.float32)
+        row_dot += tl.sum(gm * mix, axis=1)
+        wmask = (cols[:, None] < K) & (outs[None, :] < M)
+        w = tl.load(w_ptr + cols[:, None] * M + outs[None, :], mask=wmask, other=0.0)
+        gs = (gm * scale[:, None]).to(w.dtype)
+        dx += tl.dot(gs, tl.trans(w))
+        dw = tl.dot(tl.trans(x), gs)
+        tl.atomic_add(gw_ptr + cols[:, None] * M + outs[None, :], dw, mask=wmask)
     factor = -(row_dot / scale) * scale * scale * scale / K
-    dx += x.to(tl.float32) * factor[:, None]
+    dx = dx + xf * factor[:, None]
     tl.store(gx_ptr + rows[:, None] * K + cols[None, :], dx.to(x.dtype), mask=rmask[:, None] & (cols[None, :] < K))
 
 
@@ -1038,3 +1045,36 @@ def test_zero_accumulator_wgmma_reads_no_inputs(ptxas):
     assert len(wgmma) == 8, wgmma  # 4 blocks of 64 rows x 2 K steps of 16
     assert sum(", pz, " in w for w in wgmma) == 4 and sum(", p, " in w for w in wgmma) == 4
     assemble(ptxas, ptx, "sm_90a")
+
+
+def _warpgroup_kernels():
+    """Kernels whose sm_90a code issues wgmma: dots with zero and carried accumulators,
+    register and shared `a`, in and out of loops."""
+    f16 = {"q_ptr": "*fp16:16", "k_ptr": "*fp16:16", "v_ptr": "*fp16:16", "o_ptr": "*fp16:16"}
+    mix = {"x_ptr": "*bf16:16", "w_ptr": "*bf16:16", "mix_ptr": "*fp32:16", "scale_ptr": "*fp32:16",
+           "g_ptr": "*fp32:16", "gx_ptr": "*bf16:16", "gw_ptr": "*fp32:16"}
+    yield from ((f"rms_mix_bwd K={k}", rms_mix_bwd_kernel, mix, dict(N=8, K=k, M=8, BN=32, BK=256, BM=32), {})
+                for k in (64, 128, 256))
+    yield ("attention_fwd", attention_fwd_kernel, dict(f16, seq_len="i32:16", sm_scale="fp32"),
+           {"D": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {})
+    yield ("causal_attention", causal_attention_kernel, dict(f16, n_ctx="i32:16", qk_scale="fp32"),
+           {"D": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {"num_stages": 1})
+    qkv = {k: v for k, v in f16.items() if k != "o_ptr"}
+    yield ("dkdv", dkdv_kernel, dict(qkv, do_ptr="*fp16:16", dk_ptr="*fp32:16", dv_ptr="*fp32:16", n_ctx="i32:16"),
+           {"D": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {"num_stages": 3})
+
+
+@pytest.mark.parametrize("name,kernel,sig,constexprs,opts", list(_warpgroup_kernels()),
+                         ids=[k[0] for k in _warpgroup_kernels()])
+def test_wgmma_sass_leaves_in_flight_registers_alone(ptxas, name, kernel, sig, constexprs, opts):
+    # Between a HGMMA and the wait that completes it nothing may touch its accumulators or
+    # rewrite its `a` fragment (ptxas did, for a zero accumulator passed as tied inputs).
+    from sass_hazards import find_nvdisasm, hazards, sass_of
+
+    nvdisasm = find_nvdisasm()
+    if nvdisasm is None:
+        pytest.skip("no nvdisasm (pip install nvidia-cuda-nvdisasm)")
+    k = tiles.compile(kernel, signature=sig, constexprs=constexprs, target="sm_90a", num_warps=4, **opts)
+    sass = sass_of(ptxas, nvdisasm, k.asm["ptx"])
+    assert "HGMMA" in sass
+    assert hazards(sass) == []
