@@ -62,8 +62,8 @@ def hazards(sass: str) -> List[str]:
             d0 = int(h.group(3))
             acc = set(range(d0, d0 + _accumulators(int(h.group(1)), h.group(2))))
             a = set(range(int(h.group(4)), int(h.group(4)) + 4)) if h.group(4) else set()
-            if any(a & prev for _, prev, _ in in_flight):
-                found.append(f"`a` fragment inside an in-flight accumulator: {ins}")
+            if a & acc or any(a & prev for _, prev, _ in in_flight):
+                found.append(f"`a` fragment inside an accumulator being written: {ins}")
             in_flight.append((ins, acc, a))
             continue
         if not in_flight or "WARPGROUP" in ins:
