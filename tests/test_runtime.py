@@ -1085,3 +1085,56 @@ def test_do_not_specialize_on_alignment_launches(monkeypatch, mode):
             kernel[(1,)](x, v, BLOCK=64)
             assert int(x[17]) == v
     assert len(kernel.device_caches[0][0]) == _SPECIALISATIONS[mode]
+
+
+@tiles.jit
+def scale_shift_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 1.5 + 1.0)
+
+
+@pytest.mark.parametrize("arch,target", [("sm80", "sm_80"), ("sm_86", "sm_86"), (90, "sm_90a"), ("cuda:89", "sm_89"),
+                                         ("sm100", "sm_90")])
+def test_arch_option_compiles_for_another_gpu(monkeypatch, arch, target):
+    # Triton's `arch` launch/warmup option and `knobs.runtime.override_arch` pick the GPU the
+    # code is for; GPUs newer than Hopper get sm_90 PTX, which their driver compiles.
+    monkeypatch.delenv("TILES_OVERRIDE_ARCH", raising=False)
+    monkeypatch.delenv("TRITON_OVERRIDE_ARCH", raising=False)
+    k = tiles.jit(scale_shift_kernel.fn)
+    x = tiles.MockTensor(tl.float32)
+    h = k.warmup(x, x, BLOCK=128, arch=arch, grid=(1,))
+    assert f".target {target}\n" in h.asm["ptx"] and h.metadata.target == target
+    tiles.knobs.runtime.override_arch = arch
+    try:
+        assert tiles.knobs.runtime.override_arch == str(arch)
+        assert k.warmup(x, x, BLOCK=128, grid=(1,)).metadata.target == target
+    finally:
+        tiles.knobs.runtime.override_arch = None
+    from tiles.runtime import driver
+
+    base = k.warmup(x, x, BLOCK=128, grid=(1,))  # this GPU's target again (an H100's without one)
+    assert base.metadata.target == (driver.default_target() if driver.available() else "sm_90a")
+    assert len(k.device_caches[0][0]) == 2  # with and without `arch`
+
+
+def test_arch_option_rejects_what_names_no_nvidia_gpu():
+    x = tiles.MockTensor(tl.float32)
+    for bad in ("gfx942", "hopper", "sm_x"):
+        with pytest.raises(ValueError, match="names no NVIDIA GPU"):
+            scale_shift_kernel.warmup(x, x, BLOCK=128, arch=bad, grid=(1,))
+    with pytest.raises(Exception, match="unknown target `sm_942`"):
+        tiles.compile(scale_shift_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32"}, constexprs={"BLOCK": 128},
+                      target="sm_942")
+
+
+@pytest.mark.gpu
+def test_arch_option_launches_older_code_on_the_gpu(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    x = torch.randn(128, device="cuda")
+    y = torch.empty_like(x)
+    scale_shift_kernel[(1,)](x, y, BLOCK=128, arch="sm80")
+    torch.testing.assert_close(y, x * 1.5 + 1.0)
+    targets = {c.metadata.target for c in scale_shift_kernel.device_caches[0][0].values()}
+    assert "sm_80" in targets

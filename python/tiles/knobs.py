@@ -19,6 +19,12 @@ def _set_env(var: str, value: Optional[str]) -> None:
         os.environ[var] = value
 
 
+def _env_setting(name: str) -> Optional[str]:
+    from .runtime.jit import env_setting
+
+    return env_setting(name)
+
+
 def _flag(name: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
     """A setting the runtime reads at each use through `env_flag(name)`."""
 
@@ -115,7 +121,9 @@ _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] =
     "runtime": {"interpret": _flag("INTERPRET"), "debug": _flag("DEBUG"),
                 "launch_enter_hook": _chain("launch_enter_hook"), "launch_exit_hook": _chain("launch_exit_hook"),
                 "kernel_load_start_hook": _chain("kernel_load_start_hook"),
-                "kernel_load_end_hook": _chain("kernel_load_end_hook")},
+                "kernel_load_end_hook": _chain("kernel_load_end_hook"),
+                "override_arch": (lambda: _env_setting("OVERRIDE_ARCH") or None,
+                                  lambda v: _set_env("TILES_OVERRIDE_ARCH", None if v is None else str(v)))},
     "cache": {"dir": (lambda: os.environ.get("TILES_CACHE_DIR"),
                       lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
     "language": {"default_fp_fusion": _fp_fusion()},

@@ -102,7 +102,11 @@ impl Target {
             None => (rest, false),
         };
         let capability: u32 = num.parse().map_err(|_| bad())?;
-        if capability < 70 {
+        // The architectures LLVM's NVPTX back end knows whose PTX ISA 8.0 covers them (sm_90a
+        // only as the `a` variant is meant for it; newer GPUs run the sm_90 PTX).
+        if !matches!(capability, 70 | 72 | 75 | 80 | 86 | 87 | 89 | 90)
+            || (arch_specific && capability != 90)
+        {
             return Err(bad());
         }
         Ok(Target {
@@ -187,8 +191,8 @@ pub struct PtxOutput {
 /// Why code generation failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CodegenError {
-    /// The target string is not one of `sm_XY[a]` with XY ≥ 70.
-    #[error("unknown target `{0}`: expected sm_80, sm_90, sm_90a, ...")]
+    /// The target string is not one of the `sm_XY` LLVM and PTX ISA 8.0 know, or `sm_90a`.
+    #[error("unknown target `{0}`: expected one of sm_70, sm_72, sm_75, sm_80, sm_86, sm_87, sm_89, sm_90, sm_90a")]
     BadTarget(String),
     /// The kernel uses something this backend cannot lower yet.
     #[error("line {line}: {what} is not supported by the NVPTX backend yet")]

@@ -329,7 +329,9 @@ def _target_name(target: Any) -> str:
     backend, arch = target[0], int(target[1])
     if backend != "cuda":
         raise ValueError(f"tiles compiles for NVIDIA GPUs (backend 'cuda'), not {backend!r}")
-    return "sm_90a" if arch == 90 else f"sm_{arch}"
+    from ..runtime.driver import capability_target
+
+    return capability_target(arch)
 
 
 def compile(fn=None, signature: Optional[Dict[str, str]] = None, constexprs: Optional[Dict[str, Any]] = None,

@@ -82,8 +82,16 @@ def shared_limit() -> int:
 
 def default_target() -> str:
     major, minor = capability()
-    cc = major * 10 + minor
-    return f"sm_{cc}a" if cc == 90 else f"sm_{cc}"
+    return capability_target(major * 10 + minor)
+
+
+def capability_target(cc: int) -> str:
+    """The target tiles compiles for on a GPU of compute capability `cc`: Hopper's `sm_90a`;
+    GPUs newer than Hopper run sm_90 PTX (tiles emits PTX ISA 8.0, and the driver compiles
+    PTX for newer GPUs)."""
+    if cc == 90:
+        return "sm_90a"
+    return "sm_90" if cc > 90 else f"sm_{cc}"
 
 
 def link_ptx(ptx: str, name: str) -> bytes:

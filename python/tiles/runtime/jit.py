@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import inspect
 import os
+import re
 import struct
 import threading
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ from ..errors import ArgumentOverflowError, HostMemoryError, LaunchError
 from . import async_compile, cache
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
-                   "sanitize_overflow", "launch_cooperative_grid", "launch_pdl", "stream")
+                   "sanitize_overflow", "arch", "launch_cooperative_grid", "launch_pdl", "stream")
 # Objects with `enter(fn, grid, args, compiled, stream) -> token` and `exit(token)`, called around
 # every launch while present (tiles.profiler); see `add_launch_hook`.
 _launch_hooks: List[Any] = []
@@ -189,7 +190,22 @@ def _knob_hooks_changed(on: bool) -> None:
 
 # Launches with these options always take the Python path (the native dispatcher knows
 # num_warps and num_stages, and ignores num_ctas and extern_libs as `run` does).
-_UNTAUGHT_OPTIONS = frozenset(("stream", "enable_fp_fusion", "maxnreg", "launch_cooperative_grid", "launch_pdl"))
+_UNTAUGHT_OPTIONS = frozenset(("stream", "enable_fp_fusion", "maxnreg", "arch", "launch_cooperative_grid",
+                               "launch_pdl"))
+
+
+def arch_target(arch: Any) -> Optional[str]:
+    """Triton's `arch` option (`"sm80"`, `"sm_90a"`, `90`, `"cuda:80"`) as tiles' target name;
+    None for none."""
+    if arch is None or arch == "":
+        return None
+    m = re.fullmatch(r"(?:sm_?|cuda:)?(\d+)a?", str(arch).strip().lower())
+    if m is None:
+        raise ValueError(f"arch {arch!r} names no NVIDIA GPU (tiles takes 'sm80', 'sm_90a', 90, ...)")
+    from .driver import capability_target
+
+    return capability_target(int(m.group(1)))
+
 
 _TORCH_DTYPES = {
     "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float64": "fp64",
@@ -873,11 +889,13 @@ class JITFunction(KernelInterface):
     # -- compile and launch -------------------------------------------------------------------------
     def _full_key(self, key, opts: Dict[str, Any], num_warps: int, num_stages: int) -> Tuple[Any, ...]:
         """The in-memory cache key: the arguments' key and the options that change the code:
-        `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow)`."""
+        `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow, arch)`; `arch`
+        (Triton's option, or `knobs.runtime.override_arch`) compiles for another GPU than this one."""
         debug = self.debugging(opts.get("debug"))
         sanitize = debug and bool(opts.get("sanitize_overflow", True))
+        arch = arch_target(opts.get("arch") or env_setting("OVERRIDE_ARCH"))
         return (key, num_warps, num_stages, debug, bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION)),
-                opts.get("maxnreg"), sanitize)
+                opts.get("maxnreg"), sanitize, arch)
 
     def debugging(self, launch_debug: Optional[bool] = None) -> bool:
         """Whether a launch compiles with debug checks (Triton's rule): `debug` given at launch,
@@ -886,12 +904,13 @@ class JITFunction(KernelInterface):
         return bool(given) or env_flag("DEBUG")
 
     def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False,
-                 fp_fusion: bool = False, maxnreg: Optional[int] = None, sanitize: bool = False) -> _Specialization:
-        return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize)()
+                 fp_fusion: bool = False, maxnreg: Optional[int] = None, sanitize: bool = False,
+                 arch: Optional[str] = None) -> _Specialization:
+        return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize, arch)()
 
     def _compile_front(self, info, num_warps: int, num_stages: int, debug: bool = False,
                        fp_fusion: bool = False, maxnreg: Optional[int] = None,
-                       sanitize: bool = False) -> Callable[[], _Specialization]:
+                       sanitize: bool = False, arch: Optional[str] = None) -> Callable[[], _Specialization]:
         """Runs the part of a compile that holds the GIL throughout (the frontend) on this
         thread and returns the rest as a function for any thread: passes, LLVM, PTX, the
         driver's PTX -> cubin and the module's load, which run without the GIL. An
@@ -940,7 +959,7 @@ class JITFunction(KernelInterface):
         # Without a GPU (`warmup` on a CPU machine) tiles compiles for an H100, as the
         # interpreter and `driver.active` present one.
         gpu = driver.available()
-        target = driver.default_target() if gpu else "sm_90a"
+        target = arch or (driver.default_target() if gpu else "sm_90a")
         limit = driver.shared_limit()
 
         def front(stages: int):
@@ -1175,7 +1194,8 @@ class JITFunction(KernelInterface):
         o = data["options"]
         debug = bool(o.get("debug", False))
         full_key = (tuple(key), int(o["num_warps"]), int(o["num_stages"]), debug,
-                    bool(o["enable_fp_fusion"]), o.get("maxnreg"), debug and bool(o.get("sanitize_overflow", True)))
+                    bool(o["enable_fp_fusion"]), o.get("maxnreg"), debug and bool(o.get("sanitize_overflow", True)),
+                    arch_target(o.get("arch")))
         if full_key not in self.cache:
             self._keep(full_key, self._compile(info, *full_key[1:]))
         return self.cache[full_key].compiled
@@ -1192,13 +1212,14 @@ class JITFunction(KernelInterface):
             return None
         import json
 
-        key, num_warps, num_stages, debug, fusion, maxnreg, sanitize = full_key
+        key, num_warps, num_stages, debug, fusion, maxnreg, sanitize, arch = full_key
         signature = {p.name: ("constexpr" if kind == "constexpr" else ty) for p, (kind, ty, _d, _r) in
                      zip(self.params, info)}
         constants = {p.name: raw for p, (kind, _t, _d, raw) in zip(self.params, info) if kind == "constexpr"}
         name = self.fn.__qualname__
         options = {"num_warps": num_warps, "num_ctas": 1, "num_stages": num_stages, "enable_fp_fusion": fusion,
-                   "launch_cooperative_grid": False, "debug": debug, "sanitize_overflow": sanitize, "maxnreg": maxnreg}
+                   "launch_cooperative_grid": False, "debug": debug, "sanitize_overflow": sanitize, "maxnreg": maxnreg,
+                   "arch": arch}
         rep = (f"{name}[num_warps={num_warps}, num_ctas=1, num_stages={num_stages}, enable_fp_fusion={fusion}, "
                f"launch_cooperative_grid=False](" + ", ".join(f"{n}: {t}" for n, t in signature.items()) + ")")
         data = json.dumps({"name": f"{self.fn.__module__}.{name}", "signature": signature,
