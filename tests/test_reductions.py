@@ -331,3 +331,21 @@ def test_reduction_kernels_compile(ptxas, case, target):
     k = tiles.compile(fn, signature=sig, constexprs=cx, target=target)
     assert marker in k.asm["ptx"], marker
     assemble(ptxas, k.asm["ptx"], target)
+
+
+@tiles.jit
+def long_sum_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, BLOCK)), axis=0))
+
+
+def test_a_thread_sums_its_elements_as_a_tree(dev, rng):
+    # One warp sums 4096 floats, 128 a thread: one 1.0 among values under half its ulp. Folded
+    # one after another, the thread holding the 1.0 would drop its other 127 values (a relative
+    # error near 4e-6); folded as a tree, they add up among themselves first.
+    n = 4096
+    x = (rng.uniform(0.5, 1.5, n) * 2.0**-25).astype(np.float32)
+    x[int(rng.integers(0, n))] = 1.0
+    out = dev.put(np.zeros(1, np.float32))
+    long_sum_kernel[(1,)](dev.put(x), out, BLOCK=n, num_warps=1)
+    exact = x.astype(np.float64).sum()
+    assert abs(float(dev.get(out)[0]) - exact) / exact < 1e-6

@@ -125,23 +125,42 @@ impl<'ctx> Lowering<'ctx, '_> {
         let shape = in_ty.shape.dims().to_vec();
         let layout = self.func.layouts[in_ty.layout.expect("geometry checked")].clone();
         // 1. Fold within the thread, grouping registers by their coordinates off the axis.
+        // Each group folds as a balanced tree of neighbours, in order (the lanes and warps
+        // below combine as a tree too): a float sum's rounding error then grows with the log
+        // of a thread's element count instead of the count, and the folds of one level are
+        // independent of each other.
         let mut keys: Vec<Vec<u32>> = Vec::new();
-        let mut acc: Vec<Vec<BasicValueEnum>> = Vec::new();
+        let mut groups: Vec<Vec<Vec<BasicValueEnum>>> = Vec::new();
         let mut index: HashMap<Vec<u32>, usize> = HashMap::new();
         for (i, c) in g.regs.iter().enumerate() {
             let mut key = c.clone();
             key.remove(axis);
             let new: Vec<BasicValueEnum> = (0..n).map(|k| inputs[k][i]).collect();
             match index.get(&key) {
-                Some(&gi) => {
-                    let prev = acc[gi].clone();
-                    acc[gi] = self.combine(op, &prev, &new)?;
-                }
+                Some(&gi) => groups[gi].push(new),
                 None => {
-                    index.insert(key.clone(), acc.len());
+                    index.insert(key.clone(), groups.len());
                     keys.push(key);
-                    acc.push(new);
+                    groups.push(vec![new]);
                 }
+            }
+        }
+        let mut acc: Vec<Vec<BasicValueEnum>> = Vec::with_capacity(groups.len());
+        for mut level in groups {
+            while level.len() > 1 {
+                let mut next = Vec::with_capacity(level.len().div_ceil(2));
+                let mut it = level.into_iter();
+                while let Some(a) = it.next() {
+                    next.push(match it.next() {
+                        Some(b) => self.combine(op, &a, &b)?,
+                        None => a,
+                    });
+                }
+                level = next;
+            }
+            match level.pop() {
+                Some(v) => acc.push(v),
+                None => return self.internal("an empty reduction group"),
             }
         }
         // 2. Across lanes holding distinct data along the axis.
