@@ -1122,6 +1122,9 @@ def test_arch_option_rejects_what_names_no_nvidia_gpu():
     for bad in ("gfx942", "hopper", "sm_x"):
         with pytest.raises(ValueError, match="names no NVIDIA GPU"):
             scale_shift_kernel.warmup(x, x, BLOCK=128, arch=bad, grid=(1,))
+    k = tiles.compile(scale_shift_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32"}, constexprs={"BLOCK": 128},
+                      options={"arch": "sm80"})
+    assert k.metadata.target == "sm_80"
     with pytest.raises(Exception, match="unknown target `sm_942`"):
         tiles.compile(scale_shift_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32"}, constexprs={"BLOCK": 128},
                       target="sm_942")

@@ -410,7 +410,8 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         constexprs = dict(src.constants, **(constexprs or {}))
         specialization = dict(src.specialization, **(specialization or {}))
     if options:
-        known = {"num_warps", "num_stages", "debug", "enable_fp_fusion", "maxnreg", "num_ctas", "sanitize_overflow"}
+        known = {"num_warps", "num_stages", "debug", "enable_fp_fusion", "maxnreg", "num_ctas", "sanitize_overflow",
+                 "arch"}
         unknown = set(options) - known
         if unknown:
             raise TypeError(f"unknown compile option(s) {sorted(unknown)}; tiles takes {sorted(known)}")
@@ -422,6 +423,10 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         enable_fp_fusion = options.get("enable_fp_fusion", enable_fp_fusion)
         maxnreg = options.get("maxnreg", maxnreg)
         sanitize_overflow = options.get("sanitize_overflow", sanitize_overflow)
+        if options.get("arch"):  # Triton's option: the GPU to compile for
+            from ..runtime.jit import arch_target
+
+            target = arch_target(options["arch"])
     # Integer overflow checks are part of debug mode (Triton's `sanitize_overflow` option).
     sanitize = bool(debug) and bool(sanitize_overflow)
     if signature is None:
