@@ -1141,3 +1141,54 @@ def test_arch_option_launches_older_code_on_the_gpu(monkeypatch):
     torch.testing.assert_close(y, x * 1.5 + 1.0)
     targets = {c.metadata.target for c in scale_shift_kernel.device_caches[0][0].values()}
     assert "sm_80" in targets
+
+
+_AS_TRITON_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import triton
+    import triton.language as tl
+    from triton.language.extra import libdevice
+    from triton.runtime import autotuner
+    import tiles
+
+    assert triton is tiles and tl is tiles.language and autotuner is tiles.runtime.autotuner
+    assert tiles.__spec__.name == "tiles"
+
+    @triton.jit
+    def exp_kernel(x, y, N: tl.constexpr):
+        o = tl.arange(0, N)
+        tl.store(y + o, libdevice.exp(tl.load(x + o)))
+
+    a = np.random.default_rng().standard_normal(16).astype(np.float32)
+    b = np.zeros_like(a)
+    exp_kernel[(1,)](a, b, N=16)
+    np.testing.assert_allclose(b, np.exp(a), rtol=1e-5)
+    print("ok")
+""")
+
+
+def _run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TILES_INTERPRET="1", **env))
+
+
+def test_use_as_triton_runs_triton_code_unchanged():
+    r = _run_python("import tiles; assert tiles.use_as_triton()\n" + _AS_TRITON_SCRIPT)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_tiles_as_triton_environment_variable():
+    pth = os.path.join(os.path.dirname(os.path.dirname(tiles.__file__)), "tiles_as_triton.pth")
+    if not os.path.exists(pth):
+        pytest.skip("tiles is not installed from its wheel (no tiles_as_triton.pth)")
+    r = _run_python(_AS_TRITON_SCRIPT, TILES_AS_TRITON="1")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    r = _run_python("import sys; print('triton' in sys.modules)", TILES_AS_TRITON="0")
+    assert r.stdout.strip() == "False"  # off: nothing imported at start
+
+
+def test_use_as_triton_leaves_an_imported_triton_alone():
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("Triton is not installed")
+    r = _run_python("import triton, tiles; print(tiles.use_as_triton(), triton.__name__)")
+    assert r.stdout.split() == ["False", "triton"], r.stderr

@@ -46,6 +46,15 @@ __version__ = "3.6.0"
 TILES_VERSION = "0.1.0"
 
 
+def use_as_triton() -> bool:
+    """Makes `import triton` (and every `triton.<module>`) load tiles from now on, so code
+    written for Triton runs unchanged; `TILES_AS_TRITON=1` does it when Python starts. False
+    if Triton itself was already imported (it stays)."""
+    from . import _as_triton
+
+    return _as_triton.install()
+
+
 def cdiv(x: int, y: int) -> int:
     """Ceiling division of two Python ints."""
     return (x + y - 1) // y
@@ -62,4 +71,4 @@ __all__ = ["autotune", "heuristics", "Config", "testing", "jit", "JITFunction", 
            "LaunchError", "constexpr",
            "cdiv", "next_power_of_2", "language", "set_allocator", "tools", "reinterpret",
            "TensorWrapper", "OutOfResources", "TilesError", "TritonError", "constexpr_function", "must_use_result",
-           "AsyncCompileMode", "FutureKernel", "MockTensor", "aggregate"]
+           "AsyncCompileMode", "FutureKernel", "MockTensor", "aggregate", "use_as_triton"]
