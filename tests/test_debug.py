@@ -301,3 +301,41 @@ def test_debug_mode_checks_integer_overflow_on_the_gpu(monkeypatch, op):
         arith_kernel[(1,)](gx, gy, gz, OP=op, debug=True, sanitize_overflow=False)  # the context still works
         got = gz.view(torch.int32 if dt == np.uint32 else tdt).cpu().numpy().view(dt)
         np.testing.assert_array_equal(got, _OPS[op](x.astype(np.int64), y.astype(np.int64)).astype(dt))
+
+
+@pytest.mark.gpu
+def test_turning_debug_on_reaches_kernels_already_launched(monkeypatch):
+    # A kernel the native launcher learned runs in debug mode once knobs.runtime.debug is set
+    # (the learned launches are dropped), and its assert then fires.
+    import torch
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    monkeypatch.delenv("TILES_DEBUG", raising=False)
+    monkeypatch.delenv("TRITON_DEBUG", raising=False)
+    x = torch.arange(40, dtype=torch.int32, device="cuda")
+    kernel = tiles.jit(assert_kernel.fn)
+    for _ in range(3):  # the native launcher takes over after the first launch
+        kernel[(3,)](x, 40, BLOCK=16)
+    x[5] = -7
+    kernel[(3,)](x, 40, BLOCK=16)  # no debug: the assert is compiled out
+    try:
+        tiles.knobs.runtime.debug = True
+        x[5] = -7
+        with pytest.raises(RuntimeError, match="x must be non-negative"):
+            kernel[(3,)](x, 40, BLOCK=16)
+    finally:
+        tiles.knobs.runtime.debug = None
+
+
+def test_setting_debug_or_the_target_forgets_learned_launches(monkeypatch):
+    # CPU twin: the knobs that change compiled code tell the native launchers to forget.
+    calls = []
+    monkeypatch.setattr(tiles._tiles, "forget_learned_launches", lambda: calls.append(1))
+    monkeypatch.delenv("TILES_DEBUG", raising=False)
+    monkeypatch.delenv("TILES_OVERRIDE_ARCH", raising=False)
+    tiles.knobs.runtime.debug = True
+    tiles.knobs.runtime.debug = None
+    tiles.knobs.runtime.override_arch = "sm80"
+    tiles.knobs.runtime.override_arch = None
+    tiles.knobs.refresh_knobs()
+    assert len(calls) == 5

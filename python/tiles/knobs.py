@@ -25,7 +25,15 @@ def _env_setting(name: str) -> Optional[str]:
     return env_setting(name)
 
 
-def _flag(name: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
+def _code_setting_changed() -> None:
+    """After a setting that changes compiled code: the native launch paths forget what they
+    learned (they would launch code compiled under the old setting)."""
+    from . import _tiles
+
+    _tiles.forget_learned_launches()
+
+
+def _flag(name: str, changes_code: bool = False) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
     """A setting the runtime reads at each use through `env_flag(name)`."""
 
     def get() -> bool:
@@ -33,7 +41,20 @@ def _flag(name: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
 
         return env_flag(name)
 
-    return get, lambda v: _set_env("TILES_" + name, None if v is None else ("1" if v else "0"))
+    def put(v: Any) -> None:
+        _set_env("TILES_" + name, None if v is None else ("1" if v else "0"))
+        if changes_code:
+            _code_setting_changed()
+
+    return get, put
+
+
+def _override_arch() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
+    def put(v: Any) -> None:
+        _set_env("TILES_OVERRIDE_ARCH", None if v is None else str(v))
+        _code_setting_changed()
+
+    return (lambda: _env_setting("OVERRIDE_ARCH") or None), put
 
 
 def _fp_fusion() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
@@ -118,12 +139,11 @@ def _chain(name: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
 # knob group -> knob -> (read what tiles uses, set it)
 _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] = {
     "autotuning": {"print": _flag("PRINT_AUTOTUNING")},
-    "runtime": {"interpret": _flag("INTERPRET"), "debug": _flag("DEBUG"),
+    "runtime": {"interpret": _flag("INTERPRET"), "debug": _flag("DEBUG", changes_code=True),
                 "launch_enter_hook": _chain("launch_enter_hook"), "launch_exit_hook": _chain("launch_exit_hook"),
                 "kernel_load_start_hook": _chain("kernel_load_start_hook"),
                 "kernel_load_end_hook": _chain("kernel_load_end_hook"),
-                "override_arch": (lambda: _env_setting("OVERRIDE_ARCH") or None,
-                                  lambda v: _set_env("TILES_OVERRIDE_ARCH", None if v is None else str(v)))},
+                "override_arch": _override_arch()},
     "cache": {"dir": (lambda: os.environ.get("TILES_CACHE_DIR"),
                       lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
     "language": {"default_fp_fusion": _fp_fusion()},
@@ -287,5 +307,7 @@ proton = base_knobs("proton")
 
 
 def refresh_knobs() -> None:
-    """Triton's: reread the environment. tiles' knobs read it at each use, so there is nothing
-    to refresh."""
+    """Triton's: reread the environment. tiles' knobs read it at each use; what the native
+    launch paths learned is dropped, as the environment may have changed debug mode or the
+    target."""
+    _code_setting_changed()

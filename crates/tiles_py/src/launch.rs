@@ -13,7 +13,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Set while a launch hook (the profiler) must see every launch: the fast path steps aside.
@@ -23,6 +23,17 @@ static HOOKED: AtomicBool = AtomicBool::new(false);
 #[pyfunction]
 pub fn set_launch_hooked(on: bool) {
     HOOKED.store(on, Ordering::Relaxed);
+}
+
+/// Bumped when a setting that changes compiled code (debug mode, the target) changes: every
+/// dispatcher then forgets what it learned before launching anything by itself.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// `forget_learned_launches()`: every dispatcher drops its learned specialisations, so the
+/// next launch of each takes the Python path, which compiles under the current settings.
+#[pyfunction]
+pub fn forget_learned_launches() {
+    EPOCH.fetch_add(1, Ordering::Relaxed);
 }
 
 /// `CUresult cuLaunchKernel(CUfunction, gx, gy, gz, bx, by, bz, shared, CUstream, void**, void**)`.
@@ -119,6 +130,8 @@ type Entries = HashMap<Vec<u64>, Entry, BuildHasherDefault<KeyHasher>>;
 pub struct Dispatcher {
     params: Vec<ParamDecl>,
     entries: Mutex<Entries>,
+    /// The [`EPOCH`] the entries were learned in.
+    epoch: AtomicU64,
     launch: Option<LaunchFn>,
     stream_fn: Option<Py<PyAny>>,
     fallback: Py<PyAny>,
@@ -139,6 +152,19 @@ fn hash_str(s: &str) -> u64 {
 }
 
 impl Dispatcher {
+    /// Drops the learned entries if a setting changed since they were learned.
+    fn forget_if_stale(&self) -> PyResult<()> {
+        let now = EPOCH.load(Ordering::Relaxed);
+        if self.epoch.load(Ordering::Relaxed) != now {
+            self.entries
+                .lock()
+                .map_err(|_| PyRuntimeError::new_err("dispatcher lock poisoned"))?
+                .clear();
+            self.epoch.store(now, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// Binds positional and keyword arguments to parameters and computes the key.
     /// `None` means "not for the fast path".
     fn bind(
@@ -394,6 +420,10 @@ impl Dispatcher {
         if HOOKED.load(Ordering::Relaxed) || Self::interpreter_on() {
             return Ok(None);
         }
+        if self.epoch.load(Ordering::Relaxed) != EPOCH.load(Ordering::Relaxed) {
+            self.forget_if_stale()?;
+            return Ok(None);
+        }
         for (place, name, value) in &self.guards {
             let place = place.bind(py);
             let now = match place.cast::<PyDict>() {
@@ -496,6 +526,7 @@ impl Dispatcher {
         Dispatcher {
             params,
             entries: Mutex::new(Entries::default()),
+            epoch: AtomicU64::new(EPOCH.load(Ordering::Relaxed)),
             launch: None,
             stream_fn: None,
             fallback,
@@ -553,6 +584,7 @@ impl Dispatcher {
             };
             s.push((i, slot));
         }
+        self.forget_if_stale()?;
         let mut entries = self
             .entries
             .lock()

@@ -699,6 +699,7 @@ fn _tiles(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<launch::Dispatcher>()?;
     m.add_class::<launch::BoundLauncher>()?;
     m.add_function(wrap_pyfunction!(launch::set_launch_hooked, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::forget_learned_launches, m)?)?;
     cuda::py::register(m)?;
     m.add("IrError", m.py().get_type::<IrError>())?;
     m.add("BackendError", m.py().get_type::<BackendError>())?;
