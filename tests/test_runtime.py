@@ -1192,3 +1192,14 @@ def test_use_as_triton_leaves_an_imported_triton_alone():
         pytest.skip("Triton is not installed")
     r = _run_python("import triton, tiles; print(tiles.use_as_triton(), triton.__name__)")
     assert r.stdout.split() == ["False", "triton"], r.stderr
+
+
+def test_num_ctas_above_one_needs_hopper(monkeypatch):
+    # Triton refuses thread-block clusters before sm_90; tiles runs each program as one CTA,
+    # and refuses the same way.
+    monkeypatch.delenv("TILES_OVERRIDE_ARCH", raising=False)
+    x = tiles.MockTensor(tl.float32)
+    k = tiles.jit(scale_shift_kernel.fn)
+    with pytest.raises(ValueError, match=r"num_ctas > 1 requires NVIDIA SM90\+ \(Hopper\)"):
+        k.warmup(x, x, BLOCK=128, num_ctas=2, arch="sm80", grid=(1,))
+    assert k.warmup(x, x, BLOCK=128, num_ctas=2, arch="sm90", grid=(1,)).metadata.target == "sm_90a"

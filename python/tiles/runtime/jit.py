@@ -207,6 +207,17 @@ def arch_target(arch: Any) -> Optional[str]:
     return capability_target(int(m.group(1)))
 
 
+def _check_clusters(arch: Optional[str]) -> None:
+    """`num_ctas > 1` (Triton's thread-block clusters; tiles runs each program as one CTA)
+    is refused for GPUs before Hopper, as Triton refuses it."""
+    from . import driver
+
+    target = arch or (driver.default_target() if driver.available() else "sm_90a")
+    if int(re.sub(r"\D", "", target)) < 90:
+        raise ValueError(f"num_ctas > 1 requires NVIDIA SM90+ (Hopper). Current target is {target}. "
+                         "Set num_ctas=1 or target an SM90+ GPU.")
+
+
 _TORCH_DTYPES = {
     "torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float64": "fp64",
     "torch.int8": "i8", "torch.int16": "i16", "torch.int32": "i32", "torch.int64": "i64",
@@ -894,6 +905,8 @@ class JITFunction(KernelInterface):
         debug = self.debugging(opts.get("debug"))
         sanitize = debug and bool(opts.get("sanitize_overflow", True))
         arch = arch_target(opts.get("arch") or env_setting("OVERRIDE_ARCH"))
+        if int(opts.get("num_ctas") or 1) > 1:
+            _check_clusters(arch)
         return (key, num_warps, num_stages, debug, bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION)),
                 opts.get("maxnreg"), sanitize, arch)
 
