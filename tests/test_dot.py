@@ -1049,7 +1049,8 @@ def test_zero_accumulator_wgmma_reads_no_inputs(ptxas):
 
 def _warpgroup_kernels():
     """Kernels whose sm_90a code issues wgmma: dots with zero and carried accumulators,
-    register and shared `a`, in and out of loops."""
+    register and shared `a`, in and out of loops, and a spread of matmul and attention
+    configurations."""
     f16 = {"q_ptr": "*fp16:16", "k_ptr": "*fp16:16", "v_ptr": "*fp16:16", "o_ptr": "*fp16:16"}
     mix = {"x_ptr": "*bf16:16", "w_ptr": "*bf16:16", "mix_ptr": "*fp32:16", "scale_ptr": "*fp32:16",
            "g_ptr": "*fp32:16", "gx_ptr": "*bf16:16", "gw_ptr": "*fp32:16"}
@@ -1059,6 +1060,17 @@ def _warpgroup_kernels():
            {"D": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {})
     yield ("causal_attention", causal_attention_kernel, dict(f16, n_ctx="i32:16", qk_scale="fp32"),
            {"D": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {"num_stages": 1})
+    mm = dict(SIG, stride_am="i32:16", stride_bk="i32:16", stride_cm="i32:16", K="i32:16")
+    for dt, acc, out, bm, bn, bk, stages, form in (("float16", "float32", "float16", 128, 256, 64, 3, "acc"),
+                                                  ("bfloat16", "float32", "bfloat16", 64, 128, 32, 1, "plus"),
+                                                  ("float16", "float32", "float16", 64, 64, 64, 2, "plus"),
+                                                  ("bfloat16", "float32", "bfloat16", 128, 128, 32, 3, "acc")):
+        yield (f"matmul {dt} {bm}x{bn}x{bk}", matmul_kernel,
+               dict(mm, a_ptr=PTR[dt] + ":16", b_ptr=PTR[dt] + ":16", c_ptr=PTR[out] + ":16"),
+               {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "ACC": TL[acc], "PRECISION": "tf32", "FORM": form,
+                "STAGES": stages}, {"num_warps": 8 if bm == 128 else 4})
+    yield ("attention_fwd D=128 stages=2", attention_fwd_kernel, dict(f16, seq_len="i32:16", sm_scale="fp32"),
+           {"D": 128, "BLOCK_M": 128, "BLOCK_N": 64}, {"num_stages": 2, "num_warps": 8})
     qkv = {k: v for k, v in f16.items() if k != "o_ptr"}
     yield ("dkdv", dkdv_kernel, dict(qkv, do_ptr="*fp16:16", dk_ptr="*fp32:16", dv_ptr="*fp32:16", n_ctx="i32:16"),
            {"D": 64, "BLOCK_M": 64, "BLOCK_N": 64}, {"num_stages": 3})
@@ -1074,7 +1086,8 @@ def test_wgmma_sass_leaves_in_flight_registers_alone(ptxas, name, kernel, sig, c
     nvdisasm = find_nvdisasm()
     if nvdisasm is None:
         pytest.skip("no nvdisasm (pip install nvidia-cuda-nvdisasm)")
-    k = tiles.compile(kernel, signature=sig, constexprs=constexprs, target="sm_90a", num_warps=4, **opts)
+    opts = dict({"num_warps": 4}, **opts)
+    k = tiles.compile(kernel, signature=sig, constexprs=constexprs, target="sm_90a", **opts)
     sass = sass_of(ptxas, nvdisasm, k.asm["ptx"])
     assert "HGMMA" in sass
     assert hazards(sass) == []
