@@ -207,12 +207,32 @@ def arch_target(arch: Any) -> Optional[str]:
     return capability_target(int(m.group(1)))
 
 
+def _target(arch: Optional[str], gpu: bool) -> str:
+    """What a launch compiles for: `arch` if given, else this GPU, else (no GPU: `warmup` on a
+    CPU machine) an H100, as the interpreter and `driver.active` present one."""
+    from . import driver
+
+    return arch or (driver.default_target() if gpu else "sm_90a")
+
+
+def _sanitizing(debug: bool, opts: Dict[str, Any]) -> bool:
+    """Whether integer overflow is checked: in debug mode, unless `sanitize_overflow=False`."""
+    return debug and bool(opts.get("sanitize_overflow", True))
+
+
+def _code_options(debug: bool, opts: Dict[str, Any], arch: Optional[str]) -> Tuple[Any, ...]:
+    """The part of the in-memory cache key that options make: (debug, fp_fusion, maxnreg,
+    sanitize_overflow, arch)."""
+    return (debug, bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION)), opts.get("maxnreg"),
+            _sanitizing(debug, opts), arch)
+
+
 def _check_clusters(arch: Optional[str]) -> None:
     """`num_ctas > 1` (Triton's thread-block clusters; tiles runs each program as one CTA)
     is refused for GPUs before Hopper, as Triton refuses it."""
     from . import driver
 
-    target = arch or (driver.default_target() if driver.available() else "sm_90a")
+    target = _target(arch, driver.available())
     if int(re.sub(r"\D", "", target)) < 90:
         raise ValueError(f"num_ctas > 1 requires NVIDIA SM90+ (Hopper). Current target is {target}. "
                          "Set num_ctas=1 or target an SM90+ GPU.")
@@ -902,13 +922,10 @@ class JITFunction(KernelInterface):
         """The in-memory cache key: the arguments' key and the options that change the code:
         `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow, arch)`; `arch`
         (Triton's option, or `knobs.runtime.override_arch`) compiles for another GPU than this one."""
-        debug = self.debugging(opts.get("debug"))
-        sanitize = debug and bool(opts.get("sanitize_overflow", True))
         arch = arch_target(opts.get("arch") or env_setting("OVERRIDE_ARCH"))
         if int(opts.get("num_ctas") or 1) > 1:
             _check_clusters(arch)
-        return (key, num_warps, num_stages, debug, bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION)),
-                opts.get("maxnreg"), sanitize, arch)
+        return (key, num_warps, num_stages) + _code_options(self.debugging(opts.get("debug")), opts, arch)
 
     def debugging(self, launch_debug: Optional[bool] = None) -> bool:
         """Whether a launch compiles with debug checks (Triton's rule): `debug` given at launch,
@@ -969,10 +986,8 @@ class JITFunction(KernelInterface):
                     spec[p.name] = 16
                 packers.append((p.index, _CTYPES[ty]))
                 slots.append((p.index, _SLOT_KINDS.get(ty, "?")))
-        # Without a GPU (`warmup` on a CPU machine) tiles compiles for an H100, as the
-        # interpreter and `driver.active` present one.
         gpu = driver.available()
-        target = arch or (driver.default_target() if gpu else "sm_90a")
+        target = _target(arch, gpu)
         limit = driver.shared_limit()
 
         def front(stages: int):
@@ -1015,7 +1030,7 @@ class JITFunction(KernelInterface):
         num_stages = int(opts.get("num_stages") or 3)
         vals = self.bind(args, kwargs)
         if interpreting(self):
-            sanitize = self.debugging(opts.get("debug")) and bool(opts.get("sanitize_overflow", True))
+            sanitize = _sanitizing(self.debugging(opts.get("debug")), opts)
             from . import interpreter
 
             # The interpreted function was made with the globals of its first run: a change
@@ -1205,10 +1220,8 @@ class JITFunction(KernelInterface):
                 raise RuntimeError(f"preload does not take a {kind!r} parameter (descriptors, named tuples "
                                    "and tuples holding them or other objects)")
         o = data["options"]
-        debug = bool(o.get("debug", False))
-        full_key = (tuple(key), int(o["num_warps"]), int(o["num_stages"]), debug,
-                    bool(o["enable_fp_fusion"]), o.get("maxnreg"), debug and bool(o.get("sanitize_overflow", True)),
-                    arch_target(o.get("arch")))
+        full_key = (tuple(key), int(o["num_warps"]), int(o["num_stages"])) + _code_options(
+            bool(o.get("debug", False)), o, arch_target(o.get("arch")))
         if full_key not in self.cache:
             self._keep(full_key, self._compile(info, *full_key[1:]))
         return self.cache[full_key].compiled
