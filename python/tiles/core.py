@@ -235,9 +235,7 @@ class dtype:
 
     def __repr__(self) -> str:
         # As Triton writes it: code generators put `repr(dtype)` into kernel source.
-        n = self.name
-        n = "float" + n[2:] if n.startswith("fp") else "bfloat" + n[2:] if n.startswith("bf") else n
-        return f"triton.language.{n}"
+        return f"triton.language.{self.codegen_name()}"
 
     def __str__(self) -> str:
         return self.name
