@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from typing import List, Optional, Set, Tuple
@@ -19,17 +18,11 @@ _INSTR = re.compile(r"/\*[0-9a-f]+\*/\s+(.*?)\s*;")
 
 
 def find_nvdisasm() -> Optional[str]:
-    """`NVDISASM`, else beside ptxas (pip's nvidia-cuda-nvdisasm installs it there), else PATH."""
-    if os.environ.get("NVDISASM"):
-        return os.environ["NVDISASM"]
+    """`NVDISASM`, else where tiles' knob finds it (TRITON_NVDISASM_PATH, pip's
+    nvidia-cuda-nvdisasm, PATH)."""
     from tiles import knobs
 
-    ptxas = knobs.nvidia.ptxas.path
-    if ptxas:
-        cand = os.path.join(os.path.dirname(ptxas), "nvdisasm")
-        if os.path.exists(cand):
-            return cand
-    return shutil.which("nvdisasm")
+    return os.environ.get("NVDISASM") or knobs.nvidia.nvdisasm.path
 
 
 def sass_of(ptxas: str, nvdisasm: str, ptx: str, arch: str = "sm_90a") -> str:
