@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from .. import jit
 from .. import language as tl
-from .tensor_descriptor import TensorDescriptor
+from .tensor_descriptor import TensorDescriptor, element_strides
 
 _ROWS = tl.constexpr(1 << 30)  # the ragged dimension's extent in the descriptor
 _FAR = 0x7FFF0000  # the two leading dimensions' extents: never a bound
@@ -38,16 +38,17 @@ def create_ragged_descriptor(T: Any, block_shape: Sequence[int], ragged_dim: int
         raise ValueError(f"block_shape {list(block_shape)} does not have one entry per dimension of {shape}")
     if shape[ragged_dim] > _ROWS.value:
         raise ValueError(f"a ragged dimension holds at most 2**30 rows, got {shape[ragged_dim]}")
-    strides = [int(s) for s in (T.stride() if callable(getattr(T, "stride", None)) else
-                                [s // T.itemsize for s in T.strides])]
+    strides = element_strides(T)
     s = strides[ragged_dim]
     shape[ragged_dim] = _ROWS.value
     return TensorDescriptor(T, [_FAR, _FAR] + shape, [(1 << 34) - s, s] + strides, [1, 1] + list(block_shape))
 
 
 @jit
-def _ragged_coordinates(slice_off, slice_size, row):
-    return _ROWS, slice_off + slice_size, _ROWS - slice_size + row
+def _ragged_offsets(slice_off, slice_size, coords, ragged_dim: tl.constexpr):
+    """The descriptor's offsets of the block at `coords` of the slice (see the module's note)."""
+    row = coords[ragged_dim]
+    return [_ROWS, slice_off + slice_size] + coords[:ragged_dim] + [_ROWS - slice_size + row] + coords[ragged_dim + 1:]
 
 
 @jit
@@ -55,21 +56,17 @@ def load_ragged(TMA, slice_off, slice_size, coords, ragged_dim: tl.constexpr = 0
     """The block at `coords` of the slice `T[slice_off : slice_off + slice_size]`; rows past the
     slice's end read as zeros."""
     tl.static_assert(len(TMA.block_shape) == len(coords) + 2, "load_ragged needs a ragged descriptor")
-    c0, c1, c2 = _ragged_coordinates(slice_off, slice_size, coords[ragged_dim])
-    block = TMA.load([c0, c1] + coords[:ragged_dim] + [c2] + coords[ragged_dim + 1:])
+    block = TMA.load(_ragged_offsets(slice_off, slice_size, coords, ragged_dim))
     return tl.reshape(block, block.shape[2:])
 
 
 @jit
 def store_ragged(TMA, slice_off, slice_size, coords, data, ragged_dim: tl.constexpr = 0):
     """Writes `data` at `coords` of the slice; rows past the slice's end are not written."""
-    c0, c1, c2 = _ragged_coordinates(slice_off, slice_size, coords[ragged_dim])
-    TMA.store([c0, c1] + coords[:ragged_dim] + [c2] + coords[ragged_dim + 1:], tl.reshape(data, [1, 1] + data.shape))
+    TMA.store(_ragged_offsets(slice_off, slice_size, coords, ragged_dim), tl.reshape(data, [1, 1] + data.shape))
 
 
 @jit
 def atomic_add_ragged(TMA, slice_off, slice_size, coords, data, ragged_dim: tl.constexpr = 0):
     """Adds `data` atomically at `coords` of the slice; rows past the slice's end are left."""
-    c0, c1, c2 = _ragged_coordinates(slice_off, slice_size, coords[ragged_dim])
-    TMA.atomic_add([c0, c1] + coords[:ragged_dim] + [c2] + coords[ragged_dim + 1:],
-                   tl.reshape(data, [1, 1] + data.shape))
+    TMA.atomic_add(_ragged_offsets(slice_off, slice_size, coords, ragged_dim), tl.reshape(data, [1, 1] + data.shape))

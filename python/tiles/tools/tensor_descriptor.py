@@ -40,7 +40,12 @@ class TensorDescriptor:
     @staticmethod
     def from_tensor(tensor: Any, block_shape: List[int], padding: str = "zero",
                     round_f32_to_tf32: bool = False) -> "TensorDescriptor":
-        strides = tensor.stride() if callable(getattr(tensor, "stride", None)) else [
-            s // tensor.itemsize for s in tensor.strides]
-        return TensorDescriptor(tensor, list(tensor.shape), list(strides), list(block_shape), padding,
+        return TensorDescriptor(tensor, list(tensor.shape), element_strides(tensor), list(block_shape), padding,
                                 round_f32_to_tf32)
+
+
+def element_strides(tensor: Any) -> List[int]:
+    """A torch tensor's or numpy array's strides, in elements."""
+    if callable(getattr(tensor, "stride", None)):
+        return [int(s) for s in tensor.stride()]
+    return [int(s) // tensor.itemsize for s in tensor.strides]
