@@ -1021,13 +1021,9 @@ def test_masked_mixed_dots_with_an_atomic_gradient(dev, rng, K):
     want_gx = gs @ w.astype(np.float64).T + x.astype(np.float64) * factor[:, None]
     gw_err = np.abs(dev.get(gw) - want_gw).max() / np.abs(want_gw).max()
     gx_err = np.abs(dev.get(gx).astype(np.float64) - want_gx).max() / np.abs(want_gx).max()
-    if dev.mode == "gpu" and K < 256 and gw_err > 1e-2:
-        # Found in Liger-Kernel's mHC backward (stop 26): dw came out wrong for K < BK. The
-        # SASS showed ptxas moving a wgmma accumulator between in-flight instructions when a
-        # zero accumulator was passed as tied inputs; zero accumulators are no longer passed
-        # (test_zero_accumulator_wgmma_reads_no_inputs). The fix had not run on a GPU when
-        # this was written: a failure here means it did not hold.
-        pytest.xfail(f"wrong dw on the GPU for K={K} (relative error {gw_err:.2g}): the stop 26 fix did not hold")
+    # Found in Liger-Kernel's mHC backward (stop 26): dw came out wrong for K < BK, because ptxas
+    # moved a wgmma accumulator between in-flight instructions when a zero accumulator was
+    # passed as tied inputs (see test_zero_accumulator_wgmma_reads_no_inputs).
     assert gw_err < 1e-2 and gx_err < 2e-2, (gw_err, gx_err)
 
 
