@@ -64,6 +64,7 @@ mod dot;
 mod inline_asm;
 mod lower;
 mod math;
+mod math_f32;
 mod math_f64;
 mod memory;
 mod operand;

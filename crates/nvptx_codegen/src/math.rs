@@ -143,7 +143,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.cx.f32_type().const_float(x)
     }
 
-    fn asm_f32(&self, instr: &str, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
+    pub(crate) fn asm_f32(&self, instr: &str, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
         let t = format!("{instr} $0, $1;");
         let v = self.asm(self.cx.f32_type().into(), &t, "=f,f", &[x.into()], false)?;
         match v {
@@ -406,70 +406,12 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let y = b.build_float_mul(x, self.f32c(std::f64::consts::LOG2_E), "exp")?;
                 self.asm_f32("ex2.approx.f32", y)?
             }
-            UnaryOp::Log2 => self.asm_f32("lg2.approx.f32", x)?,
-            UnaryOp::Log => {
-                let l = self.asm_f32("lg2.approx.f32", x)?;
-                b.build_float_mul(l, self.f32c(std::f64::consts::LN_2), "log")?
-            }
+            UnaryOp::Log2 => self.log_f32(x, true)?,
+            UnaryOp::Log => self.log_f32(x, false)?,
             UnaryOp::Rsqrt => self.asm_f32("rsqrt.approx.ftz.f32", x)?,
-            UnaryOp::Sin | UnaryOp::Cos => {
-                // Reduce to [-pi, pi] in two steps (Cody-Waite) before the hardware approximation,
-                // which is accurate only there.
-                let k = b.build_float_mul(x, self.f32c(1.0 / std::f64::consts::TAU), "k")?;
-                let k = self
-                    .call_intrinsic("llvm.rint", &[k.get_type().into()], &[k.into()])?
-                    .into_float_value();
-                let hi = 6.28125f64;
-                let lo = std::f64::consts::TAU - hi;
-                let t = b.build_float_mul(k, self.f32c(hi), "t")?;
-                let r = b.build_float_sub(x, t, "r")?;
-                let t = b.build_float_mul(k, self.f32c(lo), "t")?;
-                let r = b.build_float_sub(r, t, "r")?;
-                let name = if op == UnaryOp::Sin {
-                    "sin.approx.f32"
-                } else {
-                    "cos.approx.f32"
-                };
-                self.asm_f32(name, r)?
-            }
-            UnaryOp::Erf => {
-                // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), odd extension.
-                let ax = self
-                    .call_intrinsic("llvm.fabs", &[x.get_type().into()], &[x.into()])?
-                    .into_float_value();
-                let one = self.f32c(1.0);
-                let den = b.build_float_add(
-                    one,
-                    b.build_float_mul(ax, self.f32c(0.327_591_1), "p")?,
-                    "d",
-                )?;
-                let t = b.build_float_div(one, den, "t")?;
-                let coeffs = [
-                    1.061_405_429,
-                    -1.453_152_027,
-                    1.421_413_741,
-                    -0.284_496_736,
-                    0.254_829_592,
-                ];
-                let mut poly = self.f32c(coeffs[0]);
-                for &c in &coeffs[1..] {
-                    poly =
-                        b.build_float_add(b.build_float_mul(poly, t, "p")?, self.f32c(c), "p")?;
-                }
-                poly = b.build_float_mul(poly, t, "p")?;
-                let x2 = b.build_float_mul(ax, ax, "x2")?;
-                let e = b.build_float_mul(x2, self.f32c(-std::f64::consts::LOG2_E), "e")?;
-                let e = self.asm_f32("ex2.approx.f32", e)?;
-                let y = self
-                    .b
-                    .build_float_sub(one, self.b.build_float_mul(poly, e, "y")?, "y")?;
-                self.call_intrinsic(
-                    "llvm.copysign",
-                    &[x.get_type().into()],
-                    &[y.into(), x.into()],
-                )?
-                .into_float_value()
-            }
+            UnaryOp::Sin => self.sincos_f32(x, false)?,
+            UnaryOp::Cos => self.sincos_f32(x, true)?,
+            UnaryOp::Erf => self.erf_f32(x)?,
             other => return self.unsupported(format!("fp32 {}", other.name())),
         })
     }

@@ -24,7 +24,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.cx.f64_type().const_float(v)
     }
 
-    fn fma64(
+    pub(crate) fn fma64(
         &self,
         a: FloatValue<'ctx>,
         b: FloatValue<'ctx>,
