@@ -77,50 +77,114 @@ def _signbit_bool(x):
     return semantic.bitcast(x, ity) < 0
 
 
+def _signed_zero(x, y):
+    """y, but x itself where x is ±0 (for odd functions: f(-0) = -0)."""
+    return _where(x == 0.0, x, y)
+
+
 def _trunc(x):
     return _where(x < 0, semantic.unary_math("ceil", x), semantic.unary_math("floor", x))
 
 
 # -- exponentials and logarithms ------------------------------------------------------------------
 
+# fp32 exponentials to libdevice's accuracy (a couple of ulp). `tl.exp` is `ex2.approx` of
+# the rounded `x·log2 e`, as Triton's is; its error grows with |x| (60 ulp near 88), where
+# libdevice's `exp` (and these) stay within ~2.5 ulp. Polynomials: minimax fits to 40-digit
+# references, rounded to fp32 (stop 27).
+_LN2_HI32, _LN2_LO32 = 0.693145751953125, 1.428606765330187e-06
+# (expm1(r) - r) / r^2 on |r| <= ln2/2, and (tanh(x) - x) / x^3 in x^2 on |x| <= 0.625.
+_EXPM1_E32 = [0.00019857814186252654, 0.0013933687005192041, 0.008333360776305199, 0.041666463017463684,
+              0.1666666716337204, 0.5]
+_TANH_T32 = [0.0022928237449377775, -0.008344022557139397, 0.021768944337964058, -0.05395926162600517,
+             0.13333304226398468, -0.3333333432674408]
+
+
+def _split(c):
+    """c as an fp32 pair hi + lo."""
+    import numpy as np
+
+    hi = float(np.float32(c))
+    return hi, float(np.float32(c - hi))
+
+
+def _exp_scaled(x, c, lo64=0.0):
+    """2**(x·c) with x·c's rounding error put back: 2**t·(1 + err·ln2). `lo64` is the part of
+    c below fp64 (for fp64 x)."""
+    hi, lo = (c, lo64) if _f64(x) else _split(c)
+    hi, lo = semantic.to_tensor(hi, x.dtype), semantic.to_tensor(lo, x.dtype)
+    t = x * hi
+    err = semantic.fma(x, hi, -t)
+    err = semantic.fma(x, lo, err)
+    e = semantic.unary_math("exp2", t)
+    y = semantic.fma(e, err * _m.log(2.0), e)
+    # inf, 0 and NaN come from exp2 itself (the correction would make inf·0 a NaN).
+    edge = (e == float("inf")) | (e == 0.0) | (t != t)
+    return _where(edge, e, y)
+
+
+def _exp(x):
+    if _f64(x):
+        return semantic.unary_math("exp", x)
+    return _exp_scaled(x, 1.0 / _m.log(2.0))
+
+
+def _pow2i(n):
+    """2**n for an integer-valued fp32 n in [-126, 127], exactly."""
+    ni = semantic.cast(n, core.int32)
+    return semantic.bitcast(semantic.shl(semantic.add(ni, 127), 23), core.float32)
+
+
 def _expm1(x):
-    n = 17 if _f64(x) else 8
-    # x (1 + x/2! + x^2/3! + ...): the series, for |x| < 1/2.
-    coeffs = [1.0 / _m.factorial(k + 1) for k in range(n - 1, -1, -1)]
-    small = x * _poly(x, coeffs)
-    large = semantic.unary_math("exp", x) - 1.0
-    return _where(_abs(x) < 0.5, small, large)
+    if _f64(x):
+        # x (1 + x/2! + x^2/3! + ...): the series, for |x| < 1/2.
+        coeffs = [1.0 / _m.factorial(k + 1) for k in range(16, -1, -1)]
+        small = x * _poly(x, coeffs)
+        large = semantic.unary_math("exp", x) - 1.0
+        return _where(_abs(x) < 0.5, small, large)
+    # x = n·ln2 + r, |r| <= ln2/2: expm1(x) = 2^n·expm1(r) + (2^n - 1).
+    xc = semantic.maximum(semantic.minimum(x, 88.8), -30.0)
+    n = semantic.unary_math("floor", xc * (1.0 / _m.log(2.0)) + 0.5)
+    r = semantic.fma(-n, _LN2_HI32, xc)
+    r = semantic.fma(-n, _LN2_LO32, r)
+    p = semantic.fma(r * r, _poly(r, _EXPM1_E32), r)
+    n_in = semantic.minimum(n, 127.0)
+    s = _pow2i(n_in)
+    y = semantic.fma(s, p, s - 1.0)
+    # n = 128 (x just below log(FLT_MAX)): 2^127·(2·(expm1(r) + 1)).
+    y = _where(n > 127.0, 2.0 * (s * p + s), y)
+    y = _where(x > 88.8, float("inf"), y)
+    y = _where(x < -30.0, -1.0, y)
+    return _where(x != x, x, y)
 
 
 def _log1p(x):
-    n = 11 if _f64(x) else 6
-    # 2 atanh(s), s = x / (2 + x): |s| <= 1/5 for |x| < 1/2.
-    s = x / (x + 2.0)
-    z = s * s
-    small = 2.0 * s * _poly(z, [1.0 / (2 * k + 1) for k in range(n, -1, -1)])
-    large = semantic.unary_math("log", x + 1.0)
-    return _where(_abs(x) < 0.5, small, large)
+    # log(u) with u = 1 + x rounded, plus the first-order correction for that rounding.
+    u = x + 1.0
+    c = semantic.div_rn(x - (u - 1.0), u)
+    c = _where((u == 0.0) | (u == float("inf")), 0.0, c)
+    return semantic.unary_math("log", u) + c
 
 
 @_export
 def expm1(x, _semantic=None):
     """e**x - 1, accurate near 0."""
     x, dt = _float(x)
-    return _back(_expm1(x), dt)
+    return _back(_signed_zero(x, _expm1(x)), dt)
 
 
 @_export
 def log1p(x, _semantic=None):
     """log(1 + x), accurate near 0."""
     x, dt = _float(x)
-    return _back(_log1p(x), dt)
+    return _back(_signed_zero(x, _log1p(x)), dt)
 
 
 @_export
 def exp10(x, _semantic=None):
     """10**x."""
     x, dt = _float(x)
-    return _back(semantic.unary_math("exp2", x * _m.log2(10.0)), dt)
+    return _back(_exp_scaled(x, 3.321928094887362, 1.661617516973592e-16), dt)
 
 
 @_export
@@ -194,9 +258,16 @@ def rcbrt(x, _semantic=None):
 def tanh(x, _semantic=None):
     """Hyperbolic tangent."""
     x, dt = _float(x)
-    e = _expm1(-2.0 * _abs(x))
-    t = -e / (e + 2.0)
-    return _back(_copysign(t, x), dt)
+    if _f64(x):
+        e = _expm1(-2.0 * _abs(x))
+        t = -e / (e + 2.0)
+        return _back(_copysign(t, x), dt)
+    a = _abs(x)
+    e = _expm1(2.0 * semantic.minimum(a, 10.0))
+    big = semantic.div_rn(e, e + 2.0)
+    small = semantic.fma(x * x * x, _poly(x * x, _TANH_T32), x)
+    y = _where(a < 0.625, small, _copysign(big, x))
+    return _back(_signed_zero(x, _where(x != x, x, y)), dt)
 
 
 @_export
@@ -206,7 +277,7 @@ def sinh(x, _semantic=None):
     a = _abs(x)
     e = _expm1(_where(a > 20.0, 0.0, a))
     s = 0.5 * (e + e / (e + 1.0))
-    s = _where(a > 20.0, 0.5 * semantic.unary_math("exp", a), s)
+    s = _where(a > 20.0, 0.5 * _exp(a), s)
     return _back(_copysign(s, x), dt)
 
 
@@ -214,8 +285,8 @@ def sinh(x, _semantic=None):
 def cosh(x, _semantic=None):
     """Hyperbolic cosine."""
     x, dt = _float(x)
-    e = semantic.unary_math("exp", _abs(x))
-    return _back(0.5 * (e + 1.0 / e), dt)
+    e = _exp(_abs(x))
+    return _back(0.5 * e + semantic.div_rn(0.5, e), dt)
 
 
 @_export
@@ -245,7 +316,7 @@ def acosh(x, _semantic=None):
 def atanh(x, _semantic=None):
     """Inverse hyperbolic tangent."""
     x, dt = _float(x)
-    return _back(0.5 * _log1p(2.0 * x / (1.0 - x)), dt)
+    return _back(_signed_zero(x, 0.5 * (_log1p(x) - _log1p(-x))), dt)
 
 
 # -- trigonometric --------------------------------------------------------------------------------
@@ -581,7 +652,14 @@ def _same(name, op, doc):
     return _export(f)
 
 
-exp = _same("exp", "exp", "e**x.")
+@_export
+def exp(x, _semantic=None):
+    """e**x, to a couple of ulp (`tl.exp` is the faster hardware approximation)."""
+    x, dt = _float(x)
+    return _back(_exp(x), dt)
+
+
+
 exp2 = _same("exp2", "exp2", "2**x.")
 log = _same("log", "log", "Natural logarithm.")
 log2 = _same("log2", "log2", "Base-2 logarithm.")
@@ -592,8 +670,9 @@ cos = _same("cos", "cos", "Cosine.")
 floor = _same("floor", "floor", "Rounds down.")
 ceil = _same("ceil", "ceil", "Rounds up.")
 erf = _same("erf", "erf", "The error function.")
-# libdevice's other names for the same functions (tiles has one precision for each).
-fast_expf = exp
+# libdevice's other names for the same functions (tiles has one precision for each, except
+# `fast_expf`, which is `tl.exp`'s approximation, as in libdevice).
+fast_expf = _same("fast_expf", "exp", "e**x, the hardware approximation.")
 fast_exp10f = exp10
 fast_logf = log
 fast_log2f = log2
