@@ -89,8 +89,9 @@ def test_fp32_math_special_values(dev, fn):
     math_kernel[(1,)](dev.put(x), out, x.size, FN=fn, BLOCK=16)
     got = dev.get(out)
     for v, g, r in zip(x, got, ref):
-        if fn in ("sin", "cos") and v == 3.4e38:
-            assert abs(float(g) - float(r)) < 1e-6, (fn, v, g, r)
+        if np.isfinite(v) and v != 0 and np.isfinite(r) and r != 0:
+            # finite results: within the function's bound (sin(3.4e38) tests the wide reduction)
+            assert abs(float(g) - float(r)) <= ULP_BOUND[fn] * float(np.spacing(abs(r))), (fn, v, g, r)
             continue
         assert (np.isnan(g) and np.isnan(r)) or (g == r and np.signbit(g) == np.signbit(r)), (fn, v, g, r)
 
@@ -143,7 +144,7 @@ LIBDEVICE = {
     "exp": (np.exp, (-87, 88), 3.0, 2.0),
     "exp10": (lambda v: 10.0 ** v, (-37, 38), 3.0, 2.0),
     "expm1": (np.expm1, (-20, 20), 2.0, 2.0),
-    "log1p": (np.log1p, (-0.999, 100), 2.0, 2.0),
+    "log1p": (np.log1p, (-0.999, 100), 2.0, 3.0),
     "tanh": (np.tanh, (-6, 6), 3.0, 4.0),
     "sinh": (np.sinh, (-20, 20), 3.5, 3.0),
     "cosh": (np.cosh, (-20, 20), 3.5, 2.0),
