@@ -180,3 +180,15 @@ def test_libdevice_exponentials_special_values(dev, fn):
     libdevice_kernel[(1,)](dev.put(x), out, x.size, FN=fn, BLOCK=8)
     for v, g, r in zip(x, dev.get(out), ref):
         assert (np.isnan(g) and np.isnan(r)) or (g == r and np.signbit(g) == np.signbit(r)), (fn, v, g, r)
+
+
+def test_libdevice_tanh_rounds_correctly_near_one(dev):
+    # GELU's tanh form computes 1 + tanh(z); at z = -8 that is tanh's last bit, so an ulp off
+    # doubles the result or zeroes it (Liger-Kernel's GEGLU backward, stop 27).
+    x = np.linspace(-9.5, -4.0, 40000).astype(np.float32)
+    out = dev.put(np.zeros(x.size, np.float32))
+    libdevice_kernel[(tiles.cdiv(x.size, 256),)](dev.put(x), out, x.size, FN="tanh", BLOCK=256)
+    got = dev.get(out)
+    want = np.tanh(x.astype(np.float64)).astype(np.float32)
+    assert np.abs(got.astype(np.float64) - want).max() <= np.spacing(np.float32(1.0)), "more than 1 ulp off"
+    assert (got != want).mean() < 1e-3, f"{(got != want).sum()} of {x.size} not correctly rounded"

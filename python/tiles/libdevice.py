@@ -263,8 +263,10 @@ def tanh(x, _semantic=None):
         t = -e / (e + 2.0)
         return _back(_copysign(t, x), dt)
     a = _abs(x)
+    # 1 - 2/(e^2a + 1): near 1 the small term is what carries the accuracy (GELU's
+    # 1 + tanh(z) at z = -8 is exactly that term, so tanh must round correctly there).
     e = _expm1(2.0 * semantic.minimum(a, 10.0))
-    big = semantic.div_rn(e, e + 2.0)
+    big = 1.0 - semantic.div_rn(2.0, e + 2.0)
     small = semantic.fma(x * x * x, _poly(x * x, _TANH_T32), x)
     y = _where(a < 0.625, small, _copysign(big, x))
     return _back(_signed_zero(x, _where(x != x, x, y)), dt)
