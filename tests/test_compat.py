@@ -265,6 +265,11 @@ def test_triton_error_classes():
     assert issubclass(tiles.CompilationError, tiles.TritonError)
     assert issubclass(tiles.OutOfResources, tiles.TritonError)
     assert issubclass(tiles.LaunchError, tiles.TritonError)
+    # Triton also names it in its errors modules.
+    from tiles.compiler.errors import TritonError as compiler_name
+    from tiles.errors import TritonError as errors_name
+
+    assert errors_name is compiler_name is tiles.TritonError
 
 
 @tiles.constexpr_function

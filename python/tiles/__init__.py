@@ -23,8 +23,8 @@ from .errors import (  # noqa: F401
     OutOfBoundsError,
     OutOfResources,
     TilesError,
+    TritonError,  # noqa: F401
 )
-from .errors import TilesError as TritonError  # noqa: F401
 from .runtime._allocation import set_allocator  # noqa: F401
 from .runtime.async_compile import AsyncCompileMode, FutureKernel  # noqa: F401
 from .runtime.autotuner import Config, autotune, heuristics  # noqa: F401

@@ -87,3 +87,7 @@ class PTXASError(LaunchError):
 
 class AutotunerError(TilesError, RuntimeError):
     """Autotuning found no config that runs (Triton's `triton.runtime.errors.AutotunerError`)."""
+
+
+# Triton's name for the base class (`triton.errors.TritonError`, `triton.compiler.errors.TritonError`).
+TritonError = TilesError
