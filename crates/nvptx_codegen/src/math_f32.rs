@@ -21,7 +21,9 @@
 //! minimax) against 40-digit references, then rounded to fp32.
 
 use crate::lower::{Lowering, R};
-use inkwell::values::{FloatValue, IntValue};
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::module::Linkage;
+use inkwell::values::{FloatValue, FunctionValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
 const LN2_HI: f64 = 0.693145751953125;
@@ -223,6 +225,42 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok((q, r))
     }
 
+    /// [`Self::trig_reduce_wide`] as one function of the module, `(q, r)` from `x`, called
+    /// from each element's cold branch: written out at every element it made a 64-element
+    /// tile's sin·cos 9800 PTX lines.
+    fn trig_wide_fn(&self) -> R<FunctionValue<'ctx>> {
+        const NAME: &str = "tiles.trig_reduce_wide";
+        if let Some(f) = self.module.get_function(NAME) {
+            return Ok(f);
+        }
+        let f32t = self.cx.f32_type();
+        let ret = self.cx.struct_type(&[f32t.into(), f32t.into()], false);
+        let f = self.module.add_function(
+            NAME,
+            ret.fn_type(&[f32t.into()], false),
+            Some(Linkage::Internal),
+        );
+        let noinline = Attribute::get_named_enum_kind_id("noinline");
+        f.add_attribute(
+            AttributeLoc::Function,
+            self.cx.create_enum_attribute(noinline, 0),
+        );
+        let here = self.b.get_insert_block();
+        self.b
+            .position_at_end(self.cx.append_basic_block(f, "entry"));
+        let Some(x) = f.get_nth_param(0) else {
+            return self.internal("the wide reduction has no parameter");
+        };
+        let (q, r) = self.trig_reduce_wide(x.into_float_value())?;
+        let pair = self.b.build_insert_value(ret.get_undef(), q, 0, "p")?;
+        let pair = self.b.build_insert_value(pair, r, 1, "p")?;
+        self.b.build_return(Some(&pair))?;
+        if let Some(bb) = here {
+            self.b.position_at_end(bb);
+        }
+        Ok(f)
+    }
+
     /// `sin x` or `cos x` for fp32.
     pub(crate) fn sincos_f32(&self, x: FloatValue<'ctx>, cos: bool) -> R<FloatValue<'ctx>> {
         let i32t = self.cx.i32_type();
@@ -247,14 +285,27 @@ impl<'ctx> Lowering<'ctx, '_> {
         let join = self.cx.append_basic_block(self.kernel, "trig.join");
         self.b.build_conditional_branch(wide, slow, join)?;
         self.b.position_at_end(slow);
-        let (qw, rw) = self.trig_reduce_wide(x)?;
-        let slow_end = self.b.get_insert_block().expect("positioned");
+        let call = self
+            .b
+            .build_call(self.trig_wide_fn()?, &[x.into()], "wide")?;
+        let Some(pair) = call.try_as_basic_value().basic() else {
+            return self.internal("the wide reduction returned nothing");
+        };
+        let pair = pair.into_struct_value();
+        let qw = self
+            .b
+            .build_extract_value(pair, 0, "qw")?
+            .into_float_value();
+        let rw = self
+            .b
+            .build_extract_value(pair, 1, "rw")?
+            .into_float_value();
         self.b.build_unconditional_branch(join)?;
         self.b.position_at_end(join);
         let qp = self.b.build_phi(f32t, "q")?;
-        qp.add_incoming(&[(&q, here), (&qw, slow_end)]);
+        qp.add_incoming(&[(&q, here), (&qw, slow)]);
         let rp = self.b.build_phi(f32t, "r")?;
-        rp.add_incoming(&[(&r, here), (&rw, slow_end)]);
+        rp.add_incoming(&[(&r, here), (&rw, slow)]);
         let (q, r) = (
             qp.as_basic_value().into_float_value(),
             rp.as_basic_value().into_float_value(),
