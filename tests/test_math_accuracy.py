@@ -192,3 +192,43 @@ def test_libdevice_tanh_rounds_correctly_near_one(dev):
     want = np.tanh(x.astype(np.float64)).astype(np.float32)
     assert np.abs(got.astype(np.float64) - want).max() <= np.spacing(np.float32(1.0)), "more than 1 ulp off"
     assert (got != want).mean() < 1e-3, f"{(got != want).sum()} of {x.size} not correctly rounded"
+
+
+@tiles.jit
+def exp2_rsqrt_kernel(x_ptr, e_ptr, r_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(e_ptr + offs, tl.math.exp2(x))
+    tl.store(r_ptr + offs, tl.math.rsqrt(-x * 1e37))
+
+
+@pytest.mark.parametrize("ftz", [True, False, None])
+def test_enable_reflect_ftz_chooses_the_flushing_approximations(ptxas, ftz):
+    # Triton's option: exp2 and rsqrt flush subnormal results to zero by default
+    # (`enable_reflect_ftz=True`), and keep them with False. A separate compile each.
+    x = tiles.MockTensor(tl.float32)
+    opts = {} if ftz is None else {"enable_reflect_ftz": ftz}
+    h = exp2_rsqrt_kernel.warmup(x, x, x, BLOCK=128, grid=(1,), **opts)
+    ptx = h.asm["ptx"]
+    flushing = ftz is not False
+    assert ("ex2.approx.ftz.f32" in ptx) == flushing and ("ex2.approx.f32" in ptx) != flushing
+    assert ("rsqrt.approx.ftz.f32" in ptx) == flushing
+    assemble(ptxas, ptx, h.metadata.target)
+    k = tiles.compile(exp2_rsqrt_kernel, signature={"x_ptr": "*fp32", "e_ptr": "*fp32", "r_ptr": "*fp32"},
+                      constexprs={"BLOCK": 128}, options=opts)
+    assert ("ex2.approx.ftz.f32" in k.asm["ptx"]) == flushing
+
+
+@pytest.mark.gpu
+def test_enable_reflect_ftz_false_keeps_subnormal_results(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    x = -(126.0 + torch.rand(128, device="cuda") * 20)  # 2^x is subnormal in fp32
+    e, r = torch.empty_like(x), torch.empty_like(x)
+    exp2_rsqrt_kernel[(1,)](x, e, r, BLOCK=128, enable_reflect_ftz=False)
+    want = torch.exp2(x.double())
+    assert (e > 0).all()
+    torch.testing.assert_close(e.double(), want, rtol=1e-2, atol=2 ** -149)
+    exp2_rsqrt_kernel[(1,)](x, e, r, BLOCK=128)
+    assert (e == 0).all()

@@ -164,6 +164,9 @@ pub struct CodegenOptions {
     pub fp_fusion: bool,
     /// Cap on registers per thread (`.maxnreg`, Triton's `maxnreg`).
     pub maxnreg: Option<u32>,
+    /// Keep subnormal results of the hardware approximations (`ex2`, `rsqrt`) instead of
+    /// flushing them to zero: Triton's `enable_reflect_ftz=False`. Off by default, as there.
+    pub keep_subnormals: bool,
     /// Also return the optimised LLVM IR as text ([`PtxOutput::llvm_ir`]). The code is the
     /// same either way; printing costs time on large kernels (9 ms of a 128×128 matmul's
     /// 125 ms: its accumulator structs print as hundreds of kilobytes).

@@ -91,6 +91,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// too, but only from PTX 8.1, above what tiles emits for it).
     pub fp8_cvt: bool,
     pub fp_fusion: bool,
+    /// [`crate::CodegenOptions::keep_subnormals`].
+    pub keep_subnormals: bool,
     /// Conversions to `dot` operand layouts deferred to their `dot`, which stages the source
     /// tile in shared memory (result -> source).
     pub staged: HashMap<Value, Value>,
@@ -516,6 +518,7 @@ pub(crate) fn lower_kernel<'ctx>(
         cur_line: 0,
         smem_busy: false,
         fp_fusion: options.fp_fusion,
+        keep_subnormals: options.keep_subnormals,
         fp8_cvt: target.capability >= 90,
         staged: HashMap::new(),
         deferrable: deferrable_conversions(func),

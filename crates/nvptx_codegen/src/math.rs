@@ -143,6 +143,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.cx.f32_type().const_float(x)
     }
 
+    /// `{base}.ftz.f32`, or `{base}.f32` when subnormals are kept.
+    pub(crate) fn ftz_name(&self, base: &str) -> &'static str {
+        match (base, self.keep_subnormals) {
+            ("ex2.approx", false) => "ex2.approx.ftz.f32",
+            ("ex2.approx", true) => "ex2.approx.f32",
+            ("rsqrt.approx", false) => "rsqrt.approx.ftz.f32",
+            _ => "rsqrt.approx.f32",
+        }
+    }
+
     pub(crate) fn asm_f32(&self, instr: &str, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
         let t = format!("{instr} $0, $1;");
         let v = self.asm(self.cx.f32_type().into(), &t, "=f,f", &[x.into()], false)?;
@@ -400,15 +410,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         let b = &self.b;
         Ok(match op {
             // As Triton: `exp2` flushes subnormal results to zero (one MUFU instruction; the
-            // non-ftz form costs a compare and two multiplies around it), `exp` does not.
-            UnaryOp::Exp2 => self.asm_f32("ex2.approx.ftz.f32", x)?,
+            // non-ftz form costs a compare and two multiplies around it), `exp` does not;
+            // `enable_reflect_ftz=False` keeps them in both.
+            UnaryOp::Exp2 => self.asm_f32(self.ftz_name("ex2.approx"), x)?,
             UnaryOp::Exp => {
                 let y = b.build_float_mul(x, self.f32c(std::f64::consts::LOG2_E), "exp")?;
                 self.asm_f32("ex2.approx.f32", y)?
             }
             UnaryOp::Log2 => self.log_f32(x, true)?,
             UnaryOp::Log => self.log_f32(x, false)?,
-            UnaryOp::Rsqrt => self.asm_f32("rsqrt.approx.ftz.f32", x)?,
+            UnaryOp::Rsqrt => self.asm_f32(self.ftz_name("rsqrt.approx"), x)?,
             UnaryOp::Sin => self.sincos_f32(x, false)?,
             UnaryOp::Cos => self.sincos_f32(x, true)?,
             UnaryOp::Erf => self.erf_f32(x)?,

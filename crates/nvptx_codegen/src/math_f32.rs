@@ -360,7 +360,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let small = self.fma32(x, self.horner32(z, &ERF_R)?, x)?;
         let u = b.build_float_sub(ax, self.c32(ERFC_CENTRE), "u")?;
         let l = self.horner32(u, &ERFC_Q)?;
-        let e = self.asm_f32("ex2.approx.ftz.f32", l)?;
+        let e = self.asm_f32(self.ftz_name("ex2.approx"), l)?;
         let big = b.build_float_sub(self.c32(1.0), e, "big")?;
         let one = b.build_float_compare(FloatPredicate::OGE, ax, self.c32(ERF_ONE), "one")?;
         let big = self.sel32(one, self.c32(1.0), big)?;

@@ -40,6 +40,8 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
             explicit_target = true;
         } else if a == "--fp-fusion" {
             options.fp_fusion = true;
+        } else if a == "--keep-subnormals" {
+            options.keep_subnormals = true;
         } else if let Some(n) = a.strip_prefix("--repeat=") {
             // Generates the LLVM IR or PTX `n` times in one process (for profiling: startup
             // and page faults of a fresh process otherwise dominate small kernels).

@@ -626,7 +626,9 @@ impl Kernel {
     /// `name`, `ptx`, `llir` (when `llir`; else None), `tir` (input IR), `tir_opt` (after
     /// passes), `shared`, `num_threads`, and, when `all_stages`, `passes`: a list of
     /// (pass, IR text).
-    #[pyo3(signature = (target, all_stages=false, fp_fusion=false, maxnreg=None, llir=true))]
+    #[pyo3(signature = (target, all_stages=false, fp_fusion=false, maxnreg=None, llir=true, ftz=true))]
+    // Python's keyword options, one argument each.
+    #[allow(clippy::too_many_arguments)]
     fn compile<'py>(
         &self,
         py: Python<'py>,
@@ -635,6 +637,7 @@ impl Kernel {
         fp_fusion: bool,
         maxnreg: Option<u32>,
         llir: bool,
+        ftz: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mut func = self.func.clone();
         let mut asserts: Vec<(u32, String)> = Vec::new();
@@ -651,6 +654,7 @@ impl Kernel {
                 fp_fusion,
                 maxnreg,
                 keep_llvm_ir: llir,
+                keep_subnormals: !ftz,
             };
             let r = nvptx_codegen::compile_with(
                 &mut func,

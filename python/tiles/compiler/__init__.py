@@ -34,13 +34,14 @@ class CompiledKernel:
 
     def __init__(self, name: str, out: Dict[str, Any], target: str, num_warps: int, num_stages: int,
                  signature: Dict[str, str], constexprs: Dict[str, Any], file: str = "<unknown>",
-                 arg_names: Sequence[str] = (), fp_fusion: bool = False, maxnreg: Optional[int] = None):
+                 arg_names: Sequence[str] = (), fp_fusion: bool = False, maxnreg: Optional[int] = None,
+                 ftz: bool = True):
         self.name = out["name"]
         self.function_name = name
         tir = out["tir"]
         self.asm: Dict[str, Any] = _Stages(
             {"tir": tir, "tir_opt": out["tir_opt"], "llir": out.get("llir") or _PENDING, "ptx": out["ptx"]},
-            lambda: _tiles.parse_ir(tir).compile(target, fp_fusion=fp_fusion, maxnreg=maxnreg)["llir"])
+            lambda: _tiles.parse_ir(tir).compile(target, fp_fusion=fp_fusion, maxnreg=maxnreg, ftz=ftz)["llir"])
         self.metadata = SimpleNamespace(name=self.name, target=target, num_warps=num_warps, num_stages=num_stages,
                                         shared=out["shared"], num_threads=out["num_threads"],
                                         asserts=_asserts_by_line(out.get("asserts", [])))
@@ -362,7 +363,7 @@ class _Backend:
     PTX: all without the GIL), then the cache entry and the CompiledKernel."""
 
     __slots__ = ("fn", "kernel", "key", "target", "num_warps", "num_stages", "sig", "constexprs", "fp_fusion",
-                 "maxnreg", "dump", "frontend_s")
+                 "maxnreg", "ftz", "dump", "frontend_s")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -374,7 +375,7 @@ class _Backend:
         t1 = time.perf_counter()
         try:
             out = self.kernel.compile(self.target, all_stages=self.dump, fp_fusion=self.fp_fusion,
-                                      maxnreg=self.maxnreg, llir=self.dump)
+                                      maxnreg=self.maxnreg, llir=self.dump, ftz=self.ftz)
         except _tiles.BackendError as e:
             raise _backend_error(self.fn, e) from None
         t2 = time.perf_counter()
@@ -385,7 +386,7 @@ class _Backend:
         _dump(out["name"], out)
         ck = CompiledKernel(self.fn.__name__, out, self.target, self.num_warps, self.num_stages, self.sig,
                             self.constexprs, self.fn.source().file, self.fn.param_names, self.fp_fusion,
-                            self.maxnreg)
+                            self.maxnreg, self.ftz)
         if not self.dump:
             cache.store(self.key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
                                    "asserts": out["asserts"], "target": self.target},
@@ -398,7 +399,8 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
            target: Any = "sm_90a", num_warps: int = 4, num_stages: int = 3,
            specialization: Optional[Dict[str, int]] = None, equal_to_1: Sequence[str] = (), debug: bool = False,
            enable_fp_fusion: bool = False, maxnreg: Optional[int] = None,
-           options: Optional[Dict[str, Any]] = None, sanitize_overflow: bool = True):
+           options: Optional[Dict[str, Any]] = None, sanitize_overflow: bool = True,
+           enable_reflect_ftz: bool = True):
     """`compile` up to the end of the frontend (the part that needs the GIL): a CompiledKernel
     on a disk-cache hit, else the `_Backend` that finishes it."""
     from .. import frontend
@@ -411,7 +413,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         specialization = dict(src.specialization, **(specialization or {}))
     if options:
         known = {"num_warps", "num_stages", "debug", "enable_fp_fusion", "maxnreg", "num_ctas", "sanitize_overflow",
-                 "arch"}
+                 "arch", "enable_reflect_ftz"}
         unknown = set(options) - known
         if unknown:
             raise TypeError(f"unknown compile option(s) {sorted(unknown)}; tiles takes {sorted(known)}")
@@ -423,6 +425,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         enable_fp_fusion = options.get("enable_fp_fusion", enable_fp_fusion)
         maxnreg = options.get("maxnreg", maxnreg)
         sanitize_overflow = options.get("sanitize_overflow", sanitize_overflow)
+        enable_reflect_ftz = options.get("enable_reflect_ftz", enable_reflect_ftz)
         if options.get("arch"):  # Triton's option: the GPU to compile for
             from ..runtime.jit import arch_target
 
@@ -461,13 +464,14 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
     dump = bool(os.environ.get("TILES_DUMP_IR"))
     key = cache.kernel_key(fn, signature=sig, spec=spec, ones=sorted(equal_to_1), constexprs=constexprs,
                            target=target, num_warps=num_warps, num_stages=num_stages, debug=bool(debug),
-                           fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, sanitize_overflow=sanitize)
+                           fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, sanitize_overflow=sanitize,
+                           ftz=bool(enable_reflect_ftz))
     hit = None if dump else cache.load(key)
     if hit is not None:
         out = dict(hit["stages"], name=hit["name"], shared=hit["shared"], num_threads=hit["num_threads"],
                    asserts=[tuple(a) for a in hit["asserts"]])
         ck = CompiledKernel(fn.__name__, out, target, num_warps, num_stages, sig, constexprs, fn.source().file,
-                            fn.param_names, bool(enable_fp_fusion), maxnreg)
+                            fn.param_names, bool(enable_fp_fusion), maxnreg, bool(enable_reflect_ftz))
         if "cubin" in hit:
             ck.asm["cubin"] = hit["cubin"]
         ck.cache_key = key
@@ -478,7 +482,8 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
     kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target,
                                   sanitize)
     return _Backend(fn=fn, kernel=kernel, key=key, target=target, num_warps=num_warps, num_stages=num_stages,
-                    sig=sig, constexprs=constexprs, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, dump=dump,
+                    sig=sig, constexprs=constexprs, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg,
+                    ftz=bool(enable_reflect_ftz), dump=dump,
                     frontend_s=time.perf_counter() - t0)
 
 

@@ -17,7 +17,8 @@ from ..errors import ArgumentOverflowError, HostMemoryError, LaunchError
 from . import async_compile, cache
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
-                   "sanitize_overflow", "arch", "launch_cooperative_grid", "launch_pdl", "stream")
+                   "sanitize_overflow", "arch", "enable_reflect_ftz", "launch_cooperative_grid", "launch_pdl",
+                   "stream")
 # Objects with `enter(fn, grid, args, compiled, stream) -> token` and `exit(token)`, called around
 # every launch while present (tiles.profiler); see `add_launch_hook`.
 _launch_hooks: List[Any] = []
@@ -190,8 +191,8 @@ def _knob_hooks_changed(on: bool) -> None:
 
 # Launches with these options always take the Python path (the native dispatcher knows
 # num_warps and num_stages, and ignores num_ctas and extern_libs as `run` does).
-_UNTAUGHT_OPTIONS = frozenset(("stream", "enable_fp_fusion", "maxnreg", "arch", "launch_cooperative_grid",
-                               "launch_pdl"))
+_UNTAUGHT_OPTIONS = frozenset(("stream", "enable_fp_fusion", "maxnreg", "arch", "enable_reflect_ftz",
+                               "launch_cooperative_grid", "launch_pdl"))
 
 
 def arch_target(arch: Any) -> Optional[str]:
@@ -222,9 +223,9 @@ def _sanitizing(debug: bool, opts: Dict[str, Any]) -> bool:
 
 def _code_options(debug: bool, opts: Dict[str, Any], arch: Optional[str]) -> Tuple[Any, ...]:
     """The part of the in-memory cache key that options make: (debug, fp_fusion, maxnreg,
-    sanitize_overflow, arch)."""
+    sanitize_overflow, arch, ftz): `ftz` is Triton's `enable_reflect_ftz` (on by default)."""
     return (debug, bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION)), opts.get("maxnreg"),
-            _sanitizing(debug, opts), arch)
+            _sanitizing(debug, opts), arch, bool(opts.get("enable_reflect_ftz", True)))
 
 
 def _check_clusters(arch: Optional[str]) -> None:
@@ -920,7 +921,7 @@ class JITFunction(KernelInterface):
     # -- compile and launch -------------------------------------------------------------------------
     def _full_key(self, key, opts: Dict[str, Any], num_warps: int, num_stages: int) -> Tuple[Any, ...]:
         """The in-memory cache key: the arguments' key and the options that change the code:
-        `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow, arch)`; `arch`
+        `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow, arch, ftz)`; `arch`
         (Triton's option, or `knobs.runtime.override_arch`) compiles for another GPU than this one."""
         arch = arch_target(opts.get("arch") or env_setting("OVERRIDE_ARCH"))
         if int(opts.get("num_ctas") or 1) > 1:
@@ -935,12 +936,13 @@ class JITFunction(KernelInterface):
 
     def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False,
                  fp_fusion: bool = False, maxnreg: Optional[int] = None, sanitize: bool = False,
-                 arch: Optional[str] = None) -> _Specialization:
-        return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize, arch)()
+                 arch: Optional[str] = None, ftz: bool = True) -> _Specialization:
+        return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize, arch, ftz)()
 
     def _compile_front(self, info, num_warps: int, num_stages: int, debug: bool = False,
                        fp_fusion: bool = False, maxnreg: Optional[int] = None,
-                       sanitize: bool = False, arch: Optional[str] = None) -> Callable[[], _Specialization]:
+                       sanitize: bool = False, arch: Optional[str] = None,
+                       ftz: bool = True) -> Callable[[], _Specialization]:
         """Runs the part of a compile that holds the GIL throughout (the frontend) on this
         thread and returns the rest as a function for any thread: passes, LLVM, PTX, the
         driver's PTX -> cubin and the module's load, which run without the GIL. An
@@ -993,7 +995,8 @@ class JITFunction(KernelInterface):
         def front(stages: int):
             return compiler._front(self, signature, constexprs, target=target, num_warps=num_warps,
                                    num_stages=stages, specialization=spec, equal_to_1=ones, debug=debug,
-                                   enable_fp_fusion=fp_fusion, maxnreg=maxnreg, sanitize_overflow=sanitize)
+                                   enable_fp_fusion=fp_fusion, maxnreg=maxnreg, sanitize_overflow=sanitize,
+                                   enable_reflect_ftz=ftz)
 
         try:
             first = front(num_stages)
@@ -1238,14 +1241,14 @@ class JITFunction(KernelInterface):
             return None
         import json
 
-        key, num_warps, num_stages, debug, fusion, maxnreg, sanitize, arch = full_key
+        key, num_warps, num_stages, debug, fusion, maxnreg, sanitize, arch, ftz = full_key
         signature = {p.name: ("constexpr" if kind == "constexpr" else ty) for p, (kind, ty, _d, _r) in
                      zip(self.params, info)}
         constants = {p.name: raw for p, (kind, _t, _d, raw) in zip(self.params, info) if kind == "constexpr"}
         name = self.fn.__qualname__
         options = {"num_warps": num_warps, "num_ctas": 1, "num_stages": num_stages, "enable_fp_fusion": fusion,
                    "launch_cooperative_grid": False, "debug": debug, "sanitize_overflow": sanitize, "maxnreg": maxnreg,
-                   "arch": arch}
+                   "arch": arch, "enable_reflect_ftz": ftz}
         rep = (f"{name}[num_warps={num_warps}, num_ctas=1, num_stages={num_stages}, enable_fp_fusion={fusion}, "
                f"launch_cooperative_grid=False](" + ", ".join(f"{n}: {t}" for n, t in signature.items()) + ")")
         data = json.dumps({"name": f"{self.fn.__module__}.{name}", "signature": signature,
