@@ -298,7 +298,7 @@ def asinh(x, _semantic=None):
     a = _abs(x)
     big = a > 1e18
     safe = _where(big, 1.0, a)
-    r = _log1p(safe + safe * safe / (semantic.unary_math("sqrt", safe * safe + 1.0) + 1.0))
+    r = _log1p(safe + semantic.div_rn(safe * safe, semantic.unary_math("sqrt", safe * safe + 1.0) + 1.0))
     r = _where(big, semantic.unary_math("log", a) + _m.log(2.0), r)
     return _back(_copysign(r, x), dt)
 
@@ -327,11 +327,11 @@ def _atan(x):
     n = 15 if _f64(x) else 7
     a = _abs(x)
     inv = a > 1.0
-    t = _where(inv, 1.0 / a, a)
+    t = _where(inv, semantic.div_rn(1.0, a), a)
     # tan(pi/12) = 2 - sqrt(3): above it, atan(t) = pi/6 + atan((sqrt(3) t - 1) / (sqrt(3) + t)).
     big = t > 0.2679491924311227
     s3 = _m.sqrt(3.0)
-    u = _where(big, (t * s3 - 1.0) / (t + s3), t)
+    u = _where(big, semantic.div_rn(t * s3 - 1.0, t + s3), t)
     z = u * u
     p = u * _poly(z, [(-1.0) ** k / (2 * k + 1) for k in range(n, -1, -1)])
     r = _where(big, p + _m.pi / 6, p)
@@ -340,7 +340,7 @@ def _atan(x):
 
 
 def _atan2(y, x):
-    r = _atan(y / x)
+    r = _atan(semantic.div_rn(y, x))
     pi = _m.pi
     r = _where(x < 0, _where(_signbit_bool(y), r - pi, r + pi), r)
     on_axis = _where(y > 0, pi / 2, _where(y < 0, -pi / 2, 0.0))
@@ -381,7 +381,7 @@ def acos(x, _semantic=None):
 def tan(x, _semantic=None):
     """Tangent."""
     x, dt = _float(x)
-    return _back(semantic.unary_math("sin", x) / semantic.unary_math("cos", x), dt)
+    return _back(semantic.div_rn(semantic.unary_math("sin", x), semantic.unary_math("cos", x)), dt)
 
 
 @_export
