@@ -1387,3 +1387,21 @@ def test_an_equal_global_rebound_keeps_the_guard_current(dev):
         assert dev.get(x)[0] == 1
     finally:
         GUARDED = tl.constexpr(1)
+
+
+@tiles.jit
+def standard_helpers_kernel(x_ptr, y_ptr, B: tl.constexpr):
+    b = tl.load(x_ptr + tl.arange(0, B))
+    # Triton's tl.standard helpers on a tile's shape (flash-linear-attention's NSA uses _log2).
+    n_dims: tl.constexpr = tl.standard._log2(b.shape[0])
+    pow2: tl.constexpr = tl.standard._is_power_of_two(b.shape[0])
+    tl.store(y_ptr + tl.arange(0, B), b * n_dims + pow2)
+
+
+@pytest.mark.parametrize("block", [1, 2, 16, 128])
+def test_standard_log2_and_is_power_of_two(dev, rng, block):
+    x = rng.standard_normal(block).astype(np.float32)
+    y = dev.put(np.zeros(block, np.float32))
+    standard_helpers_kernel[(1,)](dev.put(x), y, B=block)
+    np.testing.assert_allclose(dev.get(y), x * np.float32(int(np.log2(block))) + 1, rtol=1e-6)
+    assert tl.standard._log2(1000) == 9 and not tl.standard._is_power_of_two(12)

@@ -1523,6 +1523,19 @@ def _target_info_module():
 target_info = _target_info_module()
 
 
+def _log2(i):
+    """floor(log2(i)) of a compile-time int (0 for i <= 1): Triton's `tl.standard._log2`,
+    which kernels call for a tile's shape (flash-linear-attention's NSA does)."""
+    n = int(_v(i))
+    return _builtins.max(n, 1).bit_length() - 1
+
+
+def _is_power_of_two(i):
+    """Whether a compile-time int is a power of two: Triton's `tl.standard._is_power_of_two`."""
+    n = int(_v(i))
+    return n > 0 and n & (n - 1) == 0
+
+
 def _standard_module():
     import sys
 
