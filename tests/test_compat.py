@@ -1405,3 +1405,33 @@ def test_standard_log2_and_is_power_of_two(dev, rng, block):
     standard_helpers_kernel[(1,)](dev.put(x), y, B=block)
     np.testing.assert_allclose(dev.get(y), x * np.float32(int(np.log2(block))) + 1, rtol=1e-6)
     assert tl.standard._log2(1000) == 9 and not tl.standard._is_power_of_two(12)
+
+
+@tiles.jit
+def mul_add_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, x * 1.5 + x)
+
+
+def test_fp_fusion_settings(monkeypatch):
+    # Triton's settings: `enable_fp_fusion` per launch or compile, the default
+    # (`knobs.language.default_fp_fusion`), and `force_disable_fp_fusion`, which wins over both.
+    calls = []
+    monkeypatch.setattr(tiles._tiles, "forget_learned_launches", lambda: calls.append(1))
+    knobs = tiles.knobs
+    x = tiles.MockTensor(tl.float32)
+    fused = lambda **o: "fma.rn.f32" in mul_add_kernel.warmup(x, x, BLOCK=128, grid=(1,), **o).asm["ptx"]  # noqa: E731
+    compiled = lambda **o: "fma.rn.f32" in tiles.compile(  # noqa: E731
+        mul_add_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32"}, constexprs={"BLOCK": 128}, **o).asm["ptx"]
+    with knobs.language.scope():
+        knobs.language.default_fp_fusion = False
+        assert not fused() and fused(enable_fp_fusion=True) and not compiled() and compiled(enable_fp_fusion=True)
+        knobs.language.default_fp_fusion = True
+        assert fused() and not fused(enable_fp_fusion=False) and compiled()
+        knobs.language.force_disable_fp_fusion = True
+        assert os.environ["TILES_FORCE_DISABLE_FP_FUSION"] == "1"
+        assert not fused() and not fused(enable_fp_fusion=True) and not compiled(enable_fp_fusion=True)
+    assert not knobs.language.force_disable_fp_fusion
+    # Each change of a setting that changes code makes the native launchers forget.
+    assert len(calls) >= 3

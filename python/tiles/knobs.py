@@ -57,17 +57,19 @@ def _override_arch() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
     return (lambda: _env_setting("OVERRIDE_ARCH") or None), put
 
 
-def _fp_fusion() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
-    """The default of `enable_fp_fusion`, read once at import into `runtime.jit`."""
+def _fp_fusion(name: str, attr: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
+    """A fusion setting read once at import into `runtime.jit` (`attr`), from `TILES_<name>`:
+    the default of `enable_fp_fusion`, and Triton's switch that turns fusion off everywhere."""
     import importlib
 
     jit = importlib.import_module(".runtime.jit", __package__)
 
     def put(v: Any) -> None:
-        _set_env("TILES_DEFAULT_FP_FUSION", None if v is None else ("1" if v else "0"))
-        jit.DEFAULT_FP_FUSION = bool(v)
+        _set_env("TILES_" + name, None if v is None else ("1" if v else "0"))
+        setattr(jit, attr, bool(v))
+        _code_setting_changed()
 
-    return lambda: jit.DEFAULT_FP_FUSION, put
+    return lambda: getattr(jit, attr), put
 
 
 class HookChain:
@@ -146,7 +148,8 @@ _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] =
                 "override_arch": _override_arch()},
     "cache": {"dir": (lambda: os.environ.get("TILES_CACHE_DIR"),
                       lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
-    "language": {"default_fp_fusion": _fp_fusion()},
+    "language": {"default_fp_fusion": _fp_fusion("DEFAULT_FP_FUSION", "DEFAULT_FP_FUSION"),
+                 "force_disable_fp_fusion": _fp_fusion("FORCE_DISABLE_FP_FUSION", "FORCE_NO_FP_FUSION")},
 }
 
 
@@ -289,7 +292,8 @@ class base_knobs:  # noqa: N801  (Triton's name)
 
 # The environment variable behind each knob tiles reads (the rest are TILES_<KNOB>).
 _ENV_KEYS = {"print": "TILES_PRINT_AUTOTUNING", "dir": "TILES_CACHE_DIR",
-             "default_fp_fusion": "TILES_DEFAULT_FP_FUSION"}
+             "default_fp_fusion": "TILES_DEFAULT_FP_FUSION",
+             "force_disable_fp_fusion": "TILES_FORCE_DISABLE_FP_FUSION"}
 # Triton's switch for knobs writing through to the environment (tiles' always do).
 propagate_env = True
 
@@ -309,5 +313,9 @@ proton = base_knobs("proton")
 def refresh_knobs() -> None:
     """Triton's: reread the environment. tiles' knobs read it at each use; what the native
     launch paths learned is dropped, as the environment may have changed debug mode or the
-    target."""
+    target, and the fusion settings are read again."""
+    from .runtime import jit
+
+    jit.DEFAULT_FP_FUSION = jit.env_flag("DEFAULT_FP_FUSION")
+    jit.FORCE_NO_FP_FUSION = jit.env_flag("FORCE_DISABLE_FP_FUSION")
     _code_setting_changed()

@@ -338,7 +338,7 @@ def _target_name(target: Any) -> str:
 def compile(fn=None, signature: Optional[Dict[str, str]] = None, constexprs: Optional[Dict[str, Any]] = None,
             target: Any = "sm_90a", num_warps: int = 4, num_stages: int = 3,
             specialization: Optional[Dict[str, int]] = None, equal_to_1: Sequence[str] = (), debug: bool = False,
-            enable_fp_fusion: bool = False, maxnreg: Optional[int] = None,
+            enable_fp_fusion: Optional[bool] = None, maxnreg: Optional[int] = None,
             options: Optional[Dict[str, Any]] = None, src: Any = None) -> CompiledKernel:
     """Compiles `fn` (a @tiles.jit function) for `signature` without a GPU.
 
@@ -398,7 +398,7 @@ class _Backend:
 def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[Dict[str, Any]] = None,
            target: Any = "sm_90a", num_warps: int = 4, num_stages: int = 3,
            specialization: Optional[Dict[str, int]] = None, equal_to_1: Sequence[str] = (), debug: bool = False,
-           enable_fp_fusion: bool = False, maxnreg: Optional[int] = None,
+           enable_fp_fusion: Optional[bool] = None, maxnreg: Optional[int] = None,
            options: Optional[Dict[str, Any]] = None, sanitize_overflow: bool = True,
            enable_reflect_ftz: bool = True):
     """`compile` up to the end of the frontend (the part that needs the GIL): a CompiledKernel
@@ -430,6 +430,10 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
             from ..runtime.jit import arch_target
 
             target = arch_target(options["arch"])
+    # None: the default (`knobs.language.default_fp_fusion`); off while force-disabled.
+    from ..runtime.jit import fp_fusion
+
+    enable_fp_fusion = fp_fusion(enable_fp_fusion)
     # Integer overflow checks are part of debug mode (Triton's `sanitize_overflow` option).
     sanitize = bool(debug) and bool(sanitize_overflow)
     if signature is None:

@@ -224,7 +224,7 @@ def _sanitizing(debug: bool, opts: Dict[str, Any]) -> bool:
 def _code_options(debug: bool, opts: Dict[str, Any], arch: Optional[str]) -> Tuple[Any, ...]:
     """The part of the in-memory cache key that options make: (debug, fp_fusion, maxnreg,
     sanitize_overflow, arch, ftz): `ftz` is Triton's `enable_reflect_ftz` (on by default)."""
-    return (debug, bool(opts.get("enable_fp_fusion", DEFAULT_FP_FUSION)), opts.get("maxnreg"),
+    return (debug, fp_fusion(opts.get("enable_fp_fusion")), opts.get("maxnreg"),
             _sanitizing(debug, opts), arch, bool(opts.get("enable_reflect_ftz", True)))
 
 
@@ -350,6 +350,14 @@ def env_flag(name: str) -> bool:
 # Float multiply-adds are not contracted to fma unless asked (Triton 3.10's announced default;
 # measured faster here: ptxas schedules the loads of fused code worse, see benchmarks/results).
 DEFAULT_FP_FUSION = env_flag("DEFAULT_FP_FUSION")
+# Triton's `TRITON_FORCE_DISABLE_FP_FUSION`: no fusion even where a launch asks for it.
+FORCE_NO_FP_FUSION = env_flag("FORCE_DISABLE_FP_FUSION")
+
+
+def fp_fusion(requested: Optional[bool]) -> bool:
+    """Whether multiply-adds may contract: the launch's or compile's `enable_fp_fusion`, else
+    the default, never while fusion is force-disabled."""
+    return not FORCE_NO_FP_FUSION and bool(DEFAULT_FP_FUSION if requested is None else requested)
 
 
 def interpreting(jitfn: "JITFunction") -> bool:
