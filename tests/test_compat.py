@@ -1435,3 +1435,35 @@ def test_fp_fusion_settings(monkeypatch):
     assert not knobs.language.force_disable_fp_fusion
     # Each change of a setting that changes code makes the native launchers forget.
     assert len(calls) >= 3
+
+
+@tiles.jit
+def fp32_dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    a = tl.load(a_ptr + r[:, None] * N + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * N + r[None, :])
+    tl.store(c_ptr + r[:, None] * N + r[None, :], tl.dot(a, b))
+
+
+def test_fp32_default_sets_the_dot_precision_kernels_leave_open(dev, rng, monkeypatch):
+    # Triton's knobs.language.fp32_default (TRITON_F32_DEFAULT): "ieee" makes an fp32 tl.dot
+    # without input_precision exact; by default it runs in tf32.
+    monkeypatch.delenv("TILES_F32_DEFAULT", raising=False)
+    monkeypatch.delenv("TRITON_F32_DEFAULT", raising=False)
+    a, b = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+
+    def run():
+        c = dev.put(np.zeros((32, 32), np.float32))
+        fp32_dot_kernel[(1,)](dev.put(a), dev.put(b), c, N=32)
+        return np.abs(dev.get(c) - want).max() / np.abs(want).max()
+
+    assert 1e-5 < run() < 1e-2  # tf32
+    with tiles.knobs.language.scope():
+        tiles.knobs.language.fp32_default = "ieee"
+        assert os.environ["TILES_F32_DEFAULT"] == "ieee"
+        assert run() < 1e-5
+        x = tiles.MockTensor(tl.float32)
+        ptx = fp32_dot_kernel.warmup(x, x, x, N=32, grid=(1,)).asm["ptx"]
+        assert "tf32" not in ptx
+    assert tiles.knobs.language.fp32_default is None

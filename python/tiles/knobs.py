@@ -49,6 +49,16 @@ def _flag(name: str, changes_code: bool = False) -> Tuple[Callable[[], Any], Cal
     return get, put
 
 
+def _fp32_default() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
+    """`tl.dot`'s fp32 input precision where a kernel names none ("tf32", "ieee", ...)."""
+
+    def put(v: Any) -> None:
+        _set_env("TILES_F32_DEFAULT", None if v is None else str(v))
+        _code_setting_changed()
+
+    return (lambda: _env_setting("F32_DEFAULT") or None), put
+
+
 def _override_arch() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
     def put(v: Any) -> None:
         _set_env("TILES_OVERRIDE_ARCH", None if v is None else str(v))
@@ -148,7 +158,8 @@ _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] =
                 "override_arch": _override_arch()},
     "cache": {"dir": (lambda: os.environ.get("TILES_CACHE_DIR"),
                       lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
-    "language": {"default_fp_fusion": _fp_fusion("DEFAULT_FP_FUSION", "DEFAULT_FP_FUSION"),
+    "language": {"fp32_default": _fp32_default(),
+                 "default_fp_fusion": _fp_fusion("DEFAULT_FP_FUSION", "DEFAULT_FP_FUSION"),
                  "force_disable_fp_fusion": _fp_fusion("FORCE_DISABLE_FP_FUSION", "FORCE_NO_FP_FUSION")},
 }
 
@@ -293,7 +304,7 @@ class base_knobs:  # noqa: N801  (Triton's name)
 # The environment variable behind each knob tiles reads (the rest are TILES_<KNOB>).
 _ENV_KEYS = {"print": "TILES_PRINT_AUTOTUNING", "dir": "TILES_CACHE_DIR",
              "default_fp_fusion": "TILES_DEFAULT_FP_FUSION",
-             "force_disable_fp_fusion": "TILES_FORCE_DISABLE_FP_FUSION"}
+             "force_disable_fp_fusion": "TILES_FORCE_DISABLE_FP_FUSION", "fp32_default": "TILES_F32_DEFAULT"}
 # Triton's switch for knobs writing through to the environment (tiles' always do).
 propagate_env = True
 

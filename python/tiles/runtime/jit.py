@@ -222,10 +222,11 @@ def _sanitizing(debug: bool, opts: Dict[str, Any]) -> bool:
 
 
 def _code_options(debug: bool, opts: Dict[str, Any], arch: Optional[str]) -> Tuple[Any, ...]:
-    """The part of the in-memory cache key that options make: (debug, fp_fusion, maxnreg,
-    sanitize_overflow, arch, ftz): `ftz` is Triton's `enable_reflect_ftz` (on by default)."""
+    """The part of the in-memory cache key that options and settings make: (debug, fp_fusion,
+    maxnreg, sanitize_overflow, arch, ftz, f32_default): `ftz` is Triton's `enable_reflect_ftz`
+    (on by default), `f32_default` the setting `tl.dot` reads for its default fp32 precision."""
     return (debug, fp_fusion(opts.get("enable_fp_fusion")), opts.get("maxnreg"),
-            _sanitizing(debug, opts), arch, bool(opts.get("enable_reflect_ftz", True)))
+            _sanitizing(debug, opts), arch, bool(opts.get("enable_reflect_ftz", True)), env_setting("F32_DEFAULT"))
 
 
 def _check_clusters(arch: Optional[str]) -> None:
@@ -929,7 +930,8 @@ class JITFunction(KernelInterface):
     # -- compile and launch -------------------------------------------------------------------------
     def _full_key(self, key, opts: Dict[str, Any], num_warps: int, num_stages: int) -> Tuple[Any, ...]:
         """The in-memory cache key: the arguments' key and the options that change the code:
-        `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow, arch, ftz)`; `arch`
+        `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow, arch, ftz,
+        f32_default)`; `arch`
         (Triton's option, or `knobs.runtime.override_arch`) compiles for another GPU than this one."""
         arch = arch_target(opts.get("arch") or env_setting("OVERRIDE_ARCH"))
         if int(opts.get("num_ctas") or 1) > 1:
@@ -944,20 +946,21 @@ class JITFunction(KernelInterface):
 
     def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False,
                  fp_fusion: bool = False, maxnreg: Optional[int] = None, sanitize: bool = False,
-                 arch: Optional[str] = None, ftz: bool = True) -> _Specialization:
+                 arch: Optional[str] = None, ftz: bool = True, f32_default: Optional[str] = None) -> _Specialization:
         return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize, arch, ftz)()
 
     def _compile_front(self, info, num_warps: int, num_stages: int, debug: bool = False,
                        fp_fusion: bool = False, maxnreg: Optional[int] = None,
                        sanitize: bool = False, arch: Optional[str] = None,
-                       ftz: bool = True) -> Callable[[], _Specialization]:
+                       ftz: bool = True, f32_default: Optional[str] = None) -> Callable[[], _Specialization]:
         """Runs the part of a compile that holds the GIL throughout (the frontend) on this
         thread and returns the rest as a function for any thread: passes, LLVM, PTX, the
         driver's PTX -> cubin and the module's load, which run without the GIL. An
         AsyncCompileMode pool then gets only those, while the thread that submits runs the
         frontends one after another (as `compile_many` does): pool threads that each ran a
         frontend would take turns at the GIL. A frontend's error is raised by the returned
-        function, where the compile's result is asked for."""
+        function, where the compile's result is asked for. `f32_default` is only part of the
+        key: the frontend reads that setting itself."""
         from .. import compiler
         from . import driver
 
@@ -1249,7 +1252,7 @@ class JITFunction(KernelInterface):
             return None
         import json
 
-        key, num_warps, num_stages, debug, fusion, maxnreg, sanitize, arch, ftz = full_key
+        key, num_warps, num_stages, debug, fusion, maxnreg, sanitize, arch, ftz, _f32 = full_key
         signature = {p.name: ("constexpr" if kind == "constexpr" else ty) for p, (kind, ty, _d, _r) in
                      zip(self.params, info)}
         constants = {p.name: raw for p, (kind, _t, _d, raw) in zip(self.params, info) if kind == "constexpr"}
