@@ -1087,6 +1087,11 @@ def test_kernel_load_hooks_are_chains(monkeypatch):
         knobs.runtime.kernel_load_end_hook(None, None, "k", {}, "h")
     assert seen == [("start", "k", "h")]
     assert knobs.runtime.kernel_load_start_hook.calls == []
+    # Triton's unload hook is there to add to (proton does); tiles never unloads a module.
+    with knobs.runtime.scope():
+        knobs.runtime.kernel_unload_hook.add(end)
+        assert knobs.runtime.kernel_unload_hook.calls == [end]
+    assert knobs.runtime.kernel_unload_hook.calls == []
 
 
 def test_too_many_threads_is_out_of_resources():

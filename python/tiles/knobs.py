@@ -119,8 +119,11 @@ class HookChain:
 # `tiles.compiler.LazyDict`: name, function, stream, and the kernel's `launch_metadata`).
 # `kernel_load_start_hook` / `kernel_load_end_hook(module, function, name, metadata_group, hash)`:
 # around each module's load (as in Triton, chains that `add` and `remove` hooks).
+# `kernel_unload_hook` is Triton's call as a kernel's module is unloaded; tiles keeps every
+# loaded module for the life of the process, so its hooks never run (they may be added).
 _CHAINS = {"launch_enter_hook": HookChain(), "launch_exit_hook": HookChain(reversed=True),
-           "kernel_load_start_hook": HookChain(), "kernel_load_end_hook": HookChain(reversed=True)}
+           "kernel_load_start_hook": HookChain(), "kernel_load_end_hook": HookChain(reversed=True),
+           "kernel_unload_hook": HookChain()}
 _LAUNCH_CHAINS = ("launch_enter_hook", "launch_exit_hook")
 
 
@@ -155,6 +158,7 @@ _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] =
                 "launch_enter_hook": _chain("launch_enter_hook"), "launch_exit_hook": _chain("launch_exit_hook"),
                 "kernel_load_start_hook": _chain("kernel_load_start_hook"),
                 "kernel_load_end_hook": _chain("kernel_load_end_hook"),
+                "kernel_unload_hook": _chain("kernel_unload_hook"),
                 "override_arch": _override_arch()},
     "cache": {"dir": (lambda: os.environ.get("TILES_CACHE_DIR"),
                       lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
