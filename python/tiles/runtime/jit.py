@@ -931,8 +931,8 @@ class JITFunction(KernelInterface):
     def _full_key(self, key, opts: Dict[str, Any], num_warps: int, num_stages: int) -> Tuple[Any, ...]:
         """The in-memory cache key: the arguments' key and the options that change the code:
         `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow, arch, ftz,
-        f32_default)`; `arch`
-        (Triton's option, or `knobs.runtime.override_arch`) compiles for another GPU than this one."""
+        f32_default)`; `arch` (Triton's option, or `knobs.runtime.override_arch`) compiles for
+        another GPU than this one."""
         arch = arch_target(opts.get("arch") or env_setting("OVERRIDE_ARCH"))
         if int(opts.get("num_ctas") or 1) > 1:
             _check_clusters(arch)
