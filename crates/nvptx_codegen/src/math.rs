@@ -144,13 +144,9 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// `{base}.ftz.f32`, or `{base}.f32` when subnormals are kept.
-    pub(crate) fn ftz_name(&self, base: &str) -> &'static str {
-        match (base, self.keep_subnormals) {
-            ("ex2.approx", false) => "ex2.approx.ftz.f32",
-            ("ex2.approx", true) => "ex2.approx.f32",
-            ("rsqrt.approx", false) => "rsqrt.approx.ftz.f32",
-            _ => "rsqrt.approx.f32",
-        }
+    pub(crate) fn ftz_name(&self, base: &str) -> String {
+        let ftz = if self.keep_subnormals { "" } else { ".ftz" };
+        format!("{base}{ftz}.f32")
     }
 
     pub(crate) fn asm_f32(&self, instr: &str, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
@@ -412,14 +408,14 @@ impl<'ctx> Lowering<'ctx, '_> {
             // As Triton: `exp2` flushes subnormal results to zero (one MUFU instruction; the
             // non-ftz form costs a compare and two multiplies around it), `exp` does not;
             // `enable_reflect_ftz=False` keeps them in both.
-            UnaryOp::Exp2 => self.asm_f32(self.ftz_name("ex2.approx"), x)?,
+            UnaryOp::Exp2 => self.asm_f32(&self.ftz_name("ex2.approx"), x)?,
             UnaryOp::Exp => {
                 let y = b.build_float_mul(x, self.f32c(std::f64::consts::LOG2_E), "exp")?;
                 self.asm_f32("ex2.approx.f32", y)?
             }
             UnaryOp::Log2 => self.log_f32(x, true)?,
             UnaryOp::Log => self.log_f32(x, false)?,
-            UnaryOp::Rsqrt => self.asm_f32(self.ftz_name("rsqrt.approx"), x)?,
+            UnaryOp::Rsqrt => self.asm_f32(&self.ftz_name("rsqrt.approx"), x)?,
             UnaryOp::Sin => self.sincos_f32(x, false)?,
             UnaryOp::Cos => self.sincos_f32(x, true)?,
             UnaryOp::Erf => self.erf_f32(x)?,

@@ -109,33 +109,6 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.cx.f32_type().const_float(v)
     }
 
-    fn fma32(
-        &self,
-        a: FloatValue<'ctx>,
-        b: FloatValue<'ctx>,
-        c: FloatValue<'ctx>,
-    ) -> R<FloatValue<'ctx>> {
-        let t = self.cx.f32_type().into();
-        Ok(self
-            .call_intrinsic("llvm.fma", &[t], &[a.into(), b.into(), c.into()])?
-            .into_float_value())
-    }
-
-    fn f32_intr(&self, name: &str, args: &[FloatValue<'ctx>]) -> R<FloatValue<'ctx>> {
-        let t = self.cx.f32_type().into();
-        let a: Vec<_> = args.iter().map(|&x| x.into()).collect();
-        Ok(self.call_intrinsic(name, &[t], &a)?.into_float_value())
-    }
-
-    /// Σ c[k]·r^k by Horner with fma, highest degree first.
-    fn horner32(&self, r: FloatValue<'ctx>, c: &[f64]) -> R<FloatValue<'ctx>> {
-        let mut acc = self.c32(c[0]);
-        for &k in &c[1..] {
-            acc = self.fma32(acc, r, self.c32(k))?;
-        }
-        Ok(acc)
-    }
-
     fn sel32(
         &self,
         c: IntValue<'ctx>,
@@ -169,7 +142,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let f = b.build_float_sub(m, self.c32(1.0), "f")?;
         let ef = b.build_signed_int_to_float(e, f32t, "ef")?;
         let ef = b.build_float_add(ef, adj, "ef")?;
-        let q = self.horner32(f, &LOG_Q)?;
+        let q = self.horner(f, &LOG_Q)?;
         let f2 = b.build_float_mul(f, f, "f2")?;
         let y = if two {
             // log2 m = f·log2e + f²·Q·log2e; the first term in two parts, added to e with
@@ -177,16 +150,16 @@ impl<'ctx> Lowering<'ctx, '_> {
             let qb = b.build_float_mul(q, self.c32(LOG2E_HI), "qb")?;
             let tail = b.build_float_mul(f2, qb, "tail")?;
             let ah = b.build_float_mul(f, self.c32(LOG2E_HI), "ah")?;
-            let al = self.fma32(f, self.c32(LOG2E_HI), b.build_float_neg(ah, "nah")?)?;
-            let al = self.fma32(f, self.c32(LOG2E_LO), al)?;
+            let al = self.fma(f, self.c32(LOG2E_HI), b.build_float_neg(ah, "nah")?)?;
+            let al = self.fma(f, self.c32(LOG2E_LO), al)?;
             let s = b.build_float_add(ef, ah, "s")?;
             let err = b.build_float_add(b.build_float_sub(ef, s, "d")?, ah, "err")?;
             let low = b.build_float_add(b.build_float_add(err, al, "lo")?, tail, "lo")?;
             b.build_float_add(s, low, "log2")?
         } else {
-            let p = self.fma32(f2, q, f)?;
-            let lo = self.fma32(ef, self.c32(LN2_LO), p)?;
-            self.fma32(ef, self.c32(LN2_HI), lo)?
+            let p = self.fma(f2, q, f)?;
+            let lo = self.fma(ef, self.c32(LN2_LO), p)?;
+            self.fma(ef, self.c32(LN2_HI), lo)?
         };
         // log(+inf) = +inf, log(NaN) = NaN, log(x < 0) = NaN, log(±0) = −inf.
         let inf = b.build_float_compare(FloatPredicate::OEQ, x, self.c32(f64::INFINITY), "inf")?;
@@ -204,20 +177,15 @@ impl<'ctx> Lowering<'ctx, '_> {
         let f64t = self.cx.f64_type();
         let d = |v: f64| f64t.const_float(v);
         let xd = b.build_float_ext(x, f64t, "xd")?;
-        let f64_intr = |name: &str, a: FloatValue<'ctx>| -> R<FloatValue<'ctx>> {
-            Ok(self
-                .call_intrinsic(name, &[f64t.into()], &[a.into()])?
-                .into_float_value())
-        };
         let mut sum = d(0.0);
         for piece in TWO_OVER_PI_PIECES {
             // x·piece is exact (24 × 24 bits), and so is its remainder mod 4.
             let t = b.build_float_mul(xd, d(piece), "t")?;
-            let k = f64_intr("llvm.floor", b.build_float_mul(t, d(0.25), "t4")?)?;
-            let m = self.fma64(k, d(-4.0), t)?;
+            let k = self.float_intr("llvm.floor", &[b.build_float_mul(t, d(0.25), "t4")?])?;
+            let m = self.fma(k, d(-4.0), t)?;
             sum = b.build_float_add(sum, m, "sum")?;
         }
-        let q = f64_intr("llvm.rint", sum)?;
+        let q = self.float_intr("llvm.rint", &[sum])?;
         let frac = b.build_float_sub(sum, q, "frac")?;
         let r = b.build_float_mul(frac, d(std::f64::consts::FRAC_PI_2), "r")?;
         let r = b.build_float_trunc(r, self.cx.f32_type(), "r32")?;
@@ -266,14 +234,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         let i32t = self.cx.i32_type();
         let f32t = self.cx.f32_type();
         let t = self.b.build_float_mul(x, self.c32(TWO_OVER_PI), "t")?;
-        let q = self.f32_intr("llvm.rint", &[t])?;
+        let q = self.float_intr("llvm.rint", &[t])?;
         let nq = self.b.build_float_neg(q, "nq")?;
         let mut r = x;
         for part in PIO2 {
-            r = self.fma32(nq, self.c32(part), r)?;
+            r = self.fma(nq, self.c32(part), r)?;
         }
         // Large inputs (and ±inf, whose result is NaN either way) take the fp64 reduction.
-        let ax = self.f32_intr("llvm.fabs", &[x])?;
+        let ax = self.float_intr("llvm.fabs", &[x])?;
         let wide = self.b.build_float_compare(
             FloatPredicate::OGT,
             ax,
@@ -312,13 +280,13 @@ impl<'ctx> Lowering<'ctx, '_> {
         );
         let b = &self.b;
         let z = b.build_float_mul(r, r, "z")?;
-        let s = self.fma32(b.build_float_mul(z, r, "z3")?, self.horner32(z, &SIN_S)?, r)?;
-        let c = self.fma32(z, self.horner32(z, &COS_C)?, self.c32(1.0))?;
+        let s = self.fma(b.build_float_mul(z, r, "z3")?, self.horner(z, &SIN_S)?, r)?;
+        let c = self.fma(z, self.horner(z, &COS_C)?, self.c32(1.0))?;
         // The quadrant's low bits: q is an integer below 2^24 in magnitude here, or NaN/inf
         // (cleared to 0 first: fptosi of those would be poison).
         let finite = b.build_float_compare(
             FloatPredicate::OLT,
-            self.f32_intr("llvm.fabs", &[q])?,
+            self.float_intr("llvm.fabs", &[q])?,
             self.c32(16_777_216.0),
             "fin",
         )?;
@@ -355,16 +323,16 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// `erf x` for fp32.
     pub(crate) fn erf_f32(&self, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
         let b = &self.b;
-        let ax = self.f32_intr("llvm.fabs", &[x])?;
+        let ax = self.float_intr("llvm.fabs", &[x])?;
         let z = b.build_float_mul(x, x, "z")?;
-        let small = self.fma32(x, self.horner32(z, &ERF_R)?, x)?;
+        let small = self.fma(x, self.horner(z, &ERF_R)?, x)?;
         let u = b.build_float_sub(ax, self.c32(ERFC_CENTRE), "u")?;
-        let l = self.horner32(u, &ERFC_Q)?;
-        let e = self.asm_f32(self.ftz_name("ex2.approx"), l)?;
+        let l = self.horner(u, &ERFC_Q)?;
+        let e = self.asm_f32(&self.ftz_name("ex2.approx"), l)?;
         let big = b.build_float_sub(self.c32(1.0), e, "big")?;
         let one = b.build_float_compare(FloatPredicate::OGE, ax, self.c32(ERF_ONE), "one")?;
         let big = self.sel32(one, self.c32(1.0), big)?;
-        let big = self.f32_intr("llvm.copysign", &[big, x])?;
+        let big = self.float_intr("llvm.copysign", &[big, x])?;
         let is_small = b.build_float_compare(FloatPredicate::OLT, ax, self.c32(ERF_SPLIT), "sm")?;
         let y = self.sel32(is_small, small, big)?;
         // NaN stays NaN (the comparisons above are false for it and pick `big`).

@@ -24,29 +24,32 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.cx.f64_type().const_float(v)
     }
 
-    pub(crate) fn fma64(
+    /// `a·b + c` rounded once (`llvm.fma`), in the operands' float type.
+    pub(crate) fn fma(
         &self,
         a: FloatValue<'ctx>,
         b: FloatValue<'ctx>,
         c: FloatValue<'ctx>,
     ) -> R<FloatValue<'ctx>> {
-        let t = self.cx.f64_type().into();
+        let t = a.get_type().into();
         Ok(self
             .call_intrinsic("llvm.fma", &[t], &[a.into(), b.into(), c.into()])?
             .into_float_value())
     }
 
-    fn f64_intr(&self, name: &str, args: &[FloatValue<'ctx>]) -> R<FloatValue<'ctx>> {
-        let t = self.cx.f64_type().into();
+    /// A float intrinsic (`llvm.rint`, `llvm.fabs`, ...) at the first argument's type.
+    pub(crate) fn float_intr(&self, name: &str, args: &[FloatValue<'ctx>]) -> R<FloatValue<'ctx>> {
+        let t = args[0].get_type().into();
         let a: Vec<_> = args.iter().map(|&x| x.into()).collect();
         Ok(self.call_intrinsic(name, &[t], &a)?.into_float_value())
     }
 
-    /// Σ c[k]·r^k by Horner, highest degree first in `c`.
-    fn horner(&self, r: FloatValue<'ctx>, c: &[f64]) -> R<FloatValue<'ctx>> {
-        let mut acc = self.d(c[0]);
+    /// Σ c[k]·r^k by Horner with fma, highest degree first in `c`, in `r`'s float type.
+    pub(crate) fn horner(&self, r: FloatValue<'ctx>, c: &[f64]) -> R<FloatValue<'ctx>> {
+        let ty = r.get_type();
+        let mut acc = ty.const_float(c[0]);
         for &k in &c[1..] {
-            acc = self.fma64(acc, r, self.d(k))?;
+            acc = self.fma(acc, r, ty.const_float(k))?;
         }
         Ok(acc)
     }
@@ -66,8 +69,8 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// `p · 2^n` for integer-valued `n` (clamped), in two steps so every factor is normal.
     fn scale(&self, p: FloatValue<'ctx>, n: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
-        let n = self.f64_intr("llvm.maxnum", &[n, self.d(-2044.0)])?;
-        let n = self.f64_intr("llvm.minnum", &[n, self.d(2046.0)])?;
+        let n = self.float_intr("llvm.maxnum", &[n, self.d(-2044.0)])?;
+        let n = self.float_intr("llvm.minnum", &[n, self.d(2046.0)])?;
         let i64t = self.cx.i64_type();
         let ni = self.b.build_float_to_signed_int(n, i64t, "n")?;
         let h = self
@@ -109,16 +112,16 @@ impl<'ctx> Lowering<'ctx, '_> {
                 } else {
                     (-1080.0, 1025.0)
                 };
-                let xc = self.f64_intr("llvm.maxnum", &[x, self.d(lo)])?;
-                let xc = self.f64_intr("llvm.minnum", &[xc, self.d(hi)])?;
+                let xc = self.float_intr("llvm.maxnum", &[x, self.d(lo)])?;
+                let xc = self.float_intr("llvm.minnum", &[xc, self.d(hi)])?;
                 let (n, r) = if op == UnaryOp::Exp {
                     let t = self.b.build_float_mul(xc, self.d(LOG2_E), "t")?;
-                    let n = self.f64_intr("llvm.rint", &[t])?;
+                    let n = self.float_intr("llvm.rint", &[t])?;
                     let nn = self.b.build_float_neg(n, "nn")?;
-                    let r = self.fma64(nn, self.d(LN2_HI), xc)?;
-                    (n, self.fma64(nn, self.d(LN2_LO), r)?)
+                    let r = self.fma(nn, self.d(LN2_HI), xc)?;
+                    (n, self.fma(nn, self.d(LN2_LO), r)?)
                 } else {
-                    let n = self.f64_intr("llvm.rint", &[xc])?;
+                    let n = self.float_intr("llvm.rint", &[xc])?;
                     let f = self.b.build_float_sub(xc, n, "f")?;
                     (n, self.b.build_float_mul(f, self.d(LN_2), "r")?)
                 };
@@ -192,10 +195,10 @@ impl<'ctx> Lowering<'ctx, '_> {
                     "logm",
                 )?;
                 let y = if op == UnaryOp::Log {
-                    let lo = self.fma64(ef, self.d(LN2_LO), logm)?;
-                    self.fma64(ef, self.d(LN2_HI), lo)?
+                    let lo = self.fma(ef, self.d(LN2_LO), logm)?;
+                    self.fma(ef, self.d(LN2_HI), lo)?
                 } else {
-                    self.fma64(logm, self.d(LOG2_E), ef)?
+                    self.fma(logm, self.d(LOG2_E), ef)?
                 };
                 // Special values: log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays.
                 let zero = self
@@ -227,12 +230,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             UnaryOp::Sin | UnaryOp::Cos => {
                 let i64t = self.cx.i64_type();
                 let t = self.b.build_float_mul(x, self.d(FRAC_2_PI), "t")?;
-                let k = self.f64_intr("llvm.rint", &[t])?;
+                let k = self.float_intr("llvm.rint", &[t])?;
                 let nk = self.b.build_float_neg(k, "nk")?;
-                let r = self.fma64(nk, self.d(PIO2_HI), x)?;
-                let r = self.fma64(nk, self.d(PIO2_LO), r)?;
-                let kc = self.f64_intr("llvm.maxnum", &[k, self.d(-1e15)])?;
-                let kc = self.f64_intr("llvm.minnum", &[kc, self.d(1e15)])?;
+                let r = self.fma(nk, self.d(PIO2_HI), x)?;
+                let r = self.fma(nk, self.d(PIO2_LO), r)?;
+                let kc = self.float_intr("llvm.maxnum", &[k, self.d(-1e15)])?;
+                let kc = self.float_intr("llvm.minnum", &[kc, self.d(1e15)])?;
                 let ki = self.b.build_float_to_signed_int(kc, i64t, "ki")?;
                 let q = self.b.build_and(ki, i64t.const_int(3, false), "q")?;
                 let q = if op == UnaryOp::Cos {
@@ -287,8 +290,8 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     fn erf_f64(&mut self, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
         let f64t = self.cx.f64_type();
-        let ax = self.f64_intr("llvm.fabs", &[x])?;
-        let axc = self.f64_intr("llvm.minnum", &[ax, self.d(6.0)])?;
+        let ax = self.float_intr("llvm.fabs", &[x])?;
+        let axc = self.float_intr("llvm.minnum", &[ax, self.d(6.0)])?;
         let x2 = self.b.build_float_mul(axc, axc, "x2")?;
         let two_x2 = self.b.build_float_mul(x2, self.d(2.0), "2x2")?;
         // Σ_{n<100} t_n with t_0 = 1, t_n = t_{n−1} · 2x² / (2n+1), in a loop.
@@ -306,7 +309,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         s.add_incoming(&[(&self.d(1.0), pre)]);
         let nv = n.as_basic_value().into_int_value();
         let nf = self.b.build_signed_int_to_float(nv, f64t, "nf")?;
-        let den = self.fma64(nf, self.d(2.0), self.d(1.0))?;
+        let den = self.fma(nf, self.d(2.0), self.d(1.0))?;
         let tn = self.b.build_float_div(
             self.b
                 .build_float_mul(t.as_basic_value().into_float_value(), two_x2, "tm")?,
@@ -331,8 +334,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             .b
             .build_float_mul(self.b.build_float_mul(axc, self.d(k), "a")?, e, "b")?;
         let y = self.b.build_float_mul(y, sn, "y")?;
-        let y = self.f64_intr("llvm.minnum", &[y, self.d(1.0)])?;
-        let y = self.f64_intr("llvm.copysign", &[y, x])?;
+        let y = self.float_intr("llvm.minnum", &[y, self.d(1.0)])?;
+        let y = self.float_intr("llvm.copysign", &[y, x])?;
         self.nan_passthrough(x, y)
     }
 }
