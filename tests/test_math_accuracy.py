@@ -9,28 +9,11 @@ import math
 import numpy as np
 import pytest
 from test_compile import assemble
+from test_libdevice import unary_kernel as libdevice_kernel
 
 import tiles
 import tiles.language as tl
-from tiles.language.extra import libdevice
-
-
-@tiles.jit
-def math_kernel(x_ptr, out_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=1.0)
-    if FN == "log":
-        y = tl.log(x)
-    elif FN == "log2":
-        y = tl.log2(x)
-    elif FN == "sin":
-        y = tl.sin(x)
-    elif FN == "cos":
-        y = tl.cos(x)
-    else:
-        y = tl.erf(x)
-    tl.store(out_ptr + offs, y, mask=mask)
+from kernels import unary_kernel as math_kernel
 
 
 def _inputs(rng, fn):
@@ -109,32 +92,6 @@ def test_fp32_math_compiles_without_hardware_approximations(ptxas, fn, dtype):
     for approx in ("lg2.approx", "sin.approx", "cos.approx"):
         assert approx not in ptx, approx
     assemble(ptxas, ptx, "sm_90")
-
-
-@tiles.jit
-def libdevice_kernel(x_ptr, out_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.5)
-    if FN == "exp":
-        y = libdevice.exp(x)
-    elif FN == "exp10":
-        y = libdevice.exp10(x)
-    elif FN == "expm1":
-        y = libdevice.expm1(x)
-    elif FN == "log1p":
-        y = libdevice.log1p(x)
-    elif FN == "tanh":
-        y = libdevice.tanh(x)
-    elif FN == "sinh":
-        y = libdevice.sinh(x)
-    elif FN == "cosh":
-        y = libdevice.cosh(x)
-    elif FN == "asinh":
-        y = libdevice.asinh(x)
-    else:
-        y = libdevice.atanh(x)
-    tl.store(out_ptr + offs, y, mask=mask)
 
 
 # fn: (numpy reference, input range, fp32 ulp bound, fp64 ulp bound). libdevice's own are within
