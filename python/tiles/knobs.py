@@ -49,22 +49,16 @@ def _flag(name: str, changes_code: bool = False) -> Tuple[Callable[[], Any], Cal
     return get, put
 
 
-def _fp32_default() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
-    """`tl.dot`'s fp32 input precision where a kernel names none ("tf32", "ieee", ...)."""
+def _code_text(name: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
+    """A text setting that changes compiled code, read at each use from `TILES_<name>` (or
+    Triton's name): `override_arch`, and `fp32_default` (`tl.dot`'s fp32 precision where a
+    kernel names none)."""
 
     def put(v: Any) -> None:
-        _set_env("TILES_F32_DEFAULT", None if v is None else str(v))
+        _set_env("TILES_" + name, None if v is None else str(v))
         _code_setting_changed()
 
-    return (lambda: _env_setting("F32_DEFAULT") or None), put
-
-
-def _override_arch() -> Tuple[Callable[[], Any], Callable[[Any], None]]:
-    def put(v: Any) -> None:
-        _set_env("TILES_OVERRIDE_ARCH", None if v is None else str(v))
-        _code_setting_changed()
-
-    return (lambda: _env_setting("OVERRIDE_ARCH") or None), put
+    return (lambda: _env_setting(name) or None), put
 
 
 def _fp_fusion(name: str, attr: str) -> Tuple[Callable[[], Any], Callable[[Any], None]]:
@@ -159,10 +153,10 @@ _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] =
                 "kernel_load_start_hook": _chain("kernel_load_start_hook"),
                 "kernel_load_end_hook": _chain("kernel_load_end_hook"),
                 "kernel_unload_hook": _chain("kernel_unload_hook"),
-                "override_arch": _override_arch()},
+                "override_arch": _code_text("OVERRIDE_ARCH")},
     "cache": {"dir": (lambda: os.environ.get("TILES_CACHE_DIR"),
                       lambda v: _set_env("TILES_CACHE_DIR", None if v is None else str(v)))},
-    "language": {"fp32_default": _fp32_default(),
+    "language": {"fp32_default": _code_text("F32_DEFAULT"),
                  "default_fp_fusion": _fp_fusion("DEFAULT_FP_FUSION", "DEFAULT_FP_FUSION"),
                  "force_disable_fp_fusion": _fp_fusion("FORCE_DISABLE_FP_FUSION", "FORCE_NO_FP_FUSION")},
 }
