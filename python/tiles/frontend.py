@@ -43,10 +43,11 @@ class IRBackend:
     """Language ops -> `_tiles.IrBuilder` calls."""
 
     def __init__(self, builder: "_tiles.IrBuilder", debug: bool = False, target: str = "sm_90a", num_warps: int = 4,
-                 sanitize_overflow: bool = False):
+                 sanitize_overflow: bool = False, fp32_default: Optional[str] = None):
         self.b = builder
         self.debug = debug
         self.sanitize_overflow = sanitize_overflow  # integer +, -, * checked (semantic._check_overflow)
+        self.fp32_default = fp32_default  # fp32 tl.dot's precision where the kernel names none
         self.target = target  # for tl.target_info
         self.num_warps = num_warps  # for tl.extra.cuda.num_warps()
         self.asserts: Dict[int, str] = {}
@@ -1315,12 +1316,13 @@ def inline_call(jitfn, builder, args: List[Any], kwargs: Dict[str, Any], element
 
 def generate_ir(jitfn, signature: Dict[str, str], constexprs: Dict[str, Any], num_warps: int,
                 specialization: Dict[str, int], equal_to_1: Sequence[str] = (), debug: bool = False,
-                num_stages: int = 3, target: str = "sm_90a", sanitize_overflow: bool = False):
+                num_stages: int = 3, target: str = "sm_90a", sanitize_overflow: bool = False,
+                fp32_default: Optional[str] = None):
     """Builds the IR of a kernel for one signature and specialisation; returns the kernel and
     its assert messages by source line."""
     src = jitfn.source()
     builder = _tiles.IrBuilder(jitfn.__name__, num_warps, src.file, max(1, int(num_stages)))
-    backend = IRBackend(builder, debug, target, num_warps, sanitize_overflow)
+    backend = IRBackend(builder, debug, target, num_warps, sanitize_overflow, fp32_default)
     scope: Dict[str, Any] = {}
     with core.use_backend(backend):
         for p in jitfn.params:

@@ -787,10 +787,8 @@ def dot(a: Any, b: Any, acc: Any = None, input_precision: Any = None, allow_tf32
         # Any pair of fp8 types: exact in fp16, multiplied on fp16 tensor cores.
         a, b = cast(a, core.float16), cast(b, core.float16)
     if input_precision is None:
-        # `knobs.language.fp32_default` (TILES_/TRITON_F32_DEFAULT) wins over allow_tf32, as in Triton.
-        from .runtime.jit import env_setting
-
-        input_precision = env_setting("F32_DEFAULT") or ("tf32" if allow_tf32 in (None, True) else "ieee")
+        # `knobs.language.fp32_default`, given to the compile, wins over allow_tf32, as in Triton.
+        input_precision = _be().fp32_default or ("tf32" if allow_tf32 in (None, True) else "ieee")
     if isinstance(input_precision, str):
         input_precision = input_precision.lower()
     if input_precision not in _DOT_PRECISIONS:

@@ -400,7 +400,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
            specialization: Optional[Dict[str, int]] = None, equal_to_1: Sequence[str] = (), debug: bool = False,
            enable_fp_fusion: Optional[bool] = None, maxnreg: Optional[int] = None,
            options: Optional[Dict[str, Any]] = None, sanitize_overflow: bool = True,
-           enable_reflect_ftz: bool = True):
+           enable_reflect_ftz: bool = True, fp32_default: Optional[str] = None):
     """`compile` up to the end of the frontend (the part that needs the GIL): a CompiledKernel
     on a disk-cache hit, else the `_Backend` that finishes it."""
     from .. import frontend
@@ -431,9 +431,11 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
 
             target = arch_target(options["arch"])
     # None: the default (`knobs.language.default_fp_fusion`); off while force-disabled.
-    from ..runtime.jit import fp_fusion
+    from ..runtime.jit import env_setting, fp_fusion
 
     enable_fp_fusion = fp_fusion(enable_fp_fusion)
+    # fp32 tl.dot's precision where a kernel names none: `knobs.language.fp32_default`.
+    fp32_default = fp32_default or env_setting("F32_DEFAULT")
     # Integer overflow checks are part of debug mode (Triton's `sanitize_overflow` option).
     sanitize = bool(debug) and bool(sanitize_overflow)
     if signature is None:
@@ -469,7 +471,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
     key = cache.kernel_key(fn, signature=sig, spec=spec, ones=sorted(equal_to_1), constexprs=constexprs,
                            target=target, num_warps=num_warps, num_stages=num_stages, debug=bool(debug),
                            fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, sanitize_overflow=sanitize,
-                           ftz=bool(enable_reflect_ftz))
+                           ftz=bool(enable_reflect_ftz), fp32_default=fp32_default)
     hit = None if dump else cache.load(key)
     if hit is not None:
         out = dict(hit["stages"], name=hit["name"], shared=hit["shared"], num_threads=hit["num_threads"],
@@ -484,7 +486,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         return ck
     t0 = time.perf_counter()
     kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target,
-                                  sanitize)
+                                  sanitize, fp32_default)
     return _Backend(fn=fn, kernel=kernel, key=key, target=target, num_warps=num_warps, num_stages=num_stages,
                     sig=sig, constexprs=constexprs, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg,
                     ftz=bool(enable_reflect_ftz), dump=dump,

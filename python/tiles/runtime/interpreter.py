@@ -16,7 +16,7 @@ import operator
 import os
 import sys
 import time
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -140,9 +140,10 @@ class NumpyBackend:
     interpreter = True
 
     def __init__(self, kernel: str, grid: Tuple[int, int, int], memory: Memory, num_warps: int = 4,
-                 sanitize_overflow: bool = False):
+                 sanitize_overflow: bool = False, fp32_default: Optional[str] = None):
         self.kernel, self.grid, self.memory = kernel, grid, memory
         self.sanitize_overflow = sanitize_overflow  # debug mode's integer overflow checks
+        self.fp32_default = fp32_default  # fp32 tl.dot's precision where the kernel names none
         self.num_warps = num_warps  # for tl.extra.cuda.num_warps()
         self.pid = (0, 0, 0)
 
@@ -892,7 +893,8 @@ def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
     return type(v)(*elems) if _is_namedtuple(v) else tuple(elems)
 
 
-def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow: bool = False) -> None:
+def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow: bool = False,
+        fp32_default: Optional[str] = None) -> None:
     """Runs every program of the grid, in order, on the CPU (device asserts always checked;
     integer overflow with `sanitize_overflow`, which debug mode sets)."""
     from ..core import constexpr, pointer_type, tensor, use_backend
@@ -934,7 +936,7 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow:
     g = grid(dict(zip(jitfn.param_names, vals))) if callable(grid) else grid
     g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
     g = g + (1,) * (3 - len(g))
-    be = NumpyBackend(jitfn.__name__, g, mem, num_warps, sanitize_overflow)
+    be = NumpyBackend(jitfn.__name__, g, mem, num_warps, sanitize_overflow, fp32_default)
     kernel = interpreted_function(jitfn)
     with use_backend(be):
         for z in range(g[2]):

@@ -947,7 +947,8 @@ class JITFunction(KernelInterface):
     def _compile(self, info, num_warps: int, num_stages: int, debug: bool = False,
                  fp_fusion: bool = False, maxnreg: Optional[int] = None, sanitize: bool = False,
                  arch: Optional[str] = None, ftz: bool = True, f32_default: Optional[str] = None) -> _Specialization:
-        return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize, arch, ftz)()
+        return self._compile_front(info, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize, arch, ftz,
+                                   f32_default)()
 
     def _compile_front(self, info, num_warps: int, num_stages: int, debug: bool = False,
                        fp_fusion: bool = False, maxnreg: Optional[int] = None,
@@ -959,8 +960,7 @@ class JITFunction(KernelInterface):
         AsyncCompileMode pool then gets only those, while the thread that submits runs the
         frontends one after another (as `compile_many` does): pool threads that each ran a
         frontend would take turns at the GIL. A frontend's error is raised by the returned
-        function, where the compile's result is asked for. `f32_default` is only part of the
-        key: the frontend reads that setting itself."""
+        function, where the compile's result is asked for."""
         from .. import compiler
         from . import driver
 
@@ -1007,7 +1007,7 @@ class JITFunction(KernelInterface):
             return compiler._front(self, signature, constexprs, target=target, num_warps=num_warps,
                                    num_stages=stages, specialization=spec, equal_to_1=ones, debug=debug,
                                    enable_fp_fusion=fp_fusion, maxnreg=maxnreg, sanitize_overflow=sanitize,
-                                   enable_reflect_ftz=ftz)
+                                   enable_reflect_ftz=ftz, fp32_default=f32_default)
 
         try:
             first = front(num_stages)
@@ -1053,11 +1053,11 @@ class JITFunction(KernelInterface):
             if self._src is not None or _has_source(self.fn):
                 cache.check_globals(self)
             if not _launch_hooks:
-                return interpreter.run(self, vals, grid, num_warps, sanitize)
+                return interpreter.run(self, vals, grid, num_warps, sanitize, env_setting("F32_DEFAULT"))
             g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
             stand_in = SimpleNamespace(name=self.__name__, function_name=self.__name__)
             tokens = [h.enter(self, g, vals, stand_in, 0) for h in _launch_hooks]
-            out = interpreter.run(self, vals, grid, num_warps, sanitize)
+            out = interpreter.run(self, vals, grid, num_warps, sanitize, env_setting("F32_DEFAULT"))
             for h, t in zip(_launch_hooks, tokens):
                 h.exit(t)
             return out
