@@ -139,7 +139,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(call)
     }
 
-    fn f32c(&self, x: f64) -> FloatValue<'ctx> {
+    pub(crate) fn f32c(&self, x: f64) -> FloatValue<'ctx> {
         self.cx.f32_type().const_float(x)
     }
 

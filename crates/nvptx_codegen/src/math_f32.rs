@@ -105,10 +105,6 @@ const ERFC_Q: [f64; 10] = [
 const ERF_ONE: f64 = 3.93;
 
 impl<'ctx> Lowering<'ctx, '_> {
-    fn c32(&self, v: f64) -> FloatValue<'ctx> {
-        self.cx.f32_type().const_float(v)
-    }
-
     fn sel32(
         &self,
         c: IntValue<'ctx>,
@@ -125,10 +121,10 @@ impl<'ctx> Lowering<'ctx, '_> {
         let f32t = self.cx.f32_type();
         // Subnormals are scaled into the normal range first.
         let tiny =
-            b.build_float_compare(FloatPredicate::OLT, x, self.c32(1.175_494_35e-38), "tiny")?;
-        let scaled = b.build_float_mul(x, self.c32(8_388_608.0), "xs")?;
+            b.build_float_compare(FloatPredicate::OLT, x, self.f32c(1.175_494_35e-38), "tiny")?;
+        let scaled = b.build_float_mul(x, self.f32c(8_388_608.0), "xs")?;
         let xs = self.sel32(tiny, scaled, x)?;
-        let adj = self.sel32(tiny, self.c32(-23.0), self.c32(0.0))?;
+        let adj = self.sel32(tiny, self.f32c(-23.0), self.f32c(0.0))?;
         let bits = b.build_bit_cast(xs, i32t, "bits")?.into_int_value();
         // e = the exponent that puts m = x / 2^e in [√½, √2): 0x3f3504f3 is √½'s bits.
         let t = b.build_int_sub(bits, i32t.const_int(0x3f35_04f3, false), "t")?;
@@ -139,7 +135,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             "mb",
         )?;
         let m = b.build_bit_cast(mbits, f32t, "m")?.into_float_value();
-        let f = b.build_float_sub(m, self.c32(1.0), "f")?;
+        let f = b.build_float_sub(m, self.f32c(1.0), "f")?;
         let ef = b.build_signed_int_to_float(e, f32t, "ef")?;
         let ef = b.build_float_add(ef, adj, "ef")?;
         let q = self.horner(f, &LOG_Q)?;
@@ -147,27 +143,27 @@ impl<'ctx> Lowering<'ctx, '_> {
         let y = if two {
             // log2 m = f·log2e + f²·Q·log2e; the first term in two parts, added to e with
             // the sum's rounding error kept (|e| ≥ 1 > |f·log2e| whenever e ≠ 0).
-            let qb = b.build_float_mul(q, self.c32(LOG2E_HI), "qb")?;
+            let qb = b.build_float_mul(q, self.f32c(LOG2E_HI), "qb")?;
             let tail = b.build_float_mul(f2, qb, "tail")?;
-            let ah = b.build_float_mul(f, self.c32(LOG2E_HI), "ah")?;
-            let al = self.fma(f, self.c32(LOG2E_HI), b.build_float_neg(ah, "nah")?)?;
-            let al = self.fma(f, self.c32(LOG2E_LO), al)?;
+            let ah = b.build_float_mul(f, self.f32c(LOG2E_HI), "ah")?;
+            let al = self.fma(f, self.f32c(LOG2E_HI), b.build_float_neg(ah, "nah")?)?;
+            let al = self.fma(f, self.f32c(LOG2E_LO), al)?;
             let s = b.build_float_add(ef, ah, "s")?;
             let err = b.build_float_add(b.build_float_sub(ef, s, "d")?, ah, "err")?;
             let low = b.build_float_add(b.build_float_add(err, al, "lo")?, tail, "lo")?;
             b.build_float_add(s, low, "log2")?
         } else {
             let p = self.fma(f2, q, f)?;
-            let lo = self.fma(ef, self.c32(LN2_LO), p)?;
-            self.fma(ef, self.c32(LN2_HI), lo)?
+            let lo = self.fma(ef, self.f32c(LN2_LO), p)?;
+            self.fma(ef, self.f32c(LN2_HI), lo)?
         };
         // log(+inf) = +inf, log(NaN) = NaN, log(x < 0) = NaN, log(±0) = −inf.
-        let inf = b.build_float_compare(FloatPredicate::OEQ, x, self.c32(f64::INFINITY), "inf")?;
+        let inf = b.build_float_compare(FloatPredicate::OEQ, x, self.f32c(f64::INFINITY), "inf")?;
         let y = self.sel32(inf, x, y)?;
-        let bad = b.build_float_compare(FloatPredicate::ULT, x, self.c32(0.0), "bad")?;
-        let y = self.sel32(bad, self.c32(f64::NAN), y)?;
-        let zero = b.build_float_compare(FloatPredicate::OEQ, x, self.c32(0.0), "zero")?;
-        self.sel32(zero, self.c32(f64::NEG_INFINITY), y)
+        let bad = b.build_float_compare(FloatPredicate::ULT, x, self.f32c(0.0), "bad")?;
+        let y = self.sel32(bad, self.f32c(f64::NAN), y)?;
+        let zero = b.build_float_compare(FloatPredicate::OEQ, x, self.f32c(0.0), "zero")?;
+        self.sel32(zero, self.f32c(f64::NEG_INFINITY), y)
     }
 
     /// `x·2/π` reduced mod 4 in fp64, for `|x| > TRIG_FAST_LIMIT`: the quadrant count (its
@@ -233,19 +229,19 @@ impl<'ctx> Lowering<'ctx, '_> {
     pub(crate) fn sincos_f32(&self, x: FloatValue<'ctx>, cos: bool) -> R<FloatValue<'ctx>> {
         let i32t = self.cx.i32_type();
         let f32t = self.cx.f32_type();
-        let t = self.b.build_float_mul(x, self.c32(TWO_OVER_PI), "t")?;
+        let t = self.b.build_float_mul(x, self.f32c(TWO_OVER_PI), "t")?;
         let q = self.float_intr("llvm.rint", &[t])?;
         let nq = self.b.build_float_neg(q, "nq")?;
         let mut r = x;
         for part in PIO2 {
-            r = self.fma(nq, self.c32(part), r)?;
+            r = self.fma(nq, self.f32c(part), r)?;
         }
         // Large inputs (and ±inf, whose result is NaN either way) take the fp64 reduction.
         let ax = self.float_intr("llvm.fabs", &[x])?;
         let wide = self.b.build_float_compare(
             FloatPredicate::OGT,
             ax,
-            self.c32(TRIG_FAST_LIMIT),
+            self.f32c(TRIG_FAST_LIMIT),
             "wide",
         )?;
         let here = self.b.get_insert_block().expect("positioned");
@@ -281,16 +277,16 @@ impl<'ctx> Lowering<'ctx, '_> {
         let b = &self.b;
         let z = b.build_float_mul(r, r, "z")?;
         let s = self.fma(b.build_float_mul(z, r, "z3")?, self.horner(z, &SIN_S)?, r)?;
-        let c = self.fma(z, self.horner(z, &COS_C)?, self.c32(1.0))?;
+        let c = self.fma(z, self.horner(z, &COS_C)?, self.f32c(1.0))?;
         // The quadrant's low bits: q is an integer below 2^24 in magnitude here, or NaN/inf
         // (cleared to 0 first: fptosi of those would be poison).
         let finite = b.build_float_compare(
             FloatPredicate::OLT,
             self.float_intr("llvm.fabs", &[q])?,
-            self.c32(16_777_216.0),
+            self.f32c(16_777_216.0),
             "fin",
         )?;
-        let qs = self.sel32(finite, q, self.c32(0.0))?;
+        let qs = self.sel32(finite, q, self.f32c(0.0))?;
         let qi = b.build_float_to_signed_int(qs, i32t, "qi")?;
         let qi = if cos {
             b.build_int_add(qi, i32t.const_int(1, false), "qi")?
@@ -315,7 +311,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             Ok(y)
         } else {
             // sin(±0) = ±0.
-            let zero = b.build_float_compare(FloatPredicate::OEQ, x, self.c32(0.0), "z0")?;
+            let zero = b.build_float_compare(FloatPredicate::OEQ, x, self.f32c(0.0), "z0")?;
             self.sel32(zero, x, y)
         }
     }
@@ -326,14 +322,15 @@ impl<'ctx> Lowering<'ctx, '_> {
         let ax = self.float_intr("llvm.fabs", &[x])?;
         let z = b.build_float_mul(x, x, "z")?;
         let small = self.fma(x, self.horner(z, &ERF_R)?, x)?;
-        let u = b.build_float_sub(ax, self.c32(ERFC_CENTRE), "u")?;
+        let u = b.build_float_sub(ax, self.f32c(ERFC_CENTRE), "u")?;
         let l = self.horner(u, &ERFC_Q)?;
         let e = self.asm_f32(&self.ftz_name("ex2.approx"), l)?;
-        let big = b.build_float_sub(self.c32(1.0), e, "big")?;
-        let one = b.build_float_compare(FloatPredicate::OGE, ax, self.c32(ERF_ONE), "one")?;
-        let big = self.sel32(one, self.c32(1.0), big)?;
+        let big = b.build_float_sub(self.f32c(1.0), e, "big")?;
+        let one = b.build_float_compare(FloatPredicate::OGE, ax, self.f32c(ERF_ONE), "one")?;
+        let big = self.sel32(one, self.f32c(1.0), big)?;
         let big = self.float_intr("llvm.copysign", &[big, x])?;
-        let is_small = b.build_float_compare(FloatPredicate::OLT, ax, self.c32(ERF_SPLIT), "sm")?;
+        let is_small =
+            b.build_float_compare(FloatPredicate::OLT, ax, self.f32c(ERF_SPLIT), "sm")?;
         let y = self.sel32(is_small, small, big)?;
         // NaN stays NaN (the comparisons above are false for it and pick `big`).
         let nan = b.build_float_compare(FloatPredicate::UNO, x, x, "nan")?;
