@@ -744,7 +744,19 @@ impl Assigner<'_> {
         d.iter().all(|x| x.0 == first).then_some(first)
     }
 
-    /// A reduction's results live in a slice of its operands' layout.
+    /// Whether `layout` spreads a tile of `shape` over the threads as well as the shape's
+    /// default layout does (no more registers per thread). A layout made for a smaller tile
+    /// may not: a `[2, 1]` store's layout puts all 512 threads of 16 warps along the first
+    /// dimension, so a `[2, 2048]` tile in it would hold 2048 elements in every thread.
+    fn spreads_as_default(&mut self, layout: &Layout, shape: Shape) -> bool {
+        let default = self.default_layout(shape);
+        let dims = shape.dims();
+        layout.register_offsets(dims).len()
+            <= self.func.layouts[default].register_offsets(dims).len()
+    }
+
+    /// A reduction's results live in a slice of its operands' layout: the slice its users
+    /// want, where that layout suits the operands' shape, else the default layout's.
     fn visit_reduce(&mut self, op: Op, axis: u8) {
         let results = self.func.ops[op].results.clone();
         let operands = self.func.ops[op].operands.clone();
@@ -756,7 +768,9 @@ impl Assigner<'_> {
         let l_in = match (anchored, wanted.map(|l| self.func.layouts[l].clone())) {
             (Some(l), _) => l,
             (None, Some(Layout::Slice { dim, parent }))
-                if dim == axis as u32 && parent.rank() == in_shape.rank() =>
+                if dim == axis as u32
+                    && parent.rank() == in_shape.rank()
+                    && self.spreads_as_default(&parent, in_shape) =>
             {
                 self.func.intern_layout(*parent)
             }
