@@ -62,6 +62,21 @@ enum Slot {
     F32,
 }
 
+impl Slot {
+    /// The slot a kind names: `ptr`, `i1`, `i32`, `i64`, `u64`, `fp32`.
+    fn parse(kind: &str) -> Option<Slot> {
+        Some(match kind {
+            "ptr" => Slot::Ptr,
+            "i1" => Slot::I1,
+            "i32" => Slot::I32,
+            "i64" => Slot::I64,
+            "u64" => Slot::U64,
+            "fp32" => Slot::F32,
+            _ => return None,
+        })
+    }
+}
+
 struct Entry {
     function: usize,
     threads: u32,
@@ -573,14 +588,8 @@ impl Dispatcher {
         };
         let mut s = Vec::with_capacity(slots.len());
         for (i, kind) in slots {
-            let slot = match kind.as_str() {
-                "ptr" => Slot::Ptr,
-                "i1" => Slot::I1,
-                "i32" => Slot::I32,
-                "i64" => Slot::I64,
-                "u64" => Slot::U64,
-                "fp32" => Slot::F32,
-                _ => return Ok(false),
+            let Some(slot) = Slot::parse(&kind) else {
+                return Ok(false);
             };
             s.push((i, slot));
         }
@@ -643,5 +652,161 @@ impl BoundLauncher {
         let fallback = d.fallback.clone_ref(py);
         drop(d);
         Ok(fallback.bind(py).call1((grid, args, kwargs))?.unbind())
+    }
+}
+
+/// The launch of one compiled kernel with Triton's launcher arguments (`CompiledKernel.run`, as
+/// Triton's own `kernel[grid]` and torch's inductor call it): `(grid_0, grid_1, grid_2, stream,
+/// *args)` with `args` every parameter in order, constexprs included. The parameters' kinds
+/// are fixed when the kernel loads, so a call only reads each value and calls the driver.
+#[pyclass(frozen)]
+pub struct KernelLauncher {
+    launch: LaunchFn,
+    function: usize,
+    threads: u32,
+    shared: u32,
+    /// The number of arguments a call passes.
+    nargs: usize,
+    /// Per kernel parameter in order: (argument index, kind, name).
+    slots: Vec<(usize, Slot, String)>,
+}
+
+impl KernelLauncher {
+    fn pack(py: Python<'_>, v: &Bound<'_, PyAny>, slot: Slot, name: &str) -> PyResult<u64> {
+        let wrong = |what: &str| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "argument '{name}' must be {what}, got {}",
+                v.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        };
+        Ok(match slot {
+            Slot::Ptr => {
+                if v.is_none() {
+                    0
+                } else if v.is_instance_of::<PyInt>() {
+                    v.extract::<u64>()?
+                } else {
+                    match v.call_method0(pyo3::intern!(py, "data_ptr")) {
+                        Ok(p) => p.extract::<u64>()?,
+                        Err(_) => return Err(wrong("a device tensor")),
+                    }
+                }
+            }
+            Slot::I1 => u64::from(v.is_truthy()?),
+            Slot::I32 => {
+                let x: i64 = v.extract().map_err(|_| wrong("an int"))?;
+                if !(i64::from(i32::MIN)..=i64::from(u32::MAX)).contains(&x) {
+                    return Err(pyo3::exceptions::PyOverflowError::new_err(format!(
+                        "argument '{name}' = {x} does not fit the kernel's 32-bit parameter"
+                    )));
+                }
+                (x as i32) as u32 as u64
+            }
+            Slot::I64 => v.extract::<i64>().map_err(|_| wrong("an int"))? as u64,
+            Slot::U64 => v.extract::<u64>().map_err(|_| wrong("a non-negative int"))?,
+            Slot::F32 => (v.extract::<f64>().map_err(|_| wrong("a float"))? as f32).to_bits() as u64,
+        })
+    }
+}
+
+#[pymethods]
+impl KernelLauncher {
+    /// `slots`: per kernel parameter in order, (argument index, kind, name), kinds as
+    /// `Dispatcher.learn` takes them; `nargs`: how many arguments a call passes.
+    #[new]
+    fn new(
+        launch_address: usize,
+        function: usize,
+        threads: u32,
+        shared: u32,
+        nargs: usize,
+        slots: Vec<(usize, String, String)>,
+    ) -> PyResult<Self> {
+        if launch_address == 0 {
+            return Err(PyRuntimeError::new_err("the driver's cuLaunchKernel is unknown"));
+        }
+        let mut s = Vec::with_capacity(slots.len());
+        for (i, kind, name) in slots {
+            let Some(slot) = Slot::parse(&kind) else {
+                return Err(PyRuntimeError::new_err(format!(
+                    "parameter '{name}' of kind {kind} has no native launch"
+                )));
+            };
+            s.push((i, slot, name));
+        }
+        Ok(KernelLauncher {
+            // SAFETY: the address comes from cuGetProcAddress("cuLaunchKernel") and has that signature.
+            launch: unsafe { std::mem::transmute::<usize, LaunchFn>(launch_address) },
+            function,
+            threads,
+            shared,
+            nargs,
+            slots: s,
+        })
+    }
+
+    #[pyo3(signature = (grid_0, grid_1, grid_2, stream, *args))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        grid_0: i64,
+        grid_1: i64,
+        grid_2: i64,
+        stream: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+    ) -> PyResult<()> {
+        if args.len() != self.nargs {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "the kernel takes {} arguments, got {}",
+                self.nargs,
+                args.len()
+            )));
+        }
+        let mut storage = vec![0u64; self.slots.len().max(1)];
+        for (k, (i, slot, name)) in self.slots.iter().enumerate() {
+            storage[k] = Self::pack(py, &args.get_item(*i)?, *slot, name)?;
+        }
+        if grid_0 <= 0 || grid_1 <= 0 || grid_2 <= 0 {
+            return Ok(());
+        }
+        let grid = |g: i64| {
+            u32::try_from(g).map_err(|_| {
+                pyo3::exceptions::PyValueError::new_err(format!("grid dimension {g} is too large"))
+            })
+        };
+        let (gx, gy, gz) = (grid(grid_0)?, grid(grid_1)?, grid(grid_2)?);
+        let stream: u64 = if stream.is_none() { 0 } else { stream.extract()? };
+        let mut ptrs: Vec<*mut c_void> = storage
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect();
+        // SAFETY: `launch` is the driver's cuLaunchKernel; `function` is a CUfunction of a
+        // module the Python CompiledKernel that owns this launcher keeps loaded; `ptrs` holds one
+        // pointer per kernel parameter, each to 8 bytes whose low bytes hold the little-endian
+        // value, alive for the call.
+        let err = unsafe {
+            (self.launch)(
+                self.function as *mut c_void,
+                gx,
+                gy,
+                gz,
+                self.threads,
+                1,
+                1,
+                self.shared,
+                stream as *mut c_void,
+                ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if err != 0 {
+            return Err(crate::errors::BackendError::new_err(format!(
+                "cuLaunchKernel failed with CUresult {err}"
+            )));
+        }
+        Ok(())
     }
 }

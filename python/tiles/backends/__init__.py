@@ -1,3 +1,25 @@
-"""`triton.backends`, for the names scripts import from it (`backends.compiler.GPUTarget`)."""
+"""`triton.backends`: the names scripts import from it (`backends.compiler.GPUTarget`), and
+`backends`, Triton's table of installed backends (torch's inductor finds the active GPU
+driver through it)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, NamedTuple
 
 from . import compiler  # noqa: F401
+
+
+class Backend(NamedTuple):
+    """One installed backend: its compiler class and its driver class."""
+
+    compiler: Any
+    driver: Any
+
+
+def _installed() -> Dict[str, Backend]:
+    from ..runtime.driver import ActiveDriver
+
+    return {"nvidia": Backend(compiler.CUDABackend, ActiveDriver)}
+
+
+backends: Dict[str, Backend] = _installed()

@@ -40,11 +40,16 @@ class CompiledKernel:
         self.function_name = name
         tir = out["tir"]
         self.asm: Dict[str, Any] = _Stages(
-            {"tir": tir, "tir_opt": out["tir_opt"], "llir": out.get("llir") or _PENDING, "ptx": out["ptx"]},
-            lambda: _tiles.parse_ir(tir).compile(target, fp_fusion=fp_fusion, maxnreg=maxnreg, ftz=ftz)["llir"])
+            {"tir": tir, "tir_opt": out["tir_opt"], "llir": out.get("llir") or _Pending, "ptx": out["ptx"]},
+            _LlirSource(tir, target, fp_fusion, maxnreg, ftz))
+        # Triton's metadata fields that code reading `metadata` expects (torch's inductor reads
+        # num_ctas, cluster_dims and the launch attributes), and tiles' own.
         self.metadata = SimpleNamespace(name=self.name, target=target, num_warps=num_warps, num_stages=num_stages,
                                         shared=out["shared"], num_threads=out["num_threads"],
-                                        asserts=_asserts_by_line(out.get("asserts", [])))
+                                        asserts=_asserts_by_line(out.get("asserts", [])), num_ctas=1,
+                                        cluster_dims=(1, 1, 1), launch_pdl=False, launch_cooperative_grid=False)
+        # Triton's `CompiledKernel.src`: what was compiled (an ASTSource; `src.fn` is the kernel).
+        self.src: Any = None
         self.file = file
         self.signature = signature
         self.constexprs = constexprs
@@ -127,6 +132,68 @@ class CompiledKernel:
     def function(self) -> int:
         return self.load().handle
 
+    @property
+    def run(self) -> Callable[..., None]:
+        """Triton's launcher call, as Triton's own `CompiledKernel[grid]` and torch's inductor
+        make it: `run(grid_0, grid_1, grid_2, stream, function, packed_metadata,
+        launch_metadata, launch_enter_hook, launch_exit_hook, *args)`, `args` being every
+        parameter in order (the values given for constexprs are ignored). A property, as in
+        Triton, so that code copying a kernel's `__dict__` with `run: None` (torch does, to
+        pickle it) does not hide it."""
+        return self._run
+
+    def _run(self, grid_0: int, grid_1: int, grid_2: int, stream: Any, function: Any, metadata: Any,
+             launch_metadata: Any, launch_enter_hook: Any, launch_exit_hook: Any, *args: Any) -> None:
+        if launch_enter_hook is not None:
+            launch_enter_hook(launch_metadata)
+        loaded = self._loaded if self._loaded is not None else self.load()
+        native = loaded.native_launch
+        if native is None:
+            native = loaded.native_launch = self._native_launcher(loaded)
+        if native:
+            native(grid_0, grid_1, grid_2, stream, *args)
+        else:
+            self._launch((grid_0, grid_1, grid_2), args, stream)
+        if launch_exit_hook is not None:
+            launch_exit_hook(launch_metadata)
+
+    def _native_launcher(self, loaded: Any) -> Any:
+        """The native launch of `run`'s arguments for this loaded kernel, or False where a
+        parameter's kind (descriptors, fp64 and 16-bit scalars) or a launch attribute needs
+        the Python path."""
+        from ..runtime import driver
+        from ..runtime.jit import _SLOT_KINDS
+
+        md = self.metadata
+        if getattr(md, "launch_pdl", False) or getattr(md, "launch_cooperative_grid", False):
+            return False
+        names = self.arg_names or self.params
+        slots = []
+        for n in self.params:
+            ty = self.signature[n]
+            kind = "ptr" if ty.startswith("*") else _SLOT_KINDS.get(ty, "?")
+            if kind == "?" or n not in names:
+                return False
+            slots.append((names.index(n), kind, n))
+        address = driver.launch_address()
+        if not address:
+            return False
+        return _tiles.KernelLauncher(address, loaded.handle, md.num_threads, loaded.shared, len(names), slots)
+
+    def launch_metadata(self, grid: Any, stream: Any, *args: Any) -> Optional["LazyDict"]:
+        """What launch hooks receive for a launch with `args` (every parameter, in order): None
+        while no launch_enter_hook is set, as in Triton (then nothing reads it)."""
+        from .. import knobs
+
+        enter = knobs.runtime.launch_enter_hook
+        if enter is None or not getattr(enter, "calls", True):
+            return None
+        ret = LazyDict({"name": self.name, "function": self.function, "stream": stream})
+        fn = getattr(self.src, "fn", None)
+        if fn is not None and getattr(fn, "launch_metadata", None) is not None:
+            ret.add(fn.launch_metadata, (grid, self.metadata, dict(zip(fn.arg_names, args))))
+        return ret
+
     def __getitem__(self, grid):
         """`kernel[grid](*args)`: launches with every parameter of the kernel in order,
         constexprs included (their values must match the compiled ones; they are not passed)."""
@@ -171,7 +238,10 @@ class CompiledKernel:
         loaded = self.load()
         ptrs = (ctypes.c_void_p * max(1, len(cargs)))(*[ctypes.addressof(c) for c in cargs])
         s = driver.current_stream() if stream is None else int(stream)
-        loaded.launch(g, self.metadata.num_threads, s, ctypes.addressof(ptrs))
+        md = self.metadata
+        flags = ((driver.LAUNCH_PDL if getattr(md, "launch_pdl", False) else 0)
+                 | (driver.LAUNCH_COOPERATIVE if getattr(md, "launch_cooperative_grid", False) else 0))
+        loaded.launch(g, md.num_threads, s, ctypes.addressof(ptrs), flags)
 
     @property
     def n_regs(self) -> int:
@@ -185,7 +255,21 @@ class CompiledKernel:
         return f"<CompiledKernel {self.name} {self.metadata.target} num_warps={self.metadata.num_warps}>"
 
 
-_PENDING = object()
+class _Pending:
+    """Marks `asm["llir"]` as not made yet (a class, so that it survives pickling as itself)."""
+
+
+class _LlirSource:
+    """Makes a kernel's LLVM IR again from its `tir` and options (what `asm["llir"]` reads on
+    first use); plain data, so a CompiledKernel pickles (torch's inductor sends compiled kernels
+    from its compile workers to the process that launches them)."""
+
+    def __init__(self, tir: str, target: str, fp_fusion: bool, maxnreg: Optional[int], ftz: bool):
+        self.args = (tir, target, fp_fusion, maxnreg, ftz)
+
+    def __call__(self) -> str:
+        tir, target, fp_fusion, maxnreg, ftz = self.args
+        return _tiles.parse_ir(tir).compile(target, fp_fusion=fp_fusion, maxnreg=maxnreg, ftz=ftz)["llir"]
 
 
 class _Stages(dict):
@@ -199,7 +283,7 @@ class _Stages(dict):
 
     def _ready(self) -> "_Stages":
         """Makes `llir` if it is still pending; every read of a value goes through here."""
-        if dict.get(self, "llir") is _PENDING:
+        if dict.get(self, "llir") is _Pending:
             dict.__setitem__(self, "llir", self._llir_source())
         return self
 
@@ -363,7 +447,7 @@ class _Backend:
     PTX: all without the GIL), then the cache entry and the CompiledKernel."""
 
     __slots__ = ("fn", "kernel", "key", "target", "num_warps", "num_stages", "sig", "constexprs", "fp_fusion",
-                 "maxnreg", "ftz", "dump", "frontend_s")
+                 "maxnreg", "ftz", "dump", "src", "launch_attrs", "frontend_s")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -387,6 +471,7 @@ class _Backend:
         ck = CompiledKernel(self.fn.__name__, out, self.target, self.num_warps, self.num_stages, self.sig,
                             self.constexprs, self.fn.source().file, self.fn.param_names, self.fp_fusion,
                             self.maxnreg, self.ftz)
+        _describe(ck, self.fn, self.src, self.sig, self.constexprs, self.launch_attrs)
         if not self.dump:
             cache.store(self.key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
                                    "asserts": out["asserts"], "target": self.target},
@@ -406,19 +491,23 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
     from .. import frontend
     from ..runtime.jit import JITFunction
 
+    src = None
     if isinstance(fn, ASTSource):
         src = fn
         fn, signature = src.fn, src.signature
         constexprs = dict(src.constants, **(constexprs or {}))
         specialization = dict(src.specialization, **(specialization or {}))
+    launch_attrs = {}
     if options:
-        known = {"num_warps", "num_stages", "debug", "enable_fp_fusion", "maxnreg", "num_ctas", "sanitize_overflow",
-                 "arch", "enable_reflect_ftz"}
-        unknown = set(options) - known
+        unknown = set(options) - _OPTIONS - _TRITON_ONLY_OPTIONS
         if unknown:
-            raise TypeError(f"unknown compile option(s) {sorted(unknown)}; tiles takes {sorted(known)}")
-        if int(options.get("num_ctas", 1)) != 1:
+            raise TypeError(f"unknown compile option(s) {sorted(unknown)}; tiles takes {sorted(_OPTIONS)} "
+                            f"(and ignores Triton's {sorted(_TRITON_ONLY_OPTIONS)})")
+        if int(options.get("num_ctas") or 1) != 1:
             raise ValueError("tiles compiles one CTA per program (num_ctas=1)")
+        launch_attrs = {k: bool(options[k]) for k in ("launch_pdl", "launch_cooperative_grid") if options.get(k)}
+        if options.get("default_dot_input_precision"):
+            fp32_default = fp32_default or str(options["default_dot_input_precision"])
         num_warps = options.get("num_warps", num_warps)
         num_stages = options.get("num_stages", num_stages)
         debug = options.get("debug", debug)
@@ -481,6 +570,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         if "cubin" in hit:
             ck.asm["cubin"] = hit["cubin"]
         ck.cache_key = key
+        _describe(ck, fn, src, sig, constexprs, launch_attrs)
         if _timing():
             print(f"tiles: {ck.name}: disk cache hit", file=sys.stderr)
         return ck
@@ -489,8 +579,33 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
                                   sanitize, fp32_default)
     return _Backend(fn=fn, kernel=kernel, key=key, target=target, num_warps=num_warps, num_stages=num_stages,
                     sig=sig, constexprs=constexprs, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg,
-                    ftz=bool(enable_reflect_ftz), dump=dump,
+                    ftz=bool(enable_reflect_ftz), dump=dump, src=src, launch_attrs=launch_attrs,
                     frontend_s=time.perf_counter() - t0)
+
+
+# compile()'s options: tiles' own, and those of Triton's (CUDAOptions) that change nothing in
+# tiles (PTX version and ptxas options: the driver assembles; libdevice: tiles writes its math;
+# fp8 type lists: tiles has one per target; warp size: 32), accepted as Triton accepts them.
+_OPTIONS = frozenset({"num_warps", "num_stages", "debug", "enable_fp_fusion", "maxnreg", "num_ctas",
+                      "sanitize_overflow", "arch", "enable_reflect_ftz", "launch_pdl", "launch_cooperative_grid",
+                      "default_dot_input_precision"})
+_TRITON_ONLY_OPTIONS = frozenset({"warp_size", "ptx_version", "ptx_options", "extern_libs", "supported_fp8_dtypes",
+                                  "deprecated_fp8_dot_operand_dtypes", "allowed_dot_input_precisions",
+                                  "max_num_imprecise_acc_default", "backend_name", "instrumentation_mode",
+                                  "cluster_dims"})
+
+
+def _describe(ck: "CompiledKernel", fn, src: Optional["ASTSource"], sig: Dict[str, str], constexprs: Dict[str, Any],
+              launch_attrs: Dict[str, bool]) -> None:
+    """Fills in what Triton's CompiledKernel also tells: the source compiled (`src`, an
+    ASTSource when compile() got one) and the launch attributes asked for."""
+    if src is None:
+        src = ASTSource.__new__(ASTSource)
+        src.fn, src.name, src.signature, src.constants = fn, fn.__name__, sig, constexprs
+        src.attrs, src.specialization = {}, {}
+    ck.src = src
+    for k, v in launch_attrs.items():
+        setattr(ck.metadata, k, v)
 
 
 _POOLS: Dict[int, Any] = {}

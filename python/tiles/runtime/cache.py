@@ -37,6 +37,12 @@ def _compiler_version() -> str:
 
 
 VERSION = _compiler_version()
+
+
+def triton_key() -> str:
+    """Triton's name for what identifies the compiler in cache keys (torch's inductor puts it in
+    its own): tiles' version and build, which change whenever compiled code could."""
+    return f"tiles-{_tiles.__version__}-{VERSION}"
 _warned = set()
 _lock = threading.Lock()
 

@@ -4,6 +4,7 @@ needed, and a first launch from a warm cache imports nothing heavy)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Tuple
 
@@ -114,6 +115,8 @@ class LoadedKernel:
         self.shared = shared
         self.handle = int(self.function)
         self._assert_addr = None
+        # CompiledKernel.run's native launcher (made on its first call; False: none suits).
+        self.native_launch: Any = None
 
     def read_assert_flag(self) -> int:
         """Synchronises, returns the line of a failed device_assert (0 if none) and clears it."""
@@ -208,7 +211,10 @@ class ActiveDriver:
 
     utils = _Utils()
 
-    def is_active(self) -> bool:
+    @staticmethod
+    def is_active() -> bool:
+        """Whether this driver can run kernels here (Triton asks it of the driver class):
+        tiles' one driver always can (without a GPU, kernels run in the interpreter)."""
         return True
 
     def get_current_target(self) -> GPUTarget:
@@ -256,3 +262,22 @@ class ActiveDriver:
 
 
 active = ActiveDriver()
+default = active
+
+
+def set_active(driver: Any) -> None:
+    """Makes `driver` the one `active` names (Triton's `driver.set_active`; torch's inductor
+    sets the GPU driver it found in `triton.backends.backends`)."""
+    global active
+    active = driver
+
+
+def reset_active() -> None:
+    """Makes the default driver active again (Triton's `driver.reset_active`)."""
+    global active
+    active = default
+
+
+# `from triton.runtime.driver import driver`: Triton's driver configuration object (`.active`,
+# `.set_active`, `.reset_active`, `.default`) is this module itself.
+driver = sys.modules[__name__]

@@ -291,6 +291,7 @@ class Param:
     def __init__(self, p: inspect.Parameter, index: int, do_not_specialize: bool, on_alignment: bool = False):
         self.name = p.name
         self.index = index
+        self.num = index  # Triton's name for the position (torch's inductor reads it)
         self.default = p.default
         ann = p.annotation
         self.is_constexpr = ann is core.constexpr or (isinstance(ann, str) and ann.split(".")[-1] == "constexpr")
@@ -372,11 +373,50 @@ def interpreting(jitfn: "JITFunction") -> bool:
     return not driver.available()
 
 
-def constexpr_function(fn: Callable) -> Callable:
-    """Marks a plain Python function that kernels call on compile-time values (Triton >= 3.5).
-    tiles calls any plain Python function so; the mark is kept for tools that look for it."""
-    fn.__tiles_constexpr_function__ = True
-    return fn
+class ConstexprFunction:
+    """A plain Python function that kernels call on compile-time values (Triton >= 3.5's
+    `@constexpr_function`). tiles calls any plain Python function so; the wrapper is what
+    tools that look for it find (torch's inductor copies such functions' `src` next to the
+    user kernels it compiles). Called outside a kernel it is the function."""
+
+    __tiles_constexpr_function__ = True
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+
+    @property
+    def __code__(self) -> Any:  # the cache fingerprints the function's code
+        return self.fn.__code__
+
+    @property
+    def __globals__(self) -> Dict[str, Any]:
+        return self.fn.__globals__
+
+    @property
+    def src(self) -> str:
+        """The function's source from its `def` on, dedented."""
+        import re
+        import textwrap
+
+        text = textwrap.dedent(inspect.getsource(self.fn))
+        m = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
+        return text[m.start():] if m else text
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"ConstexprFunction({self.__qualname__})"
+
+
+def constexpr_function(fn: Callable) -> ConstexprFunction:
+    """Marks a plain Python function that kernels call on compile-time values (Triton >= 3.5)."""
+    return fn if isinstance(fn, ConstexprFunction) else ConstexprFunction(fn)
 
 
 def must_use_result(x: Any = None) -> Any:
@@ -745,6 +785,7 @@ class JITFunction(KernelInterface):
         self.__doc__ = fn.__doc__
         self.__module__ = fn.__module__
         self.__wrapped__ = fn
+        self.__globals__ = fn.__globals__
         sig = inspect.signature(fn)
         names = list(sig.parameters)
         dns = {d if isinstance(d, str) else names[d] for d in do_not_specialize}
@@ -784,6 +825,37 @@ class JITFunction(KernelInterface):
         Triton lists them: (name, id of the globals dict or cell) -> (value, dict or cell)."""
         cache.function_fingerprint(self)
         return {(g.name, id(g.where)): (g.value, g.where) for g in self._global_guards}
+
+    @used_global_vals.setter
+    def used_global_vals(self, value: Any) -> None:
+        """Ignored: tiles derives the values from the source (torch's inductor clears and
+        restores Triton's attribute around pickling a kernel)."""
+
+    # What pickling leaves out: locks, the native dispatcher, compiled and interpreted code,
+    # and what holds the module's globals (a kernel that crosses to another process compiles
+    # there again, from its source).
+    _UNPICKLED = ("_lock", "_dispatcher", "cache", "_interp_fn", "_src", "_global_guards", "_hash_lock",
+                  "__globals__", "_driver_set")
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """A JITFunction pickles as Triton's does once torch's inductor has cleared its `fn`
+        (`prepare_for_pickle`): names, parameters and options travel; `fn` travels by reference
+        when it is still set."""
+        state = {k: v for k, v in self.__dict__.items() if k not in self._UNPICKLED}
+        if state.get("fn") is None:
+            state["__wrapped__"] = None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__globals__ = getattr(self.fn, "__globals__", None)
+        self._src = None
+        self.cache = {}
+        self._lock = threading.Lock()
+        self._dispatcher = None
+        self._driver_set = False
+        self._interp_fn = None
+        self._global_guards = []
 
     def parse(self):
         """The function's AST (an `ast.Module` holding its definition), as Triton's `parse`."""

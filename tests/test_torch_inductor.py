@@ -1,0 +1,218 @@
+"""What torch's inductor asks of Triton, asked of tiles: `torch.compile` under
+`TILES_AS_TRITON=1` compiles its generated kernels with tiles (in its compile workers, which
+pickle each CompiledKernel back to the launching process) and launches them through
+`CompiledKernel.run` with Triton's launcher arguments.
+
+The CPU tests check each piece inductor uses without torch; the GPU tests run torch.compile."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from test_compile import assemble
+
+import tiles
+import tiles.language as tl
+from tiles.backends.compiler import GPUTarget
+from tiles.compiler import ASTSource, CompiledKernel
+
+
+@tiles.jit
+def scale_rows(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK: tl.constexpr, R0_BLOCK: tl.constexpr):
+    # The shape of inductor's persistent reductions: rows of a [XBLOCK, R0_BLOCK] tile.
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    r0 = tl.arange(0, R0_BLOCK)[None, :]
+    rmask = r0 < r0_numel
+    x = tl.load(in_ptr0 + (r0 + r0_numel * xindex), xmask & rmask, other=0.0)
+    s = tl.sum(x, 1)[:, None]
+    tl.store(out_ptr0 + (r0 + r0_numel * xindex), x / s, xmask & rmask)
+
+
+SIGNATURE = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "r0_numel": "i32", "XBLOCK": "constexpr",
+             "R0_BLOCK": "constexpr"}
+# What inductor passes: attributes by (index,), and its options (Triton's names).
+ATTRS = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}
+OPTIONS = {"num_warps": 4, "num_stages": 1, "debug": True, "sanitize_overflow": False,
+           "launch_cooperative_grid": False, "launch_pdl": False}
+
+
+def _compile_as_inductor(xblock: int = 4, rblock: int = 64) -> CompiledKernel:
+    src = ASTSource(scale_rows, SIGNATURE, {"XBLOCK": xblock, "R0_BLOCK": rblock}, ATTRS)
+    return tiles.compile(src, target=GPUTarget("cuda", 90, 32), options=OPTIONS)
+
+
+class _ConstRepr:
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, *_):
+        return self.value
+
+
+def _send_as_inductor_does(k: CompiledKernel) -> CompiledKernel:
+    """torch clears the JITFunction's process-bound fields (`prepare_for_pickle`), pickles the
+    kernel's `__dict__` with `module`, `function` and `run` set to None, and rebuilds the
+    kernel with `CompiledKernel.__new__` in the launching process."""
+    fn = k.src.fn
+    saved = (fn.fn, fn.__globals__, fn.repr)
+    fn.fn = None
+    fn.__globals__ = None
+    fn.used_global_vals = None
+    fn.repr = _ConstRepr(fn.repr(fn))
+    fn._hash_lock = None
+    try:
+        state = pickle.dumps({**k.__dict__, "module": None, "function": None, "run": None})
+    finally:
+        fn.fn, fn.__globals__, fn.repr = saved
+        del fn.__dict__["repr"]
+    out = CompiledKernel.__new__(CompiledKernel)
+    out.__dict__.update(pickle.loads(state))
+    return out
+
+
+def test_compiled_kernel_crosses_processes_as_inductor_sends_it(ptxas):
+    k = _compile_as_inductor()
+    back = _send_as_inductor_does(k)
+    assert callable(back.run)  # a property: the `run: None` in the copied dict does not hide it
+    assert back.src.fn.arg_names == ["in_ptr0", "out_ptr0", "xnumel", "r0_numel", "XBLOCK", "R0_BLOCK"]
+    # torch's get_constexprs: [p.num for p in fn.params if p.is_constexpr]
+    assert [p.num for p in back.src.fn.params if p.is_constexpr] == [4, 5]
+    assert back.asm["ptx"] == k.asm["ptx"] and back.hash == k.hash
+    assert back.metadata.num_warps == 4 and back.metadata.num_ctas == 1 and back.metadata.cluster_dims == (1, 1, 1)
+    assert "scale_rows" in back.asm["llir"]  # made again from the pickled tir
+    assemble(ptxas, back.asm["ptx"], "sm_90a")
+
+
+def test_compile_takes_triton_option_names():
+    src = ASTSource(scale_rows, SIGNATURE, {"XBLOCK": 2, "R0_BLOCK": 32}, ATTRS)
+    k = tiles.compile(src, target=GPUTarget("cuda", 90, 32),
+                      options=dict(OPTIONS, launch_pdl=True, extern_libs={"libdevice": "/x.bc"}, ptx_version=80,
+                                   warp_size=32, instrumentation_mode=""))
+    assert k.metadata.launch_pdl is True and k.metadata.launch_cooperative_grid is False
+    with pytest.raises(TypeError, match="num_warp"):
+        tiles.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warp": 4})
+
+
+@tiles.jit
+def fp32_dot(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    idx = offs[:, None] * N + offs[None, :]
+    tl.store(c_ptr + idx, tl.dot(tl.load(a_ptr + idx), tl.load(b_ptr + idx)))
+
+
+def test_default_dot_input_precision_option_sets_fp32_dots():
+    sig = {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "N": "constexpr"}
+    tf32 = tiles.compile(ASTSource(fp32_dot, sig, {"N": 32}), target=GPUTarget("cuda", 80, 32))
+    ieee = tiles.compile(ASTSource(fp32_dot, sig, {"N": 32}), target=GPUTarget("cuda", 80, 32),
+                         options={"default_dot_input_precision": "ieee"})
+    assert "mma.sync" in tf32.asm["ptx"] and "mma.sync" not in ieee.asm["ptx"]
+
+
+def test_backend_and_driver_tables():
+    from tiles.compiler.compiler import make_backend, triton_key
+    from tiles.runtime.driver import driver
+
+    backend = tiles.backends.backends["nvidia"]
+    assert backend.driver.is_active()  # asked of the class
+    assert isinstance(driver.active, backend.driver)
+    options = make_backend(GPUTarget("cuda", 90, 32)).parse_options({"num_warps": 8, "unknown": 1})
+    assert options.num_warps == 8 and options.num_stages == 3 and options.__dict__["num_ctas"] == 1
+    assert isinstance(make_backend(GPUTarget("cuda", 90, 32)).hash(), str)
+    assert triton_key().startswith("tiles-")
+    other = object()
+    driver.set_active(other)
+    try:
+        assert driver.active is other
+    finally:
+        driver.reset_active()
+    assert isinstance(driver.active, backend.driver)
+
+
+def test_constexpr_function_is_triton_s_wrapper():
+    @tiles.constexpr_function
+    def twice(x):
+        return 2 * x
+
+    assert isinstance(twice, tiles.runtime.jit.ConstexprFunction)
+    assert twice(21) == 42 and twice.src.startswith("def twice(x):")
+    assert tiles.constexpr_function(twice) is twice
+
+
+def test_jit_function_pickles_after_prepare(tmp_path):
+    fn = scale_rows
+    saved = fn.fn
+    fn.fn = None
+    try:
+        back = pickle.loads(pickle.dumps(fn))
+    finally:
+        fn.fn = saved
+    assert back.arg_names == fn.arg_names and back.constexprs == fn.constexprs
+    assert back.cache == {} and back.used_global_vals == {}
+
+
+@pytest.mark.gpu
+def test_run_takes_triton_launcher_arguments(rng):
+    import torch
+
+    k = _compile_as_inductor(xblock=4, rblock=64)
+    x = torch.from_numpy(rng.random((37, 50), dtype=np.float32) + 0.5).cuda()
+    out = torch.full_like(x, float("nan"))
+    seen = []
+    stream = torch.cuda.current_stream().cuda_stream
+    # (grid, stream, function, metadata, launch_metadata, enter hook, exit hook, *every argument)
+    k.run(10, 1, 1, stream, k.function, k.metadata, "md", seen.append, None, x, out, 37, 50, 4, 64)
+    torch.cuda.synchronize()
+    ref = x.double() / x.double().sum(1, keepdim=True)
+    assert torch.allclose(out.double(), ref, rtol=1e-5) and seen == ["md"]
+    with pytest.raises(TypeError, match="takes 6 arguments"):
+        k.run(10, 1, 1, stream, k.function, k.metadata, None, None, None, x, out, 37)
+
+
+_TORCH_COMPILE = textwrap.dedent("""
+    import torch, triton, triton.language as tl
+    assert triton.__name__ == "tiles"
+
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+    def user_kernel(x, y):
+        out = torch.empty_like(x)
+        add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024)
+        return out * 2
+
+    cases = [
+        (lambda x: torch.sin(x) * 2 + 1, (torch.randn(100003, device="cuda"),)),
+        (lambda x: torch.softmax(x, -1), (torch.randn(300, 1000, device="cuda", dtype=torch.float16),)),
+        (lambda x: torch.var_mean(x, 1), (torch.randn(1024, 2000, device="cuda"),)),
+        (lambda x: (x.sum(0), x.argmax(1)), (torch.randn(513, 257, device="cuda"),)),
+        (lambda x, i: x[i] * 3, (torch.randn(5000, 64, device="cuda"), torch.randint(0, 5000, (999,), device="cuda"))),
+        (user_kernel, (torch.randn(100000, device="cuda"), torch.randn(100000, device="cuda"))),
+    ]
+    for f, args in cases:
+        out, ref = torch.compile(f)(*args), f(*args)
+        for o, r in zip(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,)):
+            if o.is_floating_point():
+                err = ((o.double() - r.double()).norm() / r.double().norm()).item()
+                assert err < 1e-3, err
+            else:
+                assert torch.equal(o, r)
+    print("ok")
+""")
+
+
+@pytest.mark.gpu
+def test_torch_compile_runs_on_tiles(tmp_path):
+    env = dict(os.environ, TILES_AS_TRITON="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               TILES_CACHE_DIR=str(tmp_path / "tiles"))
+    r = subprocess.run([sys.executable, "-c", _TORCH_COMPILE], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-4000:]
