@@ -214,5 +214,7 @@ _TORCH_COMPILE = textwrap.dedent("""
 def test_torch_compile_runs_on_tiles(tmp_path):
     env = dict(os.environ, TILES_AS_TRITON="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
                TILES_CACHE_DIR=str(tmp_path / "tiles"))
-    r = subprocess.run([sys.executable, "-c", _TORCH_COMPILE], env=env, capture_output=True, text=True, timeout=300)
+    script = tmp_path / "compiled.py"  # a file: torch reads the user kernel's source
+    script.write_text(_TORCH_COMPILE)
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-4000:]
