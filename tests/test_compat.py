@@ -1472,3 +1472,22 @@ def test_fp32_default_sets_the_dot_precision_kernels_leave_open(dev, rng, monkey
         ptx = fp32_dot_kernel.warmup(x, x, x, N=32, grid=(1,)).asm["ptx"]
         assert "tf32" not in ptx
     assert tiles.knobs.language.fp32_default is None
+
+
+@tiles.jit
+def to_by_keyword_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + o, mask=o < n)
+    # Triton's parameter names, as flash-linear-attention calls it.
+    tl.store(y_ptr + o, x.to(dtype=y_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=o < n)
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_tensor_to_takes_dtype_by_keyword(dev, rng, dt):
+    import ml_dtypes
+
+    npdt = np.float16 if dt == "float16" else ml_dtypes.bfloat16
+    x = (rng.standard_normal(3001) * 100).astype(np.float32)
+    y = dev.put(np.zeros(len(x), npdt))
+    to_by_keyword_kernel[(3,)](dev.put(x), y, len(x), BLOCK=1024)
+    np.testing.assert_array_equal(dev.get(y).astype(np.float32), x.astype(npdt).astype(np.float32))

@@ -1203,3 +1203,16 @@ def test_num_ctas_above_one_needs_hopper(monkeypatch):
     with pytest.raises(ValueError, match=r"num_ctas > 1 requires NVIDIA SM90\+ \(Hopper\)"):
         k.warmup(x, x, BLOCK=128, num_ctas=2, arch="sm80", grid=(1,))
     assert k.warmup(x, x, BLOCK=128, num_ctas=2, arch="sm90", grid=(1,)).metadata.target == "sm_90a"
+
+
+def test_autotune_skip_message_says_why_in_one_line(dev, cache_dir, capfd, monkeypatch):
+    monkeypatch.delenv("TILES_PRINT_AUTOTUNING", raising=False)
+    monkeypatch.delenv("TRITON_PRINT_AUTOTUNING", raising=False)
+    tuned_kernel.cache.clear()
+    n = 1000
+    x = np.random.default_rng().standard_normal(n).astype(np.float32)
+    tuned_kernel[lambda meta: (tiles.cdiv(meta["n"], meta["BLOCK"]),)](dev.put(x), dev.put(np.zeros(n, np.float32)), n)
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if "skipping config [BLOCK: 100" in ln]
+    # The compile error's location and its reason (arange's power-of-2 rule), on one line.
+    assert len(lines) == 1 and "power of 2" in lines[0], lines
+    tuned_kernel.cache.clear()

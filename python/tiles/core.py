@@ -624,17 +624,17 @@ class tensor:
 
         return semantic.subscript(self, slices)
 
-    def to(self, dtype_, fp_downcast_rounding=None, bitcast=False):
+    def to(self, dtype, fp_downcast_rounding=None, bitcast=False):
         from . import semantic
 
-        dtype_ = _unwrap(dtype_)
+        to_type = _unwrap(dtype)
         if bitcast:
-            return semantic.bitcast(self, dtype_)
+            return semantic.bitcast(self, to_type)
         if fp_downcast_rounding is not None:
             from . import language
 
-            return language.cast(self, dtype_, fp_downcast_rounding=fp_downcast_rounding)
-        return semantic.cast(self, dtype_)
+            return language.cast(self, to_type, fp_downcast_rounding=fp_downcast_rounding)
+        return semantic.cast(self, to_type)
 
     def __getattr__(self, name: str):
         from . import language

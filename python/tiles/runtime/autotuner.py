@@ -253,7 +253,10 @@ class Autotuner(KernelInterface):
             out_of_resources = isinstance(e, OutOfResources) or "out of resource" in str(e).lower()
             if _printing() or not (out_of_resources or isinstance(e, CompileTimeAssertionFailure)):
                 msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
-                print(msg.splitlines()[0] if not _printing() else msg, file=sys.stderr)
+                if not _printing():  # one line: where (a compile error's first line) and why (its last)
+                    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+                    msg = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
+                print(msg, file=sys.stderr)
             return float("inf")
         finally:
             _tuning.active = False
