@@ -171,8 +171,22 @@ def test_run_takes_triton_launcher_arguments(rng):
     torch.cuda.synchronize()
     ref = x.double() / x.double().sum(1, keepdim=True)
     assert torch.allclose(out.double(), ref, rtol=1e-5) and seen == ["md"]
-    with pytest.raises(TypeError, match="takes 6 arguments"):
+    with pytest.raises(tiles.LaunchError, match="takes 6 arguments"):
         k.run(10, 1, 1, stream, k.function, k.metadata, None, None, None, x, out, 37)
+    # A pointer given as a __cuda_array_interface__ object (no data_ptr): the Python path.
+    out.fill_(float("nan"))
+
+    class Interface:
+        __cuda_array_interface__ = out.__cuda_array_interface__
+
+    k.run(10, 1, 1, stream, k.function, k.metadata, None, None, None, x, Interface(), 37, 50, 4, 64)
+    torch.cuda.synchronize()
+    assert torch.allclose(out.double(), ref, rtol=1e-5)
+    # Triton's CompiledKernel[grid](*args, stream=...) form, natively.
+    out.fill_(float("nan"))
+    k[(10, 1, 1)](x, out, 37, 50, 4, 64, stream=stream)
+    torch.cuda.synchronize()
+    assert torch.allclose(out.double(), ref, rtol=1e-5)
 
 
 _TORCH_COMPILE = textwrap.dedent("""

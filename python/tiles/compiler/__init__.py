@@ -146,16 +146,26 @@ class CompiledKernel:
              launch_metadata: Any, launch_enter_hook: Any, launch_exit_hook: Any, *args: Any) -> None:
         if launch_enter_hook is not None:
             launch_enter_hook(launch_metadata)
+        if not self._launch_natively(grid_0, grid_1, grid_2, stream, args):
+            self._launch((grid_0, grid_1, grid_2), args, stream, native=False)
+        if launch_exit_hook is not None:
+            launch_exit_hook(launch_metadata)
+
+    def _launch_natively(self, grid_0: int, grid_1: int, grid_2: int, stream: Any, args: Sequence[Any]) -> bool:
+        """Launches through the native launcher; False (nothing launched) where it does not
+        apply: a parameter kind it lacks, or an argument it cannot read (a pointer given as a
+        `__cuda_array_interface__` or DLPack object rather than a tensor with `data_ptr`)."""
         loaded = self._loaded if self._loaded is not None else self.load()
         native = loaded.native_launch
         if native is None:
             native = loaded.native_launch = self._native_launcher(loaded)
-        if native:
+        if not native:
+            return False
+        try:
             native(grid_0, grid_1, grid_2, stream, *args)
-        else:
-            self._launch((grid_0, grid_1, grid_2), args, stream)
-        if launch_exit_hook is not None:
-            launch_exit_hook(launch_metadata)
+        except TypeError:  # raised while reading the arguments, before any launch
+            return False
+        return True
 
     def _native_launcher(self, loaded: Any) -> Any:
         """The native launch of `run`'s arguments for this loaded kernel, or False where a
@@ -202,7 +212,7 @@ class CompiledKernel:
 
         return runner
 
-    def _launch(self, grid, args, stream) -> None:
+    def _launch(self, grid, args, stream, native: bool = True) -> None:
         import ctypes
 
         from ..errors import LaunchError
@@ -214,6 +224,12 @@ class CompiledKernel:
             raise LaunchError(f"{self.function_name} takes {len(names)} arguments ({', '.join(names)}), "
                               f"got {len(args)}")
         vals = dict(zip(names, args))
+        g = grid(vals) if callable(grid) else grid
+        g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
+        g = g + (1,) * (3 - len(g))
+        s = driver.current_stream() if stream is None else int(stream)
+        if native and min(g) > 0 and self._launch_natively(g[0], g[1], g[2], s, args):
+            return
         cargs = []
         for n in self.params:
             ty = self.signature[n]
@@ -230,14 +246,10 @@ class CompiledKernel:
                 cargs.append(ctypes.c_uint64(info[0]))
             else:
                 cargs.append(_CTYPES[ty](v))
-        g = grid(vals) if callable(grid) else grid
-        g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
-        g = g + (1,) * (3 - len(g))
         if min(g) <= 0:
             return
         loaded = self.load()
         ptrs = (ctypes.c_void_p * max(1, len(cargs)))(*[ctypes.addressof(c) for c in cargs])
-        s = driver.current_stream() if stream is None else int(stream)
         md = self.metadata
         flags = ((driver.LAUNCH_PDL if getattr(md, "launch_pdl", False) else 0)
                  | (driver.LAUNCH_COOPERATIVE if getattr(md, "launch_cooperative_grid", False) else 0))
