@@ -51,6 +51,48 @@ type LaunchFn = unsafe extern "C" fn(
     *mut *mut c_void,
 ) -> i32;
 
+/// Calls `launch` (the driver's `cuLaunchKernel`) for `function` with one parameter per word of
+/// `storage` (each value in the word's low bytes, little-endian). The caller keeps the function's
+/// module loaded for the call.
+fn launch_packed(
+    launch: LaunchFn,
+    function: usize,
+    grid: [u32; 3],
+    threads: u32,
+    shared: u32,
+    stream: u64,
+    storage: &mut [u64],
+) -> PyResult<()> {
+    let mut ptrs: Vec<*mut c_void> = storage
+        .iter_mut()
+        .map(|s| s as *mut u64 as *mut c_void)
+        .collect();
+    // SAFETY: `launch` is the driver's cuLaunchKernel (from cuGetProcAddress); `function` is a
+    // CUfunction of a loaded module; `ptrs` holds one pointer per kernel parameter, each to 8
+    // bytes alive for the call.
+    let err = unsafe {
+        launch(
+            function as *mut c_void,
+            grid[0],
+            grid[1],
+            grid[2],
+            threads,
+            1,
+            1,
+            shared,
+            stream as *mut c_void,
+            ptrs.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    if err != 0 {
+        return Err(crate::errors::BackendError::new_err(format!(
+            "cuLaunchKernel failed with CUresult {err}"
+        )));
+    }
+    Ok(())
+}
+
 /// How one kernel parameter's value is passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Slot {
@@ -485,33 +527,8 @@ impl Dispatcher {
             Some(f) => f.bind(py).call1((0,))?.extract()?,
             None => 0,
         };
-        let mut ptrs: Vec<*mut c_void> = storage
-            .iter_mut()
-            .map(|s| s as *mut u64 as *mut c_void)
-            .collect();
-        // SAFETY: `launch` is the driver's cuLaunchKernel (from cuGetProcAddress); `function` is a
-        // CUfunction of a module that `compiled` keeps loaded; `ptrs` holds one pointer per kernel
-        // parameter, each to 8 bytes whose low bytes hold the little-endian value, alive for the call.
-        let err = unsafe {
-            launch(
-                function as *mut c_void,
-                g[0],
-                g[1],
-                g[2],
-                threads,
-                1,
-                1,
-                shared,
-                stream as *mut c_void,
-                ptrs.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        if err != 0 {
-            return Err(crate::errors::BackendError::new_err(format!(
-                "cuLaunchKernel failed with CUresult {err}"
-            )));
-        }
+        // `compiled` keeps the function's module loaded.
+        launch_packed(launch, function, g, threads, shared, stream, &mut storage)?;
         Ok(Some(compiled))
     }
 }
@@ -706,8 +723,12 @@ impl KernelLauncher {
                 (x as i32) as u32 as u64
             }
             Slot::I64 => v.extract::<i64>().map_err(|_| wrong("an int"))? as u64,
-            Slot::U64 => v.extract::<u64>().map_err(|_| wrong("a non-negative int"))?,
-            Slot::F32 => (v.extract::<f64>().map_err(|_| wrong("a float"))? as f32).to_bits() as u64,
+            Slot::U64 => v
+                .extract::<u64>()
+                .map_err(|_| wrong("a non-negative int"))?,
+            Slot::F32 => {
+                (v.extract::<f64>().map_err(|_| wrong("a float"))? as f32).to_bits() as u64
+            }
         })
     }
 }
@@ -726,7 +747,9 @@ impl KernelLauncher {
         slots: Vec<(usize, String, String)>,
     ) -> PyResult<Self> {
         if launch_address == 0 {
-            return Err(PyRuntimeError::new_err("the driver's cuLaunchKernel is unknown"));
+            return Err(PyRuntimeError::new_err(
+                "the driver's cuLaunchKernel is unknown",
+            ));
         }
         let mut s = Vec::with_capacity(slots.len());
         for (i, kind, name) in slots {
@@ -778,35 +801,20 @@ impl KernelLauncher {
             })
         };
         let (gx, gy, gz) = (grid(grid_0)?, grid(grid_1)?, grid(grid_2)?);
-        let stream: u64 = if stream.is_none() { 0 } else { stream.extract()? };
-        let mut ptrs: Vec<*mut c_void> = storage
-            .iter_mut()
-            .map(|s| s as *mut u64 as *mut c_void)
-            .collect();
-        // SAFETY: `launch` is the driver's cuLaunchKernel; `function` is a CUfunction of a
-        // module the Python CompiledKernel that owns this launcher keeps loaded; `ptrs` holds one
-        // pointer per kernel parameter, each to 8 bytes whose low bytes hold the little-endian
-        // value, alive for the call.
-        let err = unsafe {
-            (self.launch)(
-                self.function as *mut c_void,
-                gx,
-                gy,
-                gz,
-                self.threads,
-                1,
-                1,
-                self.shared,
-                stream as *mut c_void,
-                ptrs.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
+        let stream: u64 = if stream.is_none() {
+            0
+        } else {
+            stream.extract()?
         };
-        if err != 0 {
-            return Err(crate::errors::BackendError::new_err(format!(
-                "cuLaunchKernel failed with CUresult {err}"
-            )));
-        }
-        Ok(())
+        // The loaded kernel that owns this launcher keeps the function's module loaded.
+        launch_packed(
+            self.launch,
+            self.function,
+            [gx, gy, gz],
+            self.threads,
+            self.shared,
+            stream,
+            &mut storage,
+        )
     }
 }
