@@ -44,11 +44,12 @@ FNS = [
     ("row_reductions", lambda x: (x.sum(1), x.amax(1), x.argmax(1)), lambda: (r(1000, 3000),)),
     ("col_reductions", lambda x: (x.sum(0), x.var(0)), lambda: (r(4096, 512),)),
     ("cumsum", lambda x: torch.cumsum(x, 1), lambda: (r(128, 4000),)),
-    ("embedding", lambda w, i: F.embedding(i, w) * 2, lambda: (r(50000, 256), torch.randint(0, 50000, (8, 512), device=d))),
+    ("embedding", lambda w, i: F.embedding(i, w) * 2,
+     lambda: (r(50000, 256), torch.randint(0, 50000, (8, 512), device=d))),
     ("index_add", lambda x, i, s: x.index_add(0, i, s),
      lambda: (r(1000, 64), torch.randint(0, 1000, (5000,), device=d), r(5000, 64))),
-    ("mm_epilogue", lambda a, b, c: F.gelu(a @ b + c), lambda: (r(1024, 512, dtype=torch.float16),
-                                                             r(512, 768, dtype=torch.float16), r(768, dtype=torch.float16))),
+    ("mm_epilogue", lambda a, b, c: F.gelu(a @ b + c),
+     lambda: (r(1024, 512, dtype=torch.float16), r(512, 768, dtype=torch.float16), r(768, dtype=torch.float16))),
 ]
 out = {"per_fn": {}}
 torch.cuda.synchronize()
@@ -106,9 +107,10 @@ def main():
             warms.append(run(mod, cache))
         res[f"{mod}_cold_s"] = statistics.median(c["all_first_calls_s"] for c in colds)
         res[f"{mod}_warm_cache_s"] = statistics.median(w["all_first_calls_s"] for w in warms)
-        res[f"{mod}_per_fn"] = {n: {"cold_first_call_ms": statistics.median(c["per_fn"][n]["first_call_ms"] for c in colds),
-                                    "warm_call_us": statistics.median(w["per_fn"][n]["warm_call_us"] for w in warms)}
-                                for n in colds[0]["per_fn"]}
+        res[f"{mod}_per_fn"] = {
+            n: {"cold_first_call_ms": statistics.median(c["per_fn"][n]["first_call_ms"] for c in colds),
+                "warm_call_us": statistics.median(w["per_fn"][n]["warm_call_us"] for w in warms)}
+            for n in colds[0]["per_fn"]}
         print(f"{mod}: {len(colds[0]['per_fn'])} functions, first calls {res[f'{mod}_cold_s']:.2f} s with empty "
               f"caches, {res[f'{mod}_warm_cache_s']:.2f} s with warm caches", flush=True)
     print(f"{'function':16} {'tiles cold ms':>14} {'triton cold ms':>15} {'tiles warm us':>14} {'triton warm us':>15}")
