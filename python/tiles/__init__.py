@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from . import (
+    _C,  # noqa: F401 -- `triton._C.libtriton`, which tools reach by attribute
     backends,  # noqa: F401
     knobs,  # noqa: F401
     language,  # noqa: F401

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, NamedTuple
 
 from . import compiler  # noqa: F401
+from .compiler import BaseBackend  # noqa: F401
 
 
 class Backend(NamedTuple):

@@ -53,6 +53,26 @@ class BaseBackend:
         given.setdefault("arch", f"sm{self.target[1]}")
         return CUDAOptions(**given)
 
+    # What tools that build TTIR through Triton's backend call (torch's inductor does, to
+    # analyse user kernels): tiles has no dialects to load nor codegen hooks to give.
+    def load_dialects(self, context: Any) -> None:
+        pass
+
+    def get_codegen_implementation(self, options: Any = None) -> Dict[str, Any]:
+        return {}
+
+    def get_module_map(self) -> Dict[str, Any]:
+        return {}
+
+    @staticmethod
+    def get_arg_specialization(arg: Any, ty: str, **kwargs: Any) -> Optional[str]:
+        return None
+
+    @staticmethod
+    def parse_attr(desc: Any) -> list:
+        """An argument's specialisation ("D": divisible by 16) as ASTSource attributes."""
+        return [["tt.divisibility", 16]] if isinstance(desc, str) and "D" in desc else []
+
     def hash(self) -> str:
         """What identifies this backend's code generation in cache keys (Triton's
         `backend.hash()`; torch's inductor adds it to its own): tiles' build and the target."""

@@ -302,6 +302,7 @@ class Param:
         # `do_not_specialize_on_alignment`: an int is still specialised on being 1, but neither
         # it nor a pointer on divisibility (alignment) by 16.
         self.no_align = do_not_specialize or on_alignment
+        self.do_not_specialize_on_alignment = on_alignment  # Triton's name
         # `n: tl.int64` (or the string "tl.int64") fixes a scalar parameter's type, as in Triton.
         if isinstance(ann, str):
             ann = getattr(core, ann.split(".")[-1], None)
@@ -570,6 +571,29 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
 
         return dlpack.pointer_and_dtype(v, name)
     return None
+
+
+def mangle_type(arg: Any, specialize: bool = False) -> str:
+    """Triton's signature type of an argument: `*fp16` for a tensor of fp16 (a CPU tensor
+    too: tools ask it of stand-ins), `i32`/`i64`/`u64` for ints, `fp32`, `i1`."""
+    if hasattr(arg, "data_ptr") and hasattr(arg, "dtype") and not isinstance(arg, (bool, int, float)):
+        dt = arg.dtype.ir if isinstance(arg.dtype, core.dtype) else _TORCH_DTYPES.get(str(arg.dtype))
+        if dt is None:
+            raise LaunchError(f"tiles does not support tensors of {arg.dtype}")
+        return "*" + dt
+    return _scalar_type(arg, "arg")
+
+
+def native_specialize_impl(backend: Any, arg: Any, is_const: bool = False, specialize_value: bool = True,
+                           align: bool = True) -> Tuple[str, Optional[str]]:
+    """Triton's specialisation of one argument: (its type, "D" where a pointer is 16-byte
+    aligned or an int divisible by 16, else None); `backend.parse_attr` reads the second."""
+    ty = mangle_type(arg)
+    if ty.startswith("*"):
+        return ty, "D" if align and arg.data_ptr() % 16 == 0 else None
+    if ty in ("i32", "i64", "u64") and specialize_value and align and arg % 16 == 0:
+        return ty, "D"
+    return ty, None
 
 
 def _scalar_type(v: Any, name: str) -> str:
