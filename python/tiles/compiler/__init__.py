@@ -414,25 +414,22 @@ class ASTSource:
                 if len(item) == 2 and item[0] == "tt.divisibility":
                     self.specialization[name_of(k)] = int(item[1])
 
+    def make_ir(self, target: Any, options: Any, codegen_fns: Any, module_map: Any, context: Any):
+        """Triton's `make_ir`: the kernel's IR right after the frontend, as a module in the
+        shape of Triton's MLIR bindings with TTIR operation names (`tiles._ttir_view`), for tools
+        that analyse it (torch's inductor finds the tensors a user kernel writes this way).
+        Tuple and descriptor parameters are refused: their TTIR parameters are not one per
+        argument."""
+        from .. import frontend
+        from .._ttir_view import parse_module
 
-def _make_ir(self: "ASTSource", target: Any, options: Any, codegen_fns: Any, module_map: Any, context: Any):
-    """Triton's `ASTSource.make_ir`: the kernel's IR right after the frontend, as a module in
-    the shape of Triton's MLIR bindings with TTIR operation names (`tiles._ttir_view`), for tools
-    that analyse it (torch's inductor finds the tensors a user kernel writes this way). Tuple and
-    descriptor parameters are refused: their TTIR parameters are not one per argument."""
-    from .. import frontend
-    from .._ttir_view import parse_module
-
-    for name, ty in self.signature.items():
-        if not isinstance(ty, str) or ty.startswith(("tensordesc", "(")):
-            raise NotImplementedError(f"{self.name}: make_ir has no view of parameter '{name}' ({ty})")
-    num_warps = int(getattr(options, "num_warps", 4) or 4)
-    kernel = frontend.generate_ir(self.fn, dict(self.signature), dict(self.constants), num_warps,
-                                  dict(self.specialization), target=_target_name(target))
-    return parse_module(kernel.text())
-
-
-ASTSource.make_ir = _make_ir
+        for name, ty in self.signature.items():
+            if not isinstance(ty, str) or ty.startswith(("tensordesc", "(")):
+                raise NotImplementedError(f"{self.name}: make_ir has no view of parameter '{name}' ({ty})")
+        num_warps = int(getattr(options, "num_warps", 4) or 4)
+        kernel = frontend.generate_ir(self.fn, dict(self.signature), dict(self.constants), num_warps,
+                                      dict(self.specialization), target=_target_name(target))
+        return parse_module(kernel.text())
 
 
 def _target_name(target: Any) -> str:

@@ -575,7 +575,8 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
 
 def mangle_type(arg: Any, specialize: bool = False) -> str:
     """Triton's signature type of an argument: `*fp16` for a tensor of fp16 (a CPU tensor
-    too: tools ask it of stand-ins), `i32`/`i64`/`u64` for ints, `fp32`, `i1`."""
+    too: tools ask it of stand-ins), `i32`/`i64`/`u64` for ints, `fp32`, `i1`. `specialize` is
+    in Triton's signature; tiles' types do not depend on it."""
     if hasattr(arg, "data_ptr") and hasattr(arg, "dtype") and not isinstance(arg, (bool, int, float)):
         dt = arg.dtype.ir if isinstance(arg.dtype, core.dtype) else _TORCH_DTYPES.get(str(arg.dtype))
         if dt is None:
@@ -587,7 +588,8 @@ def mangle_type(arg: Any, specialize: bool = False) -> str:
 def native_specialize_impl(backend: Any, arg: Any, is_const: bool = False, specialize_value: bool = True,
                            align: bool = True) -> Tuple[str, Optional[str]]:
     """Triton's specialisation of one argument: (its type, "D" where a pointer is 16-byte
-    aligned or an int divisible by 16, else None); `backend.parse_attr` reads the second."""
+    aligned or an int divisible by 16, else None); `backend.parse_attr` reads the second.
+    `backend` and `is_const` are in Triton's signature; the result depends on neither."""
     ty = mangle_type(arg)
     if ty.startswith("*"):
         return ty, "D" if align and arg.data_ptr() % 16 == 0 else None
