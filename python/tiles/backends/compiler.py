@@ -26,7 +26,7 @@ class CUDAOptions:
     launch_pdl: bool = False
     supported_fp8_dtypes: Tuple[str, ...] = ("fp8e4nv", "fp8e5")
     default_dot_input_precision: str = "tf32"
-    allowed_dot_input_precisions: Tuple[str, ...] = ("tf32", "tf32x3", "ieee")
+    allowed_dot_input_precisions: Tuple[str, ...] = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")  # semantic.dot's
     debug: bool = False
     sanitize_overflow: bool = True
     arch: Optional[str] = None
