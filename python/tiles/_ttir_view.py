@@ -129,11 +129,38 @@ class Module(Operation):
 
 
 def _attributes(text: str) -> Dict[str, str]:
-    """`{a = 1, b = "x"}` -> {a: "1", b: "x"} (values as written, strings unquoted)."""
+    """`a = 1, b = "x", c = [1, 0], pure` -> {a: "1", b: "x", c: "[1, 0]", pure: "true"}: values
+    as written (strings unquoted), flags true. Items split at commas outside strings and
+    brackets."""
+    items, depth, quoted, start, i = [], 0, False, 0, 0
+    while i < len(text):
+        c = text[i]
+        if quoted:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                quoted = False
+        elif c == '"':
+            quoted = True
+        elif c in "[(<{":
+            depth += 1
+        elif c in "])>}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+        i += 1
+    items.append(text[start:])
     out: Dict[str, str] = {}
-    for m in re.finditer(r'(\w+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,}]+)', text):
-        v = m.group(2).strip()
-        out[m.group(1)] = v[1:-1] if v.startswith('"') else v
+    for item in items:
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not key:
+            continue
+        if not eq:
+            out[key] = "true"
+        else:
+            out[key] = value[1:-1] if value.startswith('"') and value.endswith('"') else value
     return out
 
 
