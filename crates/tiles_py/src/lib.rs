@@ -10,8 +10,11 @@ mod launch;
 
 use errors::{BackendError, BoundaryError, IrError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use tile_ir::{BinaryOp, Builder, CmpPred, Const, Elem, Function, Loc, Op, Shape, UnaryOp, Value};
+use pyo3::types::{PyDict, PyTuple};
+use tile_ir::{
+    BinaryOp, Block, Builder, CmpPred, Const, Elem, EntityRef, Function, Loc, Op, OpKind, Shape,
+    UnaryOp, Value,
+};
 
 type R<T> = Result<T, BoundaryError>;
 
@@ -609,6 +612,42 @@ impl IrBuilder {
     }
 }
 
+/// A block of `func` as `(argument ids, ops)`, recursively (see `Kernel.structure`).
+fn block_structure<'py>(
+    py: Python<'py>,
+    func: &Function,
+    block: Block,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let ids = |vs: &[Value]| vs.iter().map(|v| v.index()).collect::<Vec<_>>();
+    let data = &func.blocks[block];
+    let mut ops = Vec::with_capacity(data.ops.len());
+    for &op in &data.ops {
+        let d = &func.ops[op];
+        let facts = PyDict::new(py);
+        match d.kind {
+            OpKind::Atomic(a) => facts.set_item("op", a.op.name())?,
+            OpKind::InlineAsm { pure, .. } => facts.set_item("pure", pure)?,
+            _ => {}
+        }
+        let regions = d
+            .regions
+            .iter()
+            .map(|&r| block_structure(py, func, func.regions[r].block))
+            .collect::<PyResult<Vec<_>>>()?;
+        ops.push(
+            (
+                d.kind.name(),
+                facts,
+                ids(&d.operands),
+                ids(&d.results),
+                regions,
+            )
+                .into_pyobject(py)?,
+        );
+    }
+    (ids(&data.args), ops).into_pyobject(py)
+}
+
 /// A finished kernel, ready to compile (any number of times, for any target).
 #[pyclass(module = "tiles._tiles", frozen)]
 struct Kernel {
@@ -620,6 +659,19 @@ impl Kernel {
     /// The IR as text.
     fn text(&self) -> String {
         self.func.to_string()
+    }
+
+    /// The IR's structure, for tools that walk it (`tiles._ttir_view`): `(name, entry block)`,
+    /// a block being `(argument ids, ops)` (the entry block's arguments are the parameters) and
+    /// an op `(name, facts, operand ids, result ids, region blocks)`. Value ids are those of the
+    /// text form (`%N`); `facts` holds what tools ask of an op beyond its name: an atomic's
+    /// `op`, inline asm's `pure`.
+    fn structure<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        (
+            self.func.name.as_str(),
+            block_structure(py, &self.func, self.func.entry)?,
+        )
+            .into_pyobject(py)
     }
 
     /// Runs the passes and codegen for `target` with the GIL released. Returns a dict with

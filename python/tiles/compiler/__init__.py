@@ -421,7 +421,7 @@ class ASTSource:
         Tuple and descriptor parameters are refused: their TTIR parameters are not one per
         argument."""
         from .. import frontend
-        from .._ttir_view import parse_module
+        from .._ttir_view import view
 
         for name, ty in self.signature.items():
             if not isinstance(ty, str) or ty.startswith(("tensordesc", "(")):
@@ -429,7 +429,7 @@ class ASTSource:
         num_warps = int(getattr(options, "num_warps", 4) or 4)
         kernel = frontend.generate_ir(self.fn, dict(self.signature), dict(self.constants), num_warps,
                                       dict(self.specialization), target=_target_name(target))
-        return parse_module(kernel.text())
+        return view(kernel)
 
 
 def _target_name(target: Any) -> str:
