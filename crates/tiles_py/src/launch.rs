@@ -117,6 +117,19 @@ impl Slot {
             _ => return None,
         })
     }
+
+    /// The parameter word (its value in the low bytes) of `v` passed in this slot, or None
+    /// where the value is not of the slot's kind.
+    fn word(self, v: ArgValue) -> Option<u64> {
+        Some(match (self, v) {
+            (Slot::Ptr, ArgValue::Ptr(a)) => a,
+            (Slot::I32, ArgValue::Int(x)) => (x as i32) as u32 as u64,
+            (Slot::I64 | Slot::U64, ArgValue::Int(x)) => x as u64,
+            (Slot::F32, ArgValue::Float(x)) => (x as f32).to_bits() as u64,
+            (Slot::I1, ArgValue::Bool(b)) => b as u64,
+            _ => return None,
+        })
+    }
 }
 
 struct Entry {
@@ -506,14 +519,10 @@ impl Dispatcher {
             };
             storage = vec![0; e.slots.len().max(1)];
             for (k, &(i, slot)) in e.slots.iter().enumerate() {
-                storage[k] = match (slot, bound.values[i]) {
-                    (Slot::Ptr, ArgValue::Ptr(a)) => a,
-                    (Slot::I32, ArgValue::Int(x)) => (x as i32) as u32 as u64,
-                    (Slot::I64 | Slot::U64, ArgValue::Int(x)) => x as u64,
-                    (Slot::F32, ArgValue::Float(x)) => (x as f32).to_bits() as u64,
-                    (Slot::I1, ArgValue::Bool(b)) => b as u64,
-                    _ => return Ok(None),
+                let Some(w) = slot.word(bound.values[i]) else {
+                    return Ok(None);
                 };
+                storage[k] = w;
             }
             (e.function, e.threads, e.shared, e.compiled.clone_ref(py))
         };
@@ -689,7 +698,8 @@ pub struct KernelLauncher {
 }
 
 impl KernelLauncher {
-    fn pack(py: Python<'_>, v: &Bound<'_, PyAny>, slot: Slot, name: &str) -> PyResult<u64> {
+    /// Reads argument `v` (parameter `name`) as a value of `slot`'s kind.
+    fn read(py: Python<'_>, v: &Bound<'_, PyAny>, slot: Slot, name: &str) -> PyResult<ArgValue> {
         let wrong = |what: &str| {
             pyo3::exceptions::PyTypeError::new_err(format!(
                 "argument '{name}' must be {what}, got {}",
@@ -700,19 +710,13 @@ impl KernelLauncher {
             ))
         };
         Ok(match slot {
-            Slot::Ptr => {
-                if v.is_none() {
-                    0
-                } else if v.is_instance_of::<PyInt>() {
-                    v.extract::<u64>()?
-                } else {
-                    match v.call_method0(pyo3::intern!(py, "data_ptr")) {
-                        Ok(p) => p.extract::<u64>()?,
-                        Err(_) => return Err(wrong("a device tensor")),
-                    }
-                }
-            }
-            Slot::I1 => u64::from(v.is_truthy()?),
+            Slot::Ptr if v.is_none() => ArgValue::Ptr(0),
+            Slot::Ptr if v.is_instance_of::<PyInt>() => ArgValue::Ptr(v.extract::<u64>()?),
+            Slot::Ptr => match v.call_method0(pyo3::intern!(py, "data_ptr")) {
+                Ok(p) => ArgValue::Ptr(p.extract::<u64>()?),
+                Err(_) => return Err(wrong("a device tensor")),
+            },
+            Slot::I1 => ArgValue::Bool(v.is_truthy()?),
             Slot::I32 => {
                 let x: i64 = v.extract().map_err(|_| wrong("an int"))?;
                 if !(i64::from(i32::MIN)..=i64::from(u32::MAX)).contains(&x) {
@@ -720,15 +724,14 @@ impl KernelLauncher {
                         "argument '{name}' = {x} does not fit the kernel's 32-bit parameter"
                     )));
                 }
-                (x as i32) as u32 as u64
+                ArgValue::Int(x)
             }
-            Slot::I64 => v.extract::<i64>().map_err(|_| wrong("an int"))? as u64,
-            Slot::U64 => v
-                .extract::<u64>()
-                .map_err(|_| wrong("a non-negative int"))?,
-            Slot::F32 => {
-                (v.extract::<f64>().map_err(|_| wrong("a float"))? as f32).to_bits() as u64
-            }
+            Slot::I64 => ArgValue::Int(v.extract::<i64>().map_err(|_| wrong("an int"))?),
+            Slot::U64 => ArgValue::Int(
+                v.extract::<u64>()
+                    .map_err(|_| wrong("a non-negative int"))? as i64,
+            ),
+            Slot::F32 => ArgValue::Float(v.extract::<f64>().map_err(|_| wrong("a float"))?),
         })
     }
 }
@@ -790,7 +793,9 @@ impl KernelLauncher {
         }
         let mut storage = vec![0u64; self.slots.len().max(1)];
         for (k, (i, slot, name)) in self.slots.iter().enumerate() {
-            storage[k] = Self::pack(py, &args.get_item(*i)?, *slot, name)?;
+            let v = Self::read(py, &args.get_item(*i)?, *slot, name)?;
+            // `read` gives each slot a value of its kind.
+            storage[k] = slot.word(v).unwrap_or_default();
         }
         if grid_0 <= 0 || grid_1 <= 0 || grid_2 <= 0 {
             return Ok(());
