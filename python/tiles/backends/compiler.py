@@ -12,8 +12,10 @@ from ..runtime.driver import GPUTarget  # noqa: F401
 
 @dataclasses.dataclass(frozen=True)
 class CUDAOptions:
-    """A compile's options with Triton's names and tiles' defaults (`compile(options=...)`
-    takes the same keys)."""
+    """A compile's options with Triton's names and tiles' defaults: `compile(options=...)` takes
+    exactly these keys. Those tiles has no use for are accepted and change nothing: the PTX
+    version and ptxas options (the driver assembles), libdevice (tiles writes its math), the fp8
+    and precision lists (fixed per target), the warp size (32), instrumentation, clusters."""
 
     num_warps: int = 4
     num_ctas: int = 1
@@ -31,6 +33,16 @@ class CUDAOptions:
     sanitize_overflow: bool = True
     arch: Optional[str] = None
     backend_name: str = "cuda"
+    ptx_version: Optional[int] = None
+    ptx_options: Optional[str] = None
+    extern_libs: Optional[Tuple[Tuple[str, str], ...]] = None
+    deprecated_fp8_dot_operand_dtypes: Tuple[str, ...] = ()
+    max_num_imprecise_acc_default: Optional[int] = None
+    instrumentation_mode: str = ""
+    cluster_dims: Tuple[int, int, int] = (1, 1, 1)
+
+
+OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(CUDAOptions))
 
 
 class BaseBackend:
@@ -47,8 +59,7 @@ class BaseBackend:
         """The options a compile with `options` uses (unknown keys ignored, as in Triton)."""
         from ..runtime.jit import fp_fusion
 
-        names = {f.name for f in dataclasses.fields(CUDAOptions)}
-        given = {k: v for k, v in options.items() if k in names and v is not None}
+        given = {k: v for k, v in options.items() if k in OPTION_NAMES and v is not None}
         given.setdefault("enable_fp_fusion", fp_fusion(None))
         given.setdefault("arch", f"sm{self.target[1]}")
         return CUDAOptions(**given)

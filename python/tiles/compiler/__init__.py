@@ -528,10 +528,11 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         specialization = dict(src.specialization, **(specialization or {}))
     launch_attrs = {}
     if options:
-        unknown = set(options) - _OPTIONS - _TRITON_ONLY_OPTIONS
+        from ..backends.compiler import OPTION_NAMES
+
+        unknown = set(options) - OPTION_NAMES
         if unknown:
-            raise TypeError(f"unknown compile option(s) {sorted(unknown)}; tiles takes {sorted(_OPTIONS)} "
-                            f"(and ignores Triton's {sorted(_TRITON_ONLY_OPTIONS)})")
+            raise TypeError(f"unknown compile option(s) {sorted(unknown)}; tiles takes Triton's {sorted(OPTION_NAMES)}")
         if int(options.get("num_ctas") or 1) != 1:
             raise ValueError("tiles compiles one CTA per program (num_ctas=1)")
         launch_attrs = {k: bool(options[k]) for k in ("launch_pdl", "launch_cooperative_grid") if options.get(k)}
@@ -610,18 +611,6 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
                     sig=sig, constexprs=constexprs, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg,
                     ftz=bool(enable_reflect_ftz), dump=dump, src=src, launch_attrs=launch_attrs,
                     frontend_s=time.perf_counter() - t0)
-
-
-# compile()'s options: tiles' own, and those of Triton's (CUDAOptions) that change nothing in
-# tiles (PTX version and ptxas options: the driver assembles; libdevice: tiles writes its math;
-# fp8 type lists: tiles has one per target; warp size: 32), accepted as Triton accepts them.
-_OPTIONS = frozenset({"num_warps", "num_stages", "debug", "enable_fp_fusion", "maxnreg", "num_ctas",
-                      "sanitize_overflow", "arch", "enable_reflect_ftz", "launch_pdl", "launch_cooperative_grid",
-                      "default_dot_input_precision"})
-_TRITON_ONLY_OPTIONS = frozenset({"warp_size", "ptx_version", "ptx_options", "extern_libs", "supported_fp8_dtypes",
-                                  "deprecated_fp8_dot_operand_dtypes", "allowed_dot_input_precisions",
-                                  "max_num_imprecise_acc_default", "backend_name", "instrumentation_mode",
-                                  "cluster_dims"})
 
 
 def _describe(ck: "CompiledKernel", fn, src: Optional["ASTSource"], sig: Dict[str, str], constexprs: Dict[str, Any],
