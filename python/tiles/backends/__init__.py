@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, NamedTuple
 
+from ..runtime.driver import ActiveDriver
 from . import compiler  # noqa: F401
 from .compiler import BaseBackend  # noqa: F401
 
@@ -17,10 +18,4 @@ class Backend(NamedTuple):
     driver: Any
 
 
-def _installed() -> Dict[str, Backend]:
-    from ..runtime.driver import ActiveDriver
-
-    return {"nvidia": Backend(compiler.CUDABackend, ActiveDriver)}
-
-
-backends: Dict[str, Backend] = _installed()
+backends: Dict[str, Backend] = {"nvidia": Backend(compiler.CUDABackend, ActiveDriver)}

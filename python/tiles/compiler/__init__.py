@@ -155,7 +155,7 @@ class CompiledKernel:
         """Launches through the native launcher; False (nothing launched) where it does not
         apply: a parameter kind it lacks, or an argument it cannot read (a pointer given as a
         `__cuda_array_interface__` or DLPack object rather than a tensor with `data_ptr`)."""
-        loaded = self._loaded if self._loaded is not None else self.load()
+        loaded = self.load()
         native = loaded.native_launch
         if native is None:
             native = loaded.native_launch = self._native_launcher(loaded)
@@ -175,7 +175,7 @@ class CompiledKernel:
         from ..runtime.jit import _SLOT_KINDS
 
         md = self.metadata
-        if getattr(md, "launch_pdl", False) or getattr(md, "launch_cooperative_grid", False):
+        if self._launch_flags():
             return False
         names = self.arg_names or self.params
         slots = []
@@ -250,10 +250,15 @@ class CompiledKernel:
             return
         loaded = self.load()
         ptrs = (ctypes.c_void_p * max(1, len(cargs)))(*[ctypes.addressof(c) for c in cargs])
+        loaded.launch(g, self.metadata.num_threads, s, ctypes.addressof(ptrs), self._launch_flags())
+
+    def _launch_flags(self) -> int:
+        """The launch attributes the compile asked for, as `LoadedKernel.launch` takes them."""
+        from ..runtime import driver
+
         md = self.metadata
-        flags = ((driver.LAUNCH_PDL if getattr(md, "launch_pdl", False) else 0)
-                 | (driver.LAUNCH_COOPERATIVE if getattr(md, "launch_cooperative_grid", False) else 0))
-        loaded.launch(g, md.num_threads, s, ctypes.addressof(ptrs), flags)
+        return ((driver.LAUNCH_PDL if md.launch_pdl else 0)
+                | (driver.LAUNCH_COOPERATIVE if md.launch_cooperative_grid else 0))
 
     @property
     def n_regs(self) -> int:

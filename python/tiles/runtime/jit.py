@@ -291,7 +291,6 @@ class Param:
     def __init__(self, p: inspect.Parameter, index: int, do_not_specialize: bool, on_alignment: bool = False):
         self.name = p.name
         self.index = index
-        self.num = index  # Triton's name for the position (torch's inductor reads it)
         self.default = p.default
         ann = p.annotation
         self.is_constexpr = ann is core.constexpr or (isinstance(ann, str) and ann.split(".")[-1] == "constexpr")
@@ -309,6 +308,11 @@ class Param:
         self.scalar_type: Optional[str] = None
         if isinstance(ann, core.dtype) and not ann.is_ptr() and ann.ir in _CTYPES:
             self.scalar_type = ann.ir
+
+    @property
+    def num(self) -> int:
+        """Triton's name for the parameter's position (torch's inductor reads it)."""
+        return self.index
 
 
 def _annotated_scalar_type(p: "Param", v: Any) -> str:
@@ -374,6 +378,16 @@ def interpreting(jitfn: "JITFunction") -> bool:
     return not driver.available()
 
 
+def _from_def(text: str) -> str:
+    """A function's source text, dedented, from its `def` on (decorators left out)."""
+    import re
+    import textwrap
+
+    text = textwrap.dedent(text)
+    m = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
+    return text[m.start():] if m else text
+
+
 class ConstexprFunction:
     """A plain Python function that kernels call on compile-time values (Triton >= 3.5's
     `@constexpr_function`). tiles calls any plain Python function so; the wrapper is what
@@ -401,12 +415,7 @@ class ConstexprFunction:
     @property
     def src(self) -> str:
         """The function's source from its `def` on, dedented."""
-        import re
-        import textwrap
-
-        text = textwrap.dedent(inspect.getsource(self.fn))
-        m = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
-        return text[m.start():] if m else text
+        return _from_def(inspect.getsource(self.fn))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -544,7 +553,7 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
             raise HostMemoryError(f"argument '{name}' wraps a CPU tensor; the GPU kernel needs a CUDA tensor")
         return v.data_ptr(), v.dtype.ir
     if isinstance(v, MockTensor):
-        dt = v.dtype.ir if isinstance(v.dtype, core.dtype) else _TORCH_DTYPES.get(str(v.dtype))
+        dt = _dtype_ir(v.dtype)
         if dt is None:
             raise LaunchError(f"argument '{name}' is a MockTensor of {v.dtype}, which tiles does not support")
         return 0, dt
@@ -573,12 +582,18 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
     return None
 
 
+def _dtype_ir(dt: Any) -> Optional[str]:
+    """The signature name of a tensor's dtype, tiles' (`tl.float16`) or torch's; None if tiles
+    has no such type."""
+    return dt.ir if isinstance(dt, core.dtype) else _TORCH_DTYPES.get(str(dt))
+
+
 def mangle_type(arg: Any, specialize: bool = False) -> str:
     """Triton's signature type of an argument: `*fp16` for a tensor of fp16 (a CPU tensor
     too: tools ask it of stand-ins), `i32`/`i64`/`u64` for ints, `fp32`, `i1`. `specialize` is
     in Triton's signature; tiles' types do not depend on it."""
     if hasattr(arg, "data_ptr") and hasattr(arg, "dtype") and not isinstance(arg, (bool, int, float)):
-        dt = arg.dtype.ir if isinstance(arg.dtype, core.dtype) else _TORCH_DTYPES.get(str(arg.dtype))
+        dt = _dtype_ir(arg.dtype)
         if dt is None:
             raise LaunchError(f"tiles does not support tensors of {arg.dtype}")
         return "*" + dt
@@ -833,12 +848,7 @@ class JITFunction(KernelInterface):
     @property
     def src(self) -> str:
         """The function's source text from its `def` on, dedented (Triton's `JITFunction.src`)."""
-        import re
-        import textwrap
-
-        text = textwrap.dedent("".join(self.source().lines))
-        m = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
-        return text[m.start():] if m else text
+        return _from_def("".join(self.source().lines))
 
     @property
     def cache_key(self) -> str:
