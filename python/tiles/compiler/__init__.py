@@ -622,11 +622,7 @@ def _describe(ck: "CompiledKernel", fn, src: Optional["ASTSource"], sig: Dict[st
               launch_attrs: Dict[str, bool]) -> None:
     """Fills in what Triton's CompiledKernel also tells: the source compiled (`src`, an
     ASTSource when compile() got one) and the launch attributes asked for."""
-    if src is None:
-        src = ASTSource.__new__(ASTSource)
-        src.fn, src.name, src.signature, src.constants = fn, fn.__name__, sig, constexprs
-        src.attrs, src.specialization = {}, {}
-    ck.src = src
+    ck.src = src if src is not None else ASTSource(fn, sig, constexprs)
     for k, v in launch_attrs.items():
         setattr(ck.metadata, k, v)
 
