@@ -316,14 +316,19 @@ def acosh(x, _semantic=None):
 
 @_export
 def atanh(x, _semantic=None):
-    """Inverse hyperbolic tangent: (log1p(x) - log1p(-x)) / 2, and below 2^-5 its odd series
-    x + x z P(z), z = x^2 (the two log1p's errors, up to 3 ulp each in fp64, would add)."""
+    """Inverse hyperbolic tangent of a = |x|, with x's sign: log1p(2a + 2a^2 / (1 - a)) / 2 below
+    1/2, where the quotient is the smaller term and its rounding counts for less; log1p(2a / (1 - a))
+    / 2 from 1/2, where 1 - a is exact; and below 2^-5 the odd series a + a z P(z), z = a^2."""
     x, dt = _float(x)
-    z = x * x
+    a = _abs(x)
+    z = a * a
     n = 7 if _f64(x) else 3  # z <= 2^-10: z^(n+1) / (2n + 3) is below half an ulp
-    small = x + x * (z * _poly(z, [1.0 / (2 * k + 1) for k in range(n, 0, -1)]))
-    wide = 0.5 * (_log1p(x) - _log1p(-x))
-    return _back(_signed_zero(x, _where(_abs(x) < 0.03125, small, wide)), dt)
+    small = a + a * (z * _poly(z, [1.0 / (2 * k + 1) for k in range(n, 0, -1)]))
+    t = a + a
+    den = 1.0 - a
+    w = _where(a < 0.5, t + semantic.div_rn(t * a, den), semantic.div_rn(t, den))
+    r = _where(a < 0.03125, small, 0.5 * _log1p(w))
+    return _back(_copysign(r, x), dt)
 
 
 # -- trigonometric --------------------------------------------------------------------------------
