@@ -858,8 +858,10 @@ class JITFunction(KernelInterface):
     @property
     def used_global_vals(self) -> Dict[Tuple[str, int], Tuple[Any, Any]]:
         """The global (and closure) values the kernel and what it calls were compiled with, as
-        Triton lists them: (name, id of the globals dict or cell) -> (value, dict or cell)."""
-        cache.function_fingerprint(self)
+        Triton lists them: (name, id of the globals dict or cell) -> (value, dict or cell).
+        Empty for a kernel unpickled without its function (it has no source to read them from)."""
+        if self.fn is not None:
+            cache.function_fingerprint(self)
         return {(g.name, id(g.where)): (g.value, g.where) for g in self._global_guards}
 
     @used_global_vals.setter
