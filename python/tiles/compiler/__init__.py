@@ -609,6 +609,9 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         if _timing():
             print(f"tiles: {ck.name}: disk cache hit", file=sys.stderr)
         return ck
+    from ..runtime import driver
+
+    driver.warm_jit()  # a miss: the PTX will be assembled here, on a GPU
     t0 = time.perf_counter()
     kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target,
                                   sanitize, fp32_default)
