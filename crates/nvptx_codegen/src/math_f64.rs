@@ -4,8 +4,10 @@
 //! - `exp`: `n = rint(x·log2 e)`, `r = x − n·ln2` (two-part Cody-Waite with fma), Taylor
 //!   series of `e^r` to degree 13 on `|r| ≤ ln2/2`, then `2^n` applied in two halves;
 //! - `exp2`: `n = rint(x)`, `r = (x − n)·ln2`, as above;
-//! - `log`, `log2`: `x = m·2^e` with `m ∈ [√½, √2)`, `log m = 2·atanh((m−1)/(m+1))` by its
-//!   odd series to degree 21; subnormals are scaled first;
+//! - `log`, `log2`: `x = m·2^e` with `m ∈ [√½, √2)`, `f = m − 1` (exact), and
+//!   `log m = f − (f²/2 − s(f²/2 + R(s²)))` with `s = f/(2+f)` and `R` the odd series of
+//!   `2·atanh(s) − 2s` over `s` to degree 20 (fdlibm's arrangement); subnormals are scaled
+//!   first;
 //! - `sin`, `cos`: `k = rint(x·2/π)`, `r = x − k·π/2` (two-part, fma), Taylor series on
 //!   `|r| ≤ π/4` to degree 17/18, quadrant from `k mod 4`;
 //! - `erf`: Kummer's series `erf x = 2x/√π · e^{−x²} · Σ (2x²)ⁿ / (2n+1)!!` (all terms
@@ -183,21 +185,40 @@ impl<'ctx> Lowering<'ctx, '_> {
                     .b
                     .build_select(big, one_more, ef, "ef")?
                     .into_float_value();
-                let num = self.b.build_float_sub(m, self.d(1.0), "num")?;
-                let den = self.b.build_float_add(m, self.d(1.0), "den")?;
-                let s = self.b.build_float_div(num, den, "s")?;
-                let s2 = self.b.build_float_mul(s, s, "s2")?;
-                let c: Vec<f64> = (0..=10).rev().map(|k| 1.0 / (2 * k + 1) as f64).collect();
-                let p = self.horner(s2, &c)?;
-                let logm = self.b.build_float_mul(
-                    self.b.build_float_mul(s, p, "sp")?,
-                    self.d(2.0),
-                    "logm",
+                // log m = log1p(f), f = m − 1 exact; with s = f/(2+f), z = s², and
+                // R = 2z/3 + 2z²/5 + … (so that log1p(f) = 2s + sR), 2s = f − sf gives
+                // log1p(f) = f − (f²/2 − s(f²/2 + R)): f exact and a correction below f/2,
+                // whose rounding counts for a fraction of an ulp (not s's own rounding in full).
+                let f = self.b.build_float_sub(m, self.d(1.0), "f")?;
+                let s = self.b.build_float_div(
+                    f,
+                    self.b.build_float_add(f, self.d(2.0), "f2")?,
+                    "s",
                 )?;
+                let z = self.b.build_float_mul(s, s, "z")?;
+                let c: Vec<f64> = (1..=10).rev().map(|k| 2.0 / (2 * k + 1) as f64).collect();
+                let r = self.b.build_float_mul(z, self.horner(z, &c)?, "r")?;
+                let hfsq = self.b.build_float_mul(
+                    self.b.build_float_mul(f, f, "ff")?,
+                    self.d(0.5),
+                    "hfsq",
+                )?;
+                let shr =
+                    self.b
+                        .build_float_mul(s, self.b.build_float_add(hfsq, r, "hr")?, "shr")?;
                 let y = if op == UnaryOp::Log {
-                    let lo = self.fma(ef, self.d(LN2_LO), logm)?;
-                    self.fma(ef, self.d(LN2_HI), lo)?
+                    // e·ln2_hi is exact; e·ln2_lo joins the small terms.
+                    let small = self.fma(ef, self.d(LN2_LO), shr)?;
+                    let corr = self.b.build_float_sub(hfsq, small, "corr")?;
+                    let logm = self.b.build_float_sub(corr, f, "nl")?;
+                    self.b.build_float_sub(
+                        self.b.build_float_mul(ef, self.d(LN2_HI), "eh")?,
+                        logm,
+                        "log",
+                    )?
                 } else {
+                    let corr = self.b.build_float_sub(hfsq, shr, "corr")?;
+                    let logm = self.b.build_float_sub(f, corr, "logm")?;
                     self.fma(logm, self.d(LOG2_E), ef)?
                 };
                 // Special values: log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays.
