@@ -1,6 +1,7 @@
 """`tl.inline_asm_elementwise`: PTX applied elementwise, with `pack` elements per statement
 (narrow elements packed into 32-bit registers), several results, on the GPU; compile-only
-twins check the PTX with ptxas; the interpreter refuses clearly."""
+twins check the PTX with ptxas. The interpreter runs straight-line PTX on `$n` operands with
+`pack=1` (numpy emulation) and refuses the rest clearly."""
 
 import numpy as np
 import pytest
@@ -56,30 +57,84 @@ def pointer_operands_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
                               [x_ptrs, y_ptrs], dtype=tl.int8, is_pure=False, pack=1)
 
 
-@pytest.mark.gpu
-def test_inline_asm_on_the_gpu(rng):
-    import torch
+@tiles.jit
+def fast_math_kernel(x_ptr, y_ptr, f_ptr, i_ptr, BLOCK: tl.constexpr):
+    # What kernels put in inline asm for speed: approximate math, fused and tf32 rounding, bit work.
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = tl.load(y_ptr + offs)
+    f = [tl.inline_asm_elementwise(a, c, args, dtype=tl.float32, is_pure=True, pack=1) for a, c, args in (
+        ("tanh.approx.f32 $0, $1;", "=f,f", [x]),
+        ("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x]),
+        ("rcp.approx.ftz.f32 $0, $1;", "=f,f", [y]),
+        ("sin.approx.f32 $0, $1;", "=f,f", [x]),
+        ("cos.approx.f32 $0, $1;", "=f,f", [x]),
+        ("fma.rn.f32 $0, $1, $2, 0f3F800000;", "=f,f,f", [x, y]),
+        ("cvt.rna.tf32.f32 $0, $1;", "=r,f", [y]),
+        ("mul.f32 $0, $1, $2; add.f32 $0, $0, $1;", "=f,f,f", [x, y]),
+    )]
+    b = x.to(tl.int32, bitcast=True)
+    i = [tl.inline_asm_elementwise(a, c, args, dtype=tl.int32, is_pure=True, pack=1) for a, c, args in (
+        ("mul.hi.u32 $0, $1, $2;", "=r,r,r", [b, b]),
+        ("popc.b32 $0, $1;", "=r,r", [b]),
+        ("brev.b32 $0, $1;", "=r,r", [b]),
+        ("shr.s32 $0, $1, 7;", "=r,r", [b]),
+        ("xor.b32 $0, $1, $2;", "=r,r,r", [b, b]),
+    )]
+    for k in tl.static_range(8):
+        tl.store(f_ptr + k * BLOCK + offs, f[k])
+    for k in tl.static_range(5):
+        tl.store(i_ptr + k * BLOCK + offs, i[k])
 
+
+def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
     n = 128
     x = rng.integers(0, 2**31 - 1, n, dtype=np.int64).astype(np.int32)
     y = rng.integers(0, 2**31 - 1, n, dtype=np.int64).astype(np.int32)
-    z = torch.zeros(n, dtype=torch.int32, device="cuda")
-    shift_kernel[(1,)](torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda(), z, 5, BLOCK=n)
+    z = dev.put(np.zeros(n, np.int32))
+    shift_kernel[(1,)](dev.put(x), dev.put(y), z, 5, BLOCK=n)
     ux, uy = x.astype(np.uint64) & 0xFFFFFFFF, y.astype(np.uint64) & 0xFFFFFFFF
     want = (((uy << 32) | ux) << 5 >> 32) & 0xFFFFFFFF
-    np.testing.assert_array_equal(z.cpu().numpy().astype(np.uint64) & 0xFFFFFFFF, want)
+    np.testing.assert_array_equal(dev.get(z).astype(np.uint64) & 0xFFFFFFFF, want)
+
+    w = rng.integers(-2**62, 2**62, 256, dtype=np.int64)
+    lo, hi = dev.put(np.zeros(256, np.int32)), dev.put(np.zeros(256, np.int32))
+    two_results_kernel[(1,)](dev.put(w), lo, hi, BLOCK=256)
+    np.testing.assert_array_equal(dev.get(lo), w.view(np.int32)[0::2])
+    np.testing.assert_array_equal(dev.get(hi), w.view(np.int32)[1::2])
+
+    xs = rng.uniform(-3, 3, n).astype(np.float32)
+    ys = (rng.uniform(0.5, 4, n) * rng.choice([-1, 1], n)).astype(np.float32)
+    f, i = dev.put(np.zeros(8 * n, np.float32)), dev.put(np.zeros(5 * n, np.int32))
+    fast_math_kernel[(1,)](dev.put(xs), dev.put(ys), f, i, BLOCK=n)
+    f, i = dev.get(f).reshape(8, n).astype(np.float64), dev.get(i).reshape(5, n)
+    x64, y64 = xs.astype(np.float64), ys.astype(np.float64)
+    # The GPU's approximations are within their documented error of the exact values.
+    np.testing.assert_allclose(f[0], np.tanh(x64), rtol=2**-10, atol=1e-6)
+    np.testing.assert_allclose(f[1], np.exp2(x64), rtol=2**-21)
+    np.testing.assert_allclose(f[2], 1 / y64, rtol=2**-22)
+    np.testing.assert_allclose(f[3], np.sin(x64), atol=2**-20)
+    np.testing.assert_allclose(f[4], np.cos(x64), atol=2**-20)
+    np.testing.assert_array_equal(f[5], (x64 * y64 + 1).astype(np.float32))
+    tf32 = ((ys.view(np.uint32).astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+    np.testing.assert_array_equal(f[6], tf32)
+    np.testing.assert_array_equal(f[7], (xs * ys).astype(np.float32) + xs)
+    u = xs.view(np.uint32).astype(np.uint64)
+    np.testing.assert_array_equal(i[0].view(np.uint32), (u * u >> 32).astype(np.uint32))
+    np.testing.assert_array_equal(i[1], [bin(int(v)).count("1") for v in u])
+    np.testing.assert_array_equal(i[2].view(np.uint32), [int(format(int(v), "032b")[::-1], 2) for v in u])
+    np.testing.assert_array_equal(i[3], xs.view(np.int32) >> 7)
+    np.testing.assert_array_equal(i[4], 0)
+
+
+@pytest.mark.gpu
+def test_inline_asm_on_the_gpu(rng):
+    import torch
 
     b = rng.integers(0, 256, 512).astype(np.uint8)
     f = torch.full((512,), float("nan"), device="cuda")
     bytes_to_float_kernel[(1,)](torch.from_numpy(b).cuda(), f, BLOCK=512)
     np.testing.assert_array_equal(f.cpu().numpy(), b.astype(np.float32))
-
-    w = rng.integers(-2**62, 2**62, 256, dtype=np.int64)
-    lo = torch.zeros(256, dtype=torch.int32, device="cuda")
-    hi = torch.zeros(256, dtype=torch.int32, device="cuda")
-    two_results_kernel[(1,)](torch.from_numpy(w).cuda(), lo, hi, BLOCK=256)
-    np.testing.assert_array_equal(lo.cpu().numpy(), w.view(np.int32)[0::2])
-    np.testing.assert_array_equal(hi.cpu().numpy(), w.view(np.int32)[1::2])
 
     b = rng.integers(0, 256, 512).astype(np.uint8)
     out = torch.zeros(512, dtype=torch.uint8, device="cuda")
@@ -109,6 +164,10 @@ def test_inline_asm_assembles(ptxas, target):
     assert k.asm["ptx"].count("st.global.b8") == 4  # one statement per element, 4 per thread
     assemble(ptxas, k.asm["ptx"], target)
     assert tiles._tiles.parse_ir(ir).text() == ir  # the text form round-trips
+    k = tiles.compile(fast_math_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "f_ptr": "*fp32",
+                                                   "i_ptr": "*i32"}, constexprs={"BLOCK": 128}, target=target)
+    assert "tanh.approx.f32" in k.asm["ptx"] and "brev.b32" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], target)
 
 
 def test_bad_constraints_are_reported(ptxas):
@@ -123,8 +182,9 @@ def test_bad_constraints_are_reported(ptxas):
         tiles.compile(bad, signature={"x_ptr": "*i32"}, constexprs={"BLOCK": 128})
 
 
-def test_interpreter_refuses(monkeypatch):
+def test_interpreter_refuses_what_it_cannot_emulate(monkeypatch):
     monkeypatch.setenv("TILES_INTERPRET", "1")
-    x = np.zeros(128, np.int32)
-    with pytest.raises(Exception, match="only compiled"):
-        shift_kernel[(1,)](x, x, x, 1, BLOCK=128)
+    with pytest.raises(Exception, match="straight-line PTX.*not pack=4"):
+        bytes_to_float_kernel[(1,)](np.zeros(512, np.uint8), np.zeros(512, np.float32), BLOCK=512)
+    with pytest.raises(Exception, match="memory operand `\\[\\$1\\]`"):
+        pointer_operands_kernel[(1,)](np.zeros(512, np.uint8), np.zeros(512, np.uint8), BLOCK=512)

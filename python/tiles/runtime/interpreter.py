@@ -529,8 +529,15 @@ class NumpyBackend:
         return np.array(v, dtype=numpy_dtype(dtype))
 
     def inline_asm(self, asm, constraints, args, dtypes, pack, pure):
-        raise NotImplementedError(f"inline_asm_elementwise runs only compiled, on the GPU: the interpreter cannot "
-                                  f"execute PTX ({self.where()})")
+        """Straight-line PTX on the `$n` operands, emulated with numpy (`_ptx_emulate`)."""
+        from . import _ptx_emulate
+
+        try:
+            return _ptx_emulate.run(asm, constraints, [_arr(t.handle) for t in args], dtypes, pack)
+        except NotImplementedError as e:
+            raise NotImplementedError(f"inline_asm_elementwise: the interpreter runs straight-line PTX on $n "
+                                      f"operands with pack=1 (arithmetic, approximate math, mov, cvt), not {e} "
+                                      f"({self.where()})") from None
 
     def device_print(self, prefix, tensors, hex):
         pid = ", ".join(str(p) for p in self.pid)

@@ -1,0 +1,296 @@
+"""The interpreter's reading of `inline_asm_elementwise`: straight-line PTX on `$n` operands, one
+element at a time (`pack=1`), with numpy. It covers what kernels put in inline asm for speed —
+the approximate transcendentals (`tanh.approx.f32`, `ex2.approx.ftz.f32`, `rcp.approx.f32`, ...),
+float and integer arithmetic, bit moves and conversions (`cvt.rna.tf32.f32`) — so that such
+kernels still run on the CPU. Approximate instructions give the exact (correctly rounded)
+value: the GPU's is within its documented error of it. Anything else (predicates, branches,
+local registers, memory) raises NotImplementedError naming the instruction."""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from .._numpy_types import numpy_dtype
+
+_WIDTH = {"f": 32, "r": 32, "h": 16, "c": 16, "l": 64, "d": 64}
+_UINT = {16: np.uint16, 32: np.uint32, 64: np.uint64, 8: np.uint8}
+_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+_INTS = {f"{k}{w}": getattr(np, f"{'int' if k == 's' else 'uint'}{w}") for k in "sub" for w in (8, 16, 32, 64)}
+_TYPE = re.compile(r"^(f16|bf16|tf32|f32|f64|[sub](8|16|32|64))$")
+
+_UNARY_FLOAT = {
+    "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "ex2": np.exp2, "lg2": np.log2, "sqrt": np.sqrt,
+    "rcp": lambda v: 1.0 / v, "rsqrt": lambda v: 1.0 / np.sqrt(v), "abs": np.abs, "neg": np.negative,
+}
+_BINARY_FLOAT = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "min": np.fmin,
+                 "max": np.fmax}
+_BINARY_INT = {"add": np.add, "sub": np.subtract, "and": np.bitwise_and, "or": np.bitwise_or,
+               "xor": np.bitwise_xor, "min": np.minimum, "max": np.maximum}
+
+
+def _bf16():
+    from .._numpy_types import _BF16
+
+    if _BF16 is None:
+        raise NotImplementedError("bf16 in inline asm needs the ml_dtypes package")
+    return _BF16
+
+
+def _np_type(t: str):
+    if t == "bf16":
+        return _bf16()
+    if t in _FLOATS:
+        return np.dtype(_FLOATS[t])
+    if t[0] == "b":
+        return np.dtype(_UINT[int(t[1:])])
+    return np.dtype(_INTS[t])
+
+
+def _bits_of(value: np.ndarray, width: int) -> np.ndarray:
+    """An operand's value as the bits of a `width`-bit register (integers extend as C does)."""
+    value = np.asarray(value)
+    if value.dtype.kind == "f" or value.dtype == _bf16():
+        if value.dtype.itemsize * 8 == width:
+            return value.view(_UINT[width])
+        value = value.view(_UINT[value.dtype.itemsize * 8])
+    if value.dtype == np.bool_:
+        value = value.astype(np.uint8)
+    return value.astype(np.int64).astype(_UINT[width]) if width < 64 else value.astype(np.int64).view(np.uint64)
+
+
+def _read(bits: np.ndarray, t: str) -> np.ndarray:
+    dt = _np_type(t)
+    size = dt.itemsize * 8
+    if bits.dtype.itemsize * 8 != size:  # the register's low bits, or zero-extended
+        bits = bits.astype(_UINT[size])
+    return bits.view(dt)
+
+
+def _write(value: np.ndarray, t: str, width: int) -> np.ndarray:
+    value = np.asarray(value).astype(_np_type(t))
+    bits = value.view(_UINT[value.dtype.itemsize * 8])
+    return bits.astype(_UINT[width]) if bits.dtype.itemsize * 8 != width else bits
+
+
+def _ftz(v: np.ndarray) -> np.ndarray:
+    if v.dtype != np.float32:
+        return v
+    tiny = np.abs(v) < np.finfo(np.float32).tiny
+    return np.where(tiny & (v != 0), np.copysign(np.float32(0), v), v).astype(np.float32)
+
+
+def _immediate(tok: str, t: str) -> np.ndarray:
+    if tok.startswith("["):
+        raise NotImplementedError(f"memory operand `{tok}`")
+    if re.fullmatch(r"0[fF][0-9a-fA-F]{8}", tok):
+        return np.array(int(tok[2:], 16), np.uint32).view(np.float32).astype(_np_type(t))
+    if re.fullmatch(r"0[dD][0-9a-fA-F]{16}", tok):
+        return np.array(int(tok[2:], 16), np.uint64).view(np.float64).astype(_np_type(t))
+    try:
+        v = float(tok) if t in ("f16", "bf16", "f32", "f64") else int(tok, 0)
+    except ValueError:
+        raise NotImplementedError(f"operand `{tok}`") from None
+    return np.array(v).astype(_np_type(t))
+
+
+def _tf32(v: np.ndarray) -> np.ndarray:
+    """cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero (NaN and infinities kept)."""
+    bits = v.astype(np.float32).view(np.uint32)
+    rounded = ((bits.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32)
+    return np.where(np.isfinite(v), rounded.view(np.float32), v).astype(np.float32)
+
+
+def _cvt(mods: List[str], dst: str, src: str, v: np.ndarray) -> np.ndarray:
+    if dst == "tf32":
+        return _tf32(v)
+    if src in ("f16", "bf16", "f32", "f64") and dst[0] in "su":
+        w = v.astype(np.float64)
+        mode = next((m for m in mods if m in ("rni", "rzi", "rmi", "rpi")), "rzi")
+        w = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}[mode](w)
+        info = np.iinfo(_np_type(dst))
+        w = np.where(np.isnan(w), 0, np.clip(w, info.min, info.max))
+        return w.astype(_np_type(dst))
+    if dst in ("f16", "bf16", "f32", "f64"):
+        return v.astype(np.float64).astype(_np_type(dst)) if src[0] in "su" else v.astype(_np_type(dst))
+    return v.astype(np.int64).astype(_np_type(dst))
+
+
+def _execute(ins: str, regs: Dict[int, np.ndarray], widths: Dict[int, int]) -> None:
+    m = re.fullmatch(r"([a-z0-9.]+)\s+(.*)", ins)
+    if not m:
+        raise NotImplementedError(f"`{ins}`")
+    parts = m.group(1).split(".")
+    ops = [o.strip() for o in re.findall(r"\{[^}]*\}|[^,]+", m.group(2))]
+    base, mods = parts[0], parts[1:]
+    types = [p for p in mods if _TYPE.match(p)]
+    for o in ops:
+        for r in re.findall(r"\$(\d+)", o):
+            if int(r) not in regs:
+                raise NotImplementedError(f"`{ins}`: ${r} is not an operand")
+    if base == "mov" and len(ops) == 2 and "{" in ops[0] + ops[1] and types and types[0][0] == "b":
+        _mov_vector(ops, int(types[0][1:]), regs, widths, ins)
+        return
+    if not types or not re.fullmatch(r"\$\d+", ops[0]):
+        raise NotImplementedError(f"`{ins}`")
+    dst = int(ops[0][1:])
+
+    def operand(tok: str, t: str) -> np.ndarray:
+        if re.fullmatch(r"\$\d+", tok):
+            i = int(tok[1:])
+            if i not in regs:
+                raise NotImplementedError(f"`{ins}`: ${i} is not an operand")
+            return _read(regs[i], t)
+        return _immediate(tok, t)
+
+    if base == "cvt":
+        if len(types) != 2 or len(ops) != 2:
+            raise NotImplementedError(f"`{ins}`")
+        dt, st = types
+        out = _cvt(mods, dt, st, operand(ops[1], st))
+        regs[dst] = _write(out, "f32" if dt == "tf32" else dt, widths[dst])
+        return
+    t = types[-1]
+    args = [operand(o, t) for o in ops[1:]]
+    ftz = "ftz" in mods
+    if ftz:
+        args = [_ftz(a) for a in args]
+    is_float = t in ("f16", "bf16", "f32", "f64")
+    with np.errstate(all="ignore"):
+        if base == "mov" and len(args) == 1:
+            out = args[0]
+        elif is_float and base in _UNARY_FLOAT and len(args) == 1:
+            out = _UNARY_FLOAT[base](args[0].astype(np.float64)).astype(args[0].dtype)
+        elif is_float and base in _BINARY_FLOAT and len(args) == 2:
+            out = _BINARY_FLOAT[base](args[0].astype(np.float64), args[1].astype(np.float64)).astype(args[0].dtype)
+        elif is_float and base in ("fma", "mad") and len(args) == 3:
+            if t == "f64":
+                from .interpreter import _fma64
+
+                out = _fma64(*args)
+            else:  # an fp32 product is exact in fp64
+                w = [a.astype(np.float64) for a in args]
+                out = (w[0] * w[1] + w[2]).astype(args[0].dtype)
+        elif not is_float and base in _BINARY_INT and len(args) == 2:
+            out = _BINARY_INT[base](args[0], args[1])
+        elif not is_float and base == "mul" and len(args) == 2:
+            w = args[0].dtype.itemsize * 8
+            wide = args[0].astype(np.int64 if t[0] == "s" else np.uint64) * args[1].astype(
+                np.int64 if t[0] == "s" else np.uint64) if w <= 32 else None
+            if "hi" in mods and wide is not None:
+                out = (wide >> w).astype(args[0].dtype)
+            elif "wide" in mods:
+                raise NotImplementedError(f"`{ins}`")
+            else:
+                out = args[0] * args[1]
+        elif base == "shf" and t == "b32" and len(args) == 3:
+            # Funnel shift of the 64 bits b:a by c (mod 32 with .wrap, at most 32 with .clamp).
+            pair = (args[1].astype(np.uint64) << np.uint64(32)) | args[0].astype(np.uint64)
+            c = args[2].astype(np.uint64)
+            c = c & np.uint64(31) if "wrap" in mods else np.minimum(c, np.uint64(32))
+            out = ((pair << c) >> np.uint64(32) if "l" in mods else pair >> c) & np.uint64(0xFFFFFFFF)
+            out = out.astype(np.uint32)
+        elif not is_float and base in ("shl", "shr") and len(args) == 2:
+            n = np.minimum(args[1].astype(np.int64), args[0].dtype.itemsize * 8)
+            a = args[0]
+            if base == "shl":
+                out = np.where(n >= a.dtype.itemsize * 8, 0, a.astype(np.uint64) << n.astype(np.uint64)).astype(a.dtype)
+            else:
+                out = np.where(n >= a.dtype.itemsize * 8, np.where(a < 0, -1, 0), a >> np.minimum(
+                    n, a.dtype.itemsize * 8 - 1).astype(a.dtype)).astype(a.dtype)
+        elif not is_float and base in ("not", "neg", "abs", "popc", "clz", "brev") and len(args) == 1:
+            a = args[0]
+            w = a.dtype.itemsize * 8
+            u = a.view(_UINT[w]).astype(np.uint64)
+            if base == "not":
+                out = np.invert(a)
+            elif base == "neg":
+                out = np.negative(a)
+            elif base == "abs":
+                out = np.abs(a)
+            elif base == "popc":
+                out = np.array([bin(int(x)).count("1") for x in u.ravel()], np.uint32).reshape(u.shape)
+            elif base == "clz":
+                out = np.array([w - int(x).bit_length() for x in u.ravel()], np.uint32).reshape(u.shape)
+            else:
+                out = np.array([int(format(int(x), f"0{w}b")[::-1], 2) for x in u.ravel()],
+                               np.uint64).reshape(u.shape).astype(_UINT[w])
+            if base in ("popc", "clz"):
+                regs[dst] = _write(out, "u32", widths[dst])
+                return
+        else:
+            raise NotImplementedError(f"`{ins}`")
+    if ftz:
+        out = _ftz(np.asarray(out))
+    regs[dst] = _write(out, t, widths[dst])
+
+
+def _mov_vector(ops: List[str], bits: int, regs: Dict[int, np.ndarray], widths: Dict[int, int], ins: str) -> None:
+    """`mov.b64 {$a, $b}, $c` splits a register into parts (low part first); the other way round,
+    `mov.b64 $c, {$a, $b}` joins them."""
+    if ops[0].startswith("{"):
+        parts, src = ops[0], ops[1]
+    else:
+        parts, src = ops[1], ops[0]
+    names = [p.strip() for p in parts.strip("{}").split(",")]
+    if not all(re.fullmatch(r"\$\d+", n) for n in names + [src]) or bits % len(names):
+        raise NotImplementedError(f"`{ins}`")
+    part = bits // len(names)
+    idx = [int(n[1:]) for n in names]
+    mask = np.uint64((1 << part) - 1) if part < 64 else np.uint64(-1 & 0xFFFFFFFFFFFFFFFF)
+    if ops[0].startswith("{"):
+        whole = regs[int(src[1:])].astype(np.uint64)
+        for k, i in enumerate(idx):
+            regs[i] = ((whole >> np.uint64(k * part)) & mask).astype(_UINT[widths[i]])
+    else:
+        whole = np.zeros(regs[idx[0]].shape, np.uint64)
+        for k, i in enumerate(idx):
+            whole |= (regs[i].astype(np.uint64) & mask) << np.uint64(k * part)
+        d = int(src[1:])
+        regs[d] = whole.astype(_UINT[widths[d]])
+
+
+def run(asm: str, constraints: str, args: Sequence[np.ndarray], out_dtypes: Sequence, pack: int) -> List[np.ndarray]:
+    """The outputs (numpy arrays, one per output dtype) of `asm` on `args` (broadcast numpy arrays)."""
+    if pack != 1:
+        raise NotImplementedError(f"pack={pack}")
+    cons = [c.strip() for c in constraints.split(",") if c.strip()]
+    outs = [c for c in cons if c.startswith("=")]
+    ins = [c for c in cons if not c.startswith("=") and not c.startswith("~")]
+    if len(outs) != len(out_dtypes) or len(ins) != len(args):
+        raise NotImplementedError(f"constraints `{constraints}` for {len(out_dtypes)} result(s) and {len(args)} "
+                                  "argument(s)")
+    regs: Dict[int, np.ndarray] = {}
+    widths: Dict[int, int] = {}
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args)) if args else ()
+    for i, c in enumerate(outs):
+        letter = c.lstrip("=&")
+        if letter not in _WIDTH:
+            raise NotImplementedError(f"constraint `{c}`")
+        widths[i] = _WIDTH[letter]
+        regs[i] = np.zeros(shape, _UINT[widths[i]])
+    for k, (c, a) in enumerate(zip(ins, args)):
+        i = len(outs) + k
+        if c not in _WIDTH:
+            raise NotImplementedError(f"constraint `{c}`")
+        widths[i] = _WIDTH[c]
+        regs[i] = np.broadcast_to(_bits_of(a, widths[i]), shape).copy()
+    body = asm.strip()
+    if body.startswith("{") or any(ch in body for ch in "@:%") or ".reg" in body:
+        raise NotImplementedError("predicates, branches, local registers or special registers")
+    for ins in (s.strip() for s in body.split(";")):
+        if ins:
+            _execute(ins, regs, widths)
+    res = []
+    for i, d in enumerate(out_dtypes):
+        nd = numpy_dtype(d)
+        bits = regs[i]
+        if nd.itemsize * 8 == widths[i]:
+            res.append(bits.view(nd))
+        elif nd.kind in "iub":
+            res.append(bits.astype(np.int64).astype(nd))
+        else:
+            res.append(bits.astype(_UINT[nd.itemsize * 8]).view(nd))
+    return res
