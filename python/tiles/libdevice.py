@@ -194,21 +194,89 @@ def log10(x, _semantic=None):
     return _back(semantic.unary_math("log2", x) * _m.log10(2.0), dt)
 
 
+def _two_prod(a, b):
+    """(a·b rounded, its rounding error); a Python float b takes a's type exactly (fma alone
+    would make it fp32)."""
+    a, b = semantic.binary_operands(a, b)
+    p = a * b
+    return p, semantic.fma(a, b, -p)
+
+
+def _fast_two_sum(a, b):
+    """(a + b rounded, its rounding error) for |a| >= |b|."""
+    s = a + b
+    return s, b - (s - a)
+
+
+def _log_dd(a):
+    """log(a) for fp64 a > 0 as hi + lo, good to about 2^-66 relative (what y·log(a) needs when
+    |y·log(a)| is near 709): a = m·2^e with m in [√½, √2), f = m - 1 exact, s = f/(2+f) as
+    hi + lo, log m = 2s + (2/3)s^3 (double-double) + 2s·z²·Q(z) (z = s², a tail below 2^-14),
+    and e·ln2 with ln2 in two parts."""
+    tiny = a < 2.2250738585072014e-308
+    a2 = _where(tiny, a * 18014398509481984.0, a)  # 2^54: subnormals become normal
+    bits = semantic.bitcast(a2, core.int64)
+    e = semantic.cast(semantic.and_(semantic.shr(bits, 52), 0x7FF), core.float64) - 1023.0
+    e = _where(tiny, e - 54.0, e)
+    m = semantic.bitcast(semantic.or_(semantic.and_(bits, (1 << 52) - 1), 1023 << 52), core.float64)
+    big = m > 1.4142135623730951
+    m = _where(big, m * 0.5, m)
+    e = _where(big, e + 1.0, e)
+    f = m - 1.0
+    d_hi, d_lo = _fast_two_sum(2.0, f)
+    s_hi = semantic.div_rn(f, d_hi)
+    s_lo = semantic.div_rn(semantic.fma(-s_hi, d_hi, f) - s_hi * d_lo, d_hi)
+    z_hi, z_lo = _two_prod(s_hi, s_hi)
+    c3_hi, c3_lo = _two_prod(s_hi, z_hi)  # s^3 = s_hi^3 + 3 s_hi^2 s_lo + ...
+    c3_lo = c3_lo + s_hi * z_lo + 3.0 * z_hi * s_lo
+    t1_hi, t1_lo = _two_prod(c3_hi, 0.6666666666666666)
+    t1_lo = t1_lo + c3_lo * 0.6666666666666666 + c3_hi * 3.700743415417188e-17
+    q = _poly(z_hi, [2.0 / (2 * k + 1) for k in range(12, 1, -1)])  # 2/5 + 2z/7 + ...
+    t2 = s_hi * (z_hi * z_hi * q)
+    hi, lo = _fast_two_sum(2.0 * s_hi, t1_hi)
+    lo = lo + (2.0 * s_lo + t1_lo + t2)
+    hi, lo = _fast_two_sum(hi, lo)
+    # + e·ln2: e·LN2_HI exact in two parts, then a full two-sum with log m.
+    p_hi, p_lo = _two_prod(e, 0.6931471805599453)
+    p_lo = p_lo + e * 2.3190468138462996e-17
+    s = p_hi + hi
+    v = s - p_hi
+    err = (p_hi - (s - v)) + (hi - v)
+    return _fast_two_sum(s, err + p_lo + lo)
+
+
+def _pow64(x, y):
+    """|x|**y for fp64: exp(t_hi)·(1 + t_lo) with t = y·log|x| in double-double."""
+    a = _abs(x)
+    l_hi, l_lo = _log_dd(_where((a == 0.0) | (a == float("inf")) | (a != a), 1.0, a))
+    l_hi = _where(a == 0.0, float("-inf"), _where(a == float("inf"), float("inf"), _where(a != a, a, l_hi)))
+    t_hi, t_lo = _two_prod(y, l_hi)
+    t_lo = t_lo + y * l_lo
+    r = semantic.unary_math("exp", t_hi)
+    edge = (r == 0.0) | (r == float("inf")) | (t_lo != t_lo)
+    return _where(edge, r, semantic.fma(r, _where(edge, 0.0, t_lo), r))
+
+
 def _pow(x, y):
-    # |x|**y through 2**(y log2|x|), in fp64 for fp32 inputs (the exponent's error would be
-    # multiplied by y); the sign for negative bases with odd integer exponents; NaN for
-    # negative bases with fractional exponents; x**0 = 1 and 1**y = 1, as C's pow.
-    wide = semantic.cast(x, core.float64) if not _f64(x) else x
-    yw = semantic.cast(y, core.float64) if not _f64(y) else y
-    r = semantic.unary_math("exp2", yw * semantic.unary_math("log2", _abs(wide)))
-    r = semantic.cast(r, x.dtype) if not _f64(x) else r
+    # |x|**y: for fp32 through 2**(y log2|x|) in fp64 (whose error stays far below fp32's
+    # ulp); for fp64 with y·log|x| in double-double (`_pow64`); the sign for negative bases
+    # with odd integer exponents; NaN for negative bases with fractional exponents; x**0 = 1
+    # and 1**y = 1, as C's pow.
+    if _f64(x):
+        r = _pow64(x, y)
+    else:
+        wide = semantic.cast(x, core.float64)
+        yw = semantic.cast(y, core.float64)
+        r = semantic.unary_math("exp2", yw * semantic.unary_math("log2", _abs(wide)))
+        r = semantic.cast(r, x.dtype)
     is_int = semantic.unary_math("floor", y) == y
     half = y * 0.5
     odd = is_int & (semantic.unary_math("floor", half) != half)
-    neg = x < 0
-    r = _where(neg & odd, -r, r)
-    r = _where(neg & ~is_int, float("nan"), r)
-    return _where((y == 0) | (x == 1), 1.0, r)
+    # The sign goes with the sign bit (pow(-0, 3) = -0); NaN only for finite negative bases
+    # (pow(-inf, 0.5) = inf).
+    r = _where(_signbit_bool(x) & odd, -r, r)
+    r = _where((x < 0) & (x > float("-inf")) & ~is_int, float("nan"), r)
+    return _where((y == 0) | (x == 1) | ((x == -1) & (_abs(y) == float("inf"))), 1.0, r)
 
 
 @_export
