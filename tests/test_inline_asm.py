@@ -72,6 +72,7 @@ def fast_math_kernel(x_ptr, y_ptr, f_ptr, i_ptr, BLOCK: tl.constexpr):
         ("fma.rn.f32 $0, $1, $2, 0f3F800000;", "=f,f,f", [x, y]),
         ("cvt.rna.tf32.f32 $0, $1;", "=r,f", [y]),
         ("mul.rn.f32 $0, $1, $2; add.rn.f32 $0, $0, $1;", "=f,f,f", [x, y]),  # .rn: never fused
+        ("cvt.f32.f16 $0, $1;", "=f,h", [x.to(tl.float16)]),
     )]
     b = x.to(tl.int32, bitcast=True)
     i = [tl.inline_asm_elementwise(a, c, args, dtype=tl.int32, is_pure=True, pack=1) for a, c, args in (
@@ -81,7 +82,7 @@ def fast_math_kernel(x_ptr, y_ptr, f_ptr, i_ptr, BLOCK: tl.constexpr):
         ("shr.s32 $0, $1, 7;", "=r,r", [b]),
         ("xor.b32 $0, $1, $2;", "=r,r,r", [b, b]),
     )]
-    for k in tl.static_range(8):
+    for k in tl.static_range(9):
         tl.store(f_ptr + k * BLOCK + offs, f[k])
     for k in tl.static_range(5):
         tl.store(i_ptr + k * BLOCK + offs, i[k])
@@ -105,9 +106,9 @@ def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
 
     xs = rng.uniform(-3, 3, n).astype(np.float32)
     ys = (rng.uniform(0.5, 4, n) * rng.choice([-1, 1], n)).astype(np.float32)
-    f, i = dev.put(np.zeros(8 * n, np.float32)), dev.put(np.zeros(5 * n, np.int32))
+    f, i = dev.put(np.zeros(9 * n, np.float32)), dev.put(np.zeros(5 * n, np.int32))
     fast_math_kernel[(1,)](dev.put(xs), dev.put(ys), f, i, BLOCK=n)
-    f, i = dev.get(f).reshape(8, n).astype(np.float64), dev.get(i).reshape(5, n)
+    f, i = dev.get(f).reshape(9, n).astype(np.float64), dev.get(i).reshape(5, n)
     x64, y64 = xs.astype(np.float64), ys.astype(np.float64)
     # The GPU's approximations are within their documented error of the exact values.
     np.testing.assert_allclose(f[0], np.tanh(x64), rtol=2**-10, atol=1e-6)
@@ -119,6 +120,7 @@ def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
     tf32 = ((ys.view(np.uint32).astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
     np.testing.assert_array_equal(f[6], tf32)
     np.testing.assert_array_equal(f[7], (xs * ys).astype(np.float32) + xs)
+    np.testing.assert_array_equal(f[8], xs.astype(np.float16).astype(np.float32))
     u = xs.view(np.uint32).astype(np.uint64)
     np.testing.assert_array_equal(i[0].view(np.uint32), (u * u >> 32).astype(np.uint32))
     np.testing.assert_array_equal(i[1], [bin(int(v)).count("1") for v in u])

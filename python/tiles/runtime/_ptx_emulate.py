@@ -50,15 +50,15 @@ def _np_type(t: str):
 
 
 def _bits_of(value: np.ndarray, width: int) -> np.ndarray:
-    """An operand's value as the bits of a `width`-bit register (integers extend as C does)."""
+    """An operand's value as the bits of a `width`-bit register: a float's bits zero-extended,
+    an integer sign- or zero-extended as its type says."""
     value = np.asarray(value)
-    if value.dtype.kind == "f" or value.dtype == _bf16():
-        if value.dtype.itemsize * 8 == width:
-            return value.view(_UINT[width])
-        value = value.view(_UINT[value.dtype.itemsize * 8])
     if value.dtype == np.bool_:
         value = value.astype(np.uint8)
-    return value.astype(np.int64).astype(_UINT[width]) if width < 64 else value.astype(np.int64).view(np.uint64)
+    if value.dtype.kind not in "iu":  # numpy's floats and ml_dtypes' (bf16, fp8): their bits
+        value = value.view(_UINT[value.dtype.itemsize * 8])
+        return value if value.dtype.itemsize * 8 == width else value.astype(_UINT[width])
+    return value.astype(np.int64).view(np.uint64).astype(_UINT[width])
 
 
 def _read(bits: np.ndarray, t: str) -> np.ndarray:
@@ -181,7 +181,7 @@ def _execute(ins: str, regs: Dict[int, np.ndarray], widths: Dict[int, int]) -> N
                 np.int64 if t[0] == "s" else np.uint64) if w <= 32 else None
             if "hi" in mods and wide is not None:
                 out = (wide >> w).astype(args[0].dtype)
-            elif "wide" in mods:
+            elif "wide" in mods or "hi" in mods:
                 raise NotImplementedError(f"`{ins}`")
             else:
                 out = args[0] * args[1]
