@@ -211,7 +211,7 @@ def _fast_two_sum(a, b):
 def _log_dd(a):
     """log(a) for fp64 a > 0 as hi + lo, good to about 2^-66 relative (what y·log(a) needs when
     |y·log(a)| is near 709): a = m·2^e with m in [√½, √2), f = m - 1 exact, s = f/(2+f) as
-    hi + lo, log m = 2s + (2/3)s^3 (double-double) + 2s·z²·Q(z) (z = s², a tail below 2^-14),
+    hi + lo, log m = 2s + (2/3)s^3 (double-double) + 2s·z²·Q(z) (z = s², a tail below 2^-13),
     and e·ln2 with ln2 in two parts."""
     tiny = a < 2.2250738585072014e-308
     a2 = _where(tiny, a * 18014398509481984.0, a)  # 2^54: subnormals become normal
@@ -385,9 +385,8 @@ def acosh(x, _semantic=None):
 @_export
 def atanh(x, _semantic=None):
     """Inverse hyperbolic tangent of a = |x|, with x's sign: below 1/2 its odd series
-    a + a z P(z), z = a^2 <= 1/4 (the series' tail is under a tenth of the result, so no log's
-    error enters: fp64's log1p is 3 ulp off near 0.1 on the GPU); from 1/2 on,
-    log1p(2a / (1 - a)) / 2, where 1 - a is exact."""
+    a + a z P(z), z = a^2 <= 1/4 (the tail is under a tenth of the result, and no log's error
+    enters); from 1/2 on, log1p(2a / (1 - a)) / 2, where 1 - a is exact."""
     x, dt = _float(x)
     a = _abs(x)
     z = a * a
