@@ -88,6 +88,26 @@ def fast_math_kernel(x_ptr, y_ptr, f_ptr, i_ptr, BLOCK: tl.constexpr):
         tl.store(i_ptr + k * BLOCK + offs, i[k])
 
 
+# flash-linear-attention's softplus (a block with a local predicate), and integer work on local
+# registers with selp.
+SOFTPLUS_ASM = ("{ .reg .pred p; setp.gt.f32 p, $1, 20.; @p mov.f32 $0, $1; "
+                "@!p mul.f32 $0, $1, 1.4426950408889634; @!p ex2.approx.ftz.f32 $0, $0; @!p add.f32 $0, $0, 1.0; "
+                "@!p lg2.approx.ftz.f32 $0, $0; @!p mul.f32 $0, $0, 0.6931471805599453; }")
+ABS_SIGN_ASM = ("{ .reg .b32 t<2>; .reg .pred q; mov.b32 t0, $1; setp.lt.s32 q, t0, 0; selp.b32 t1, 1, 0, q; "
+                "@q neg.s32 t0, t0; add.s32 $0, t0, t1; }")
+
+
+@tiles.jit
+def blocks_kernel(x_ptr, f_ptr, i_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(f_ptr + offs, tl.inline_asm_elementwise(SOFTPLUS_ASM, "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                                     pack=1))
+    b = x.to(tl.int32, bitcast=True)
+    tl.store(i_ptr + offs, tl.inline_asm_elementwise(ABS_SIGN_ASM, "=r,r", [b], dtype=tl.int32, is_pure=True,
+                                                     pack=1))
+
+
 def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
     n = 128
     x = rng.integers(0, 2**31 - 1, n, dtype=np.int64).astype(np.int32)
@@ -127,6 +147,14 @@ def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
     np.testing.assert_array_equal(i[2].view(np.uint32), [int(format(int(v), "032b")[::-1], 2) for v in u])
     np.testing.assert_array_equal(i[3], xs.view(np.int32) >> 7)
     np.testing.assert_array_equal(i[4], 0)
+
+    xs = rng.uniform(-30, 30, 256).astype(np.float32)
+    f, i = dev.put(np.zeros(256, np.float32)), dev.put(np.zeros(256, np.int32))
+    blocks_kernel[(1,)](dev.put(xs), f, i, BLOCK=256)
+    softplus = np.where(xs > 20, xs, np.log1p(np.exp(xs.astype(np.float64))))
+    np.testing.assert_allclose(dev.get(f), softplus, rtol=2**-19, atol=2**-19)
+    b = xs.view(np.int32)
+    np.testing.assert_array_equal(dev.get(i), np.abs(b) + (b < 0))
 
 
 @pytest.mark.gpu
@@ -170,6 +198,9 @@ def test_inline_asm_assembles(ptxas, target):
                                                    "i_ptr": "*i32"}, constexprs={"BLOCK": 128}, target=target)
     assert "tanh.approx.f32" in k.asm["ptx"] and "brev.b32" in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(blocks_kernel, signature={"x_ptr": "*fp32", "f_ptr": "*fp32", "i_ptr": "*i32"},
+                      constexprs={"BLOCK": 256}, target=target)
+    assemble(ptxas, k.asm["ptx"], target)
 
 
 def test_bad_constraints_are_reported(ptxas):
@@ -186,6 +217,16 @@ def test_bad_constraints_are_reported(ptxas):
 
 def test_interpreter_refuses_what_it_cannot_emulate(monkeypatch):
     monkeypatch.setenv("TILES_INTERPRET", "1")
+
+    @tiles.jit
+    def branchy(x_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        y = tl.inline_asm_elementwise("{ mov.b32 $0, %laneid; }", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1)
+        tl.store(x_ptr + offs, y)
+
+    with pytest.raises(Exception, match="special registers"):
+        branchy[(1,)](np.zeros(32, np.int32), BLOCK=32)
     with pytest.raises(Exception, match="straight-line PTX.*not pack=4"):
         bytes_to_float_kernel[(1,)](np.zeros(512, np.uint8), np.zeros(512, np.float32), BLOCK=512)
     with pytest.raises(Exception, match="memory operand `\\[\\$1\\]`"):

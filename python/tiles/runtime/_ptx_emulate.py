@@ -1,10 +1,11 @@
 """The interpreter's reading of `inline_asm_elementwise`: straight-line PTX on `$n` operands, one
 element at a time (`pack=1`), with numpy. It covers what kernels put in inline asm for speed —
 the approximate transcendentals (`tanh.approx.f32`, `ex2.approx.ftz.f32`, `rcp.approx.f32`, ...),
-float and integer arithmetic, bit moves and conversions (`cvt.rna.tf32.f32`) — so that such
-kernels still run on the CPU. Approximate instructions give the exact (correctly rounded)
-value: the GPU's is within its documented error of it. Anything else (predicates, branches,
-local registers, memory) raises NotImplementedError naming the instruction."""
+float and integer arithmetic, bit moves and conversions (`cvt.rna.tf32.f32`), and blocks with
+local registers and predicates (`.reg .pred p; setp.gt.f32 p, $1, 20.; @p mov.f32 $0, $1;`) —
+so that such kernels still run on the CPU. Approximate instructions give the exact (correctly
+rounded) value: the GPU's is within its documented error of it. Anything else (branches,
+special registers, memory) raises NotImplementedError naming the instruction."""
 
 from __future__ import annotations
 
@@ -118,7 +119,18 @@ def _cvt(mods: List[str], dst: str, src: str, v: np.ndarray) -> np.ndarray:
     return v.astype(np.int64).astype(_np_type(dst))
 
 
-def _execute(ins: str, regs: Dict[int, np.ndarray], widths: Dict[int, int]) -> None:
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+        "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal}
+
+
+def _execute(ins: str, regs: Dict[str, np.ndarray], widths: Dict[str, int]) -> None:
+    guard = None
+    g = re.match(r"@(!?)([A-Za-z_$][\w$]*)\s+", ins)
+    if g:
+        if g.group(2) not in regs or widths[g.group(2)] != 1:
+            raise NotImplementedError(f"`{ins}`: `{g.group(2)}` is not a predicate")
+        guard = regs[g.group(2)] if not g.group(1) else ~regs[g.group(2)]
+        ins = ins[g.end():]
     m = re.fullmatch(r"([a-z0-9.]+)\s+(.*)", ins)
     if not m:
         raise NotImplementedError(f"`{ins}`")
@@ -126,31 +138,54 @@ def _execute(ins: str, regs: Dict[int, np.ndarray], widths: Dict[int, int]) -> N
     ops = [o.strip() for o in re.findall(r"\{[^}]*\}|[^,]+", m.group(2))]
     base, mods = parts[0], parts[1:]
     types = [p for p in mods if _TYPE.match(p)]
-    for o in ops:
-        for r in re.findall(r"\$(\d+)", o):
-            if int(r) not in regs:
-                raise NotImplementedError(f"`{ins}`: ${r} is not an operand")
     if base == "mov" and len(ops) == 2 and "{" in ops[0] + ops[1] and types and types[0][0] == "b":
+        if guard is not None:
+            raise NotImplementedError(f"`{ins}` under a predicate")
         _mov_vector(ops, int(types[0][1:]), regs, widths, ins)
         return
-    if not types or not re.fullmatch(r"\$\d+", ops[0]):
-        raise NotImplementedError(f"`{ins}`")
-    dst = int(ops[0][1:])
+    if not types or ops[0] not in regs:
+        raise NotImplementedError(f"`{ins}`" if types else f"`{ins}`: its destination `{ops[0]}`")
+    dst = ops[0]
 
     def operand(tok: str, t: str) -> np.ndarray:
-        if re.fullmatch(r"\$\d+", tok):
-            i = int(tok[1:])
-            if i not in regs:
-                raise NotImplementedError(f"`{ins}`: ${i} is not an operand")
-            return _read(regs[i], t)
+        if tok in regs:
+            if widths[tok] == 1:
+                raise NotImplementedError(f"`{ins}`: predicate `{tok}` as a value")
+            return _read(regs[tok], t)
+        if re.fullmatch(r"[A-Za-z_$%][\w$.]*", tok):
+            raise NotImplementedError(f"`{ins}`: `{tok}` is neither an operand nor a declared register")
         return _immediate(tok, t)
 
+    def store(out: np.ndarray, t: str) -> None:
+        bits = _write(out, t, widths[dst])
+        regs[dst] = bits if guard is None else np.where(guard, bits, regs[dst])
+
+    if base == "setp":
+        cmp = next((c for c in mods if c.rstrip("u") in _CMP or c in ("num", "nan")), None)
+        if widths[dst] != 1 or len(ops) != 3 or cmp is None:
+            raise NotImplementedError(f"`{ins}`")
+        a, b = operand(ops[1], types[-1]), operand(ops[2], types[-1])
+        with np.errstate(all="ignore"):
+            if cmp in ("num", "nan"):
+                out = ~(np.isnan(a) | np.isnan(b))
+                out = out if cmp == "num" else ~out
+            else:
+                out = _CMP[cmp.rstrip("u") if cmp not in ("lo", "ls", "hi", "hs") else cmp](a, b)
+                if cmp.endswith("u") and cmp not in ("lo", "ls", "hi", "hs") and a.dtype.kind == "f":
+                    out = out | np.isnan(a) | np.isnan(b)  # the unordered forms also hold for NaN
+        regs[dst] = np.broadcast_to(out, regs[dst].shape) if guard is None else np.where(guard, out, regs[dst])
+        return
+    if base == "selp":
+        if len(ops) != 4 or ops[3] not in regs or widths[ops[3]] != 1:
+            raise NotImplementedError(f"`{ins}`")
+        t = types[-1]
+        store(np.where(regs[ops[3]], operand(ops[1], t), operand(ops[2], t)), t)
+        return
     if base == "cvt":
         if len(types) != 2 or len(ops) != 2:
             raise NotImplementedError(f"`{ins}`")
         dt, st = types
-        out = _cvt(mods, dt, st, operand(ops[1], st))
-        regs[dst] = _write(out, "f32" if dt == "tf32" else dt, widths[dst])
+        store(_cvt(mods, dt, st, operand(ops[1], st)), "f32" if dt == "tf32" else dt)
         return
     t = types[-1]
     args = [operand(o, t) for o in ops[1:]]
@@ -218,16 +253,16 @@ def _execute(ins: str, regs: Dict[int, np.ndarray], widths: Dict[int, int]) -> N
                 out = np.array([int(format(int(x), f"0{w}b")[::-1], 2) for x in u.ravel()],
                                np.uint64).reshape(u.shape).astype(_UINT[w])
             if base in ("popc", "clz"):
-                regs[dst] = _write(out, "u32", widths[dst])
+                store(out, "u32")
                 return
         else:
             raise NotImplementedError(f"`{ins}`")
     if ftz:
         out = _ftz(np.asarray(out))
-    regs[dst] = _write(out, t, widths[dst])
+    store(out, t)
 
 
-def _mov_vector(ops: List[str], bits: int, regs: Dict[int, np.ndarray], widths: Dict[int, int], ins: str) -> None:
+def _mov_vector(ops: List[str], bits: int, regs: Dict[str, np.ndarray], widths: Dict[str, int], ins: str) -> None:
     """`mov.b64 {$a, $b}, $c` splits a register into parts (low part first); the other way round,
     `mov.b64 $c, {$a, $b}` joins them."""
     if ops[0].startswith("{"):
@@ -235,21 +270,56 @@ def _mov_vector(ops: List[str], bits: int, regs: Dict[int, np.ndarray], widths: 
     else:
         parts, src = ops[1], ops[0]
     names = [p.strip() for p in parts.strip("{}").split(",")]
-    if not all(re.fullmatch(r"\$\d+", n) for n in names + [src]) or bits % len(names):
+    if not all(n in regs and widths[n] > 1 for n in names + [src]) or bits % len(names):
         raise NotImplementedError(f"`{ins}`")
     part = bits // len(names)
-    idx = [int(n[1:]) for n in names]
-    mask = np.uint64((1 << part) - 1) if part < 64 else np.uint64(-1 & 0xFFFFFFFFFFFFFFFF)
+    mask = np.uint64((1 << part) - 1) if part < 64 else np.uint64(0xFFFFFFFFFFFFFFFF)
     if ops[0].startswith("{"):
-        whole = regs[int(src[1:])].astype(np.uint64)
-        for k, i in enumerate(idx):
-            regs[i] = ((whole >> np.uint64(k * part)) & mask).astype(_UINT[widths[i]])
+        whole = regs[src].astype(np.uint64)
+        for k, n in enumerate(names):
+            regs[n] = ((whole >> np.uint64(k * part)) & mask).astype(_UINT[widths[n]])
     else:
-        whole = np.zeros(regs[idx[0]].shape, np.uint64)
-        for k, i in enumerate(idx):
-            whole |= (regs[i].astype(np.uint64) & mask) << np.uint64(k * part)
-        d = int(src[1:])
-        regs[d] = whole.astype(_UINT[widths[d]])
+        whole = np.zeros(regs[names[0]].shape, np.uint64)
+        for k, n in enumerate(names):
+            whole |= (regs[n].astype(np.uint64) & mask) << np.uint64(k * part)
+        regs[src] = whole.astype(_UINT[widths[src]])
+
+
+_REG_TYPES = {"pred": 1, "b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "f16": 16, "bf16": 16,
+              "b32": 32, "u32": 32, "s32": 32, "f32": 32, "f16x2": 32, "bf16x2": 32, "b64": 64, "u64": 64,
+              "s64": 64, "f64": 64}
+
+
+def _declare(stmt: str, regs: Dict[str, np.ndarray], widths: Dict[str, int], shape) -> None:
+    """`.reg .f32 a, b;` and `.reg .b32 r<4>;` (r0..r3): zeroed registers of the block."""
+    m = re.fullmatch(r"\.reg\s+\.(\w+)\s+(.+)", stmt)
+    if not m or m.group(1) not in _REG_TYPES:
+        raise NotImplementedError(f"`{stmt}`")
+    w = _REG_TYPES[m.group(1)]
+    for name in (n.strip() for n in m.group(2).split(",")):
+        r = re.fullmatch(r"([A-Za-z_][\w$]*)(?:<(\d+)>)?", name)
+        if not r:
+            raise NotImplementedError(f"`{stmt}`")
+        for full in ([r.group(1)] if r.group(2) is None else [f"{r.group(1)}{i}" for i in range(int(r.group(2)))]):
+            widths[full] = w
+            regs[full] = np.zeros(shape, np.bool_) if w == 1 else np.zeros(shape, _UINT[max(w, 8)])
+
+
+def _statements(body: str) -> List[str]:
+    """The statements of `body`, with block braces dropped (registers a block declares stay
+    declared after it: names are fresh within one asm string's blocks in practice)."""
+    out = []
+    for stmt in body.replace("\n", " ").split(";"):
+        stmt = stmt.strip()
+        while stmt.startswith("{"):
+            stmt = stmt[1:].strip()
+        while stmt.endswith("}") and stmt.count("}") > stmt.count("{"):
+            stmt = stmt[:-1].strip()
+        while stmt.startswith("}"):
+            stmt = stmt[1:].strip()
+        if stmt:
+            out.append(stmt)
+    return out
 
 
 def run(asm: str, constraints: str, args: Sequence[np.ndarray], out_dtypes: Sequence, pack: int) -> List[np.ndarray]:
@@ -262,32 +332,33 @@ def run(asm: str, constraints: str, args: Sequence[np.ndarray], out_dtypes: Sequ
     if len(outs) != len(out_dtypes) or len(ins) != len(args):
         raise NotImplementedError(f"constraints `{constraints}` for {len(out_dtypes)} result(s) and {len(args)} "
                                   "argument(s)")
-    regs: Dict[int, np.ndarray] = {}
-    widths: Dict[int, int] = {}
+    regs: Dict[str, np.ndarray] = {}
+    widths: Dict[str, int] = {}
     shape = np.broadcast_shapes(*(np.shape(a) for a in args)) if args else ()
     for i, c in enumerate(outs):
         letter = c.lstrip("=&")
         if letter not in _WIDTH:
             raise NotImplementedError(f"constraint `{c}`")
-        widths[i] = _WIDTH[letter]
-        regs[i] = np.zeros(shape, _UINT[widths[i]])
+        widths[f"${i}"] = _WIDTH[letter]
+        regs[f"${i}"] = np.zeros(shape, _UINT[widths[f"${i}"]])
     for k, (c, a) in enumerate(zip(ins, args)):
-        i = len(outs) + k
+        name = f"${len(outs) + k}"
         if c not in _WIDTH:
             raise NotImplementedError(f"constraint `{c}`")
-        widths[i] = _WIDTH[c]
-        regs[i] = np.broadcast_to(_bits_of(a, widths[i]), shape).copy()
-    body = asm.strip()
-    if body.startswith("{") or any(ch in body for ch in "@:%") or ".reg" in body:
-        raise NotImplementedError("predicates, branches, local registers or special registers")
-    for ins in (s.strip() for s in body.split(";")):
-        if ins:
-            _execute(ins, regs, widths)
+        widths[name] = _WIDTH[c]
+        regs[name] = np.broadcast_to(_bits_of(a, widths[name]), shape).copy()
+    if "%" in asm or re.search(r"\bbra\b|\bret\b|\bcall\b|[A-Za-z_]\w*:", asm):
+        raise NotImplementedError("branches, labels or special registers")
+    for stmt in _statements(asm):
+        if stmt.startswith(".reg"):
+            _declare(stmt, regs, widths, shape)
+        else:
+            _execute(stmt, regs, widths)
     res = []
     for i, d in enumerate(out_dtypes):
         nd = numpy_dtype(d)
-        bits = regs[i]
-        if nd.itemsize * 8 == widths[i]:
+        bits, width = regs[f"${i}"], widths[f"${i}"]
+        if nd.itemsize * 8 == width:
             res.append(bits.view(nd))
         elif nd.kind in "iub":
             res.append(bits.astype(np.int64).astype(nd))
