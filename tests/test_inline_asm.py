@@ -1,7 +1,7 @@
 """`tl.inline_asm_elementwise`: PTX applied elementwise, with `pack` elements per statement
 (narrow elements packed into 32-bit registers), several results, on the GPU; compile-only
-twins check the PTX with ptxas. The interpreter runs straight-line PTX on `$n` operands with
-`pack=1` (numpy emulation) and refuses the rest clearly."""
+twins check the PTX with ptxas. The interpreter runs straight-line PTX (numpy emulation, packed
+operands included) and refuses branches, special registers and memory operands clearly."""
 
 import numpy as np
 import pytest
@@ -98,6 +98,30 @@ ABS_SIGN_ASM = ("{ .reg .b32 t<2>; .reg .pred q; mov.b32 t0, $1; setp.lt.s32 q, 
 
 
 @tiles.jit
+def packed_convert_kernel(x_ptr, h_ptr, s_ptr, BLOCK: tl.constexpr):
+    # Two fp32 per statement into one register of two bf16 (the first operand to the upper half),
+    # and fp16 pairs squared as f16x2.
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    h = tl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=tl.bfloat16, is_pure=True,
+                                  pack=2)
+    tl.store(h_ptr + offs, h)
+    sq = tl.inline_asm_elementwise("mul.rn.f16x2 $0, $1, $1;", "=r,r", [x.to(tl.float16)], dtype=tl.float16,
+                                   is_pure=True, pack=2)
+    tl.store(s_ptr + offs, sq)
+
+
+@tiles.jit
+def fp8_convert_kernel(x_ptr, q_ptr, BLOCK: tl.constexpr):
+    # Two fp32 per statement into two e4m3 (Hopper and later).
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    q = tl.inline_asm_elementwise("cvt.rn.satfinite.e4m3x2.f32 $0, $2, $1;", "=h,r,r", [x], dtype=tl.float8e4nv,
+                                  is_pure=True, pack=2)
+    tl.store(q_ptr + offs, q.to(tl.uint8, bitcast=True))
+
+
+@tiles.jit
 def blocks_kernel(x_ptr, f_ptr, i_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)
@@ -106,6 +130,13 @@ def blocks_kernel(x_ptr, f_ptr, i_ptr, BLOCK: tl.constexpr):
     b = x.to(tl.int32, bitcast=True)
     tl.store(i_ptr + offs, tl.inline_asm_elementwise(ABS_SIGN_ASM, "=r,r", [b], dtype=tl.int32, is_pure=True,
                                                      pack=1))
+
+
+def _capability() -> int:
+    from tiles.runtime import driver
+
+    major, minor = driver.capability()
+    return major * 10 + minor
 
 
 def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
@@ -148,6 +179,26 @@ def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
     np.testing.assert_array_equal(i[3], xs.view(np.int32) >> 7)
     np.testing.assert_array_equal(i[4], 0)
 
+    b = rng.integers(0, 256, 512).astype(np.uint8)  # pack=4: four bytes in a register
+    f = dev.put(np.full(512, np.nan, np.float32))
+    bytes_to_float_kernel[(1,)](dev.put(b), f, BLOCK=512)
+    np.testing.assert_array_equal(dev.get(f), b.astype(np.float32))
+
+    import ml_dtypes
+
+    xs = rng.uniform(-500, 500, 256).astype(np.float32)
+    h, sq = dev.put(np.zeros(256, ml_dtypes.bfloat16)), dev.put(np.zeros(256, np.float16))
+    packed_convert_kernel[(1,)](dev.put(xs), h, sq, BLOCK=256)
+    np.testing.assert_array_equal(dev.get(h).view(np.uint16), xs.astype(ml_dtypes.bfloat16).view(np.uint16))
+    x16 = xs.astype(np.float16).astype(np.float32)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(dev.get(sq), (x16 * x16).astype(np.float16))
+    if dev.mode == "interpreter" or _capability() >= 89:
+        q = dev.put(np.zeros(256, np.uint8))
+        fp8_convert_kernel[(1,)](dev.put(xs), q, BLOCK=256)
+        want = np.clip(xs, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+        np.testing.assert_array_equal(dev.get(q), want)
+
     xs = rng.uniform(-30, 30, 256).astype(np.float32)
     f, i = dev.put(np.zeros(256, np.float32)), dev.put(np.zeros(256, np.int32))
     blocks_kernel[(1,)](dev.put(xs), f, i, BLOCK=256)
@@ -160,11 +211,6 @@ def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
 @pytest.mark.gpu
 def test_inline_asm_on_the_gpu(rng):
     import torch
-
-    b = rng.integers(0, 256, 512).astype(np.uint8)
-    f = torch.full((512,), float("nan"), device="cuda")
-    bytes_to_float_kernel[(1,)](torch.from_numpy(b).cuda(), f, BLOCK=512)
-    np.testing.assert_array_equal(f.cpu().numpy(), b.astype(np.float32))
 
     b = rng.integers(0, 256, 512).astype(np.uint8)
     out = torch.zeros(512, dtype=torch.uint8, device="cuda")
@@ -201,6 +247,14 @@ def test_inline_asm_assembles(ptxas, target):
     k = tiles.compile(blocks_kernel, signature={"x_ptr": "*fp32", "f_ptr": "*fp32", "i_ptr": "*i32"},
                       constexprs={"BLOCK": 256}, target=target)
     assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(packed_convert_kernel, signature={"x_ptr": "*fp32", "h_ptr": "*bf16", "s_ptr": "*fp16"},
+                      constexprs={"BLOCK": 256}, target=target)
+    assert "cvt.rn.bf16x2.f32" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], target)
+    if target == "sm_90a":
+        k = tiles.compile(fp8_convert_kernel, signature={"x_ptr": "*fp32", "q_ptr": "*u8"},
+                          constexprs={"BLOCK": 256}, target=target)
+        assemble(ptxas, k.asm["ptx"], target)
 
 
 def test_bad_constraints_are_reported(ptxas):
@@ -227,7 +281,5 @@ def test_interpreter_refuses_what_it_cannot_emulate(monkeypatch):
 
     with pytest.raises(Exception, match="special registers"):
         branchy[(1,)](np.zeros(32, np.int32), BLOCK=32)
-    with pytest.raises(Exception, match="straight-line PTX.*not pack=4"):
-        bytes_to_float_kernel[(1,)](np.zeros(512, np.uint8), np.zeros(512, np.float32), BLOCK=512)
     with pytest.raises(Exception, match="memory operand `\\[\\$1\\]`"):
         pointer_operands_kernel[(1,)](np.zeros(512, np.uint8), np.zeros(512, np.uint8), BLOCK=512)

@@ -1,11 +1,13 @@
-"""The interpreter's reading of `inline_asm_elementwise`: straight-line PTX on `$n` operands, one
-element at a time (`pack=1`), with numpy. It covers what kernels put in inline asm for speed —
-the approximate transcendentals (`tanh.approx.f32`, `ex2.approx.ftz.f32`, `rcp.approx.f32`, ...),
-float and integer arithmetic, bit moves and conversions (`cvt.rna.tf32.f32`), and blocks with
-local registers and predicates (`.reg .pred p; setp.gt.f32 p, $1, 20.; @p mov.f32 $0, $1;`) —
-so that such kernels still run on the CPU. Approximate instructions give the exact (correctly
-rounded) value: the GPU's is within its documented error of it. Anything else (branches,
-special registers, memory) raises NotImplementedError naming the instruction."""
+"""The interpreter's reading of `inline_asm_elementwise`: straight-line PTX on `$n` operands, run
+with numpy on `pack` elements per statement, packed into registers as the compiled code packs
+them. It covers what kernels put in inline asm for speed — the approximate transcendentals
+(`tanh.approx.f32`, `ex2.approx.ftz.f32`, ...), float and integer arithmetic (`f16x2`/`bf16x2`
+halves too), bit moves and conversions (`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32`,
+`cvt.rn.satfinite.e4m3x2.f32`), and blocks with local registers and predicates
+(`.reg .pred p; setp.gt.f32 p, $1, 20.; @p mov.f32 $0, $1;`) — so that such kernels still run on
+the CPU. Approximate instructions give the exact (correctly rounded) value: the GPU's is within
+its documented error of it. Anything else (branches, special registers, memory) raises
+NotImplementedError naming the instruction."""
 
 from __future__ import annotations
 
@@ -16,11 +18,11 @@ import numpy as np
 
 from .._numpy_types import numpy_dtype
 
-_WIDTH = {"f": 32, "r": 32, "h": 16, "c": 16, "l": 64, "d": 64}
+_WIDTH = {"f": 32, "r": 32, "h": 16, "c": 8, "l": 64, "d": 64}
 _UINT = {16: np.uint16, 32: np.uint32, 64: np.uint64, 8: np.uint8}
 _FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _INTS = {f"{k}{w}": getattr(np, f"{'int' if k == 's' else 'uint'}{w}") for k in "sub" for w in (8, 16, 32, 64)}
-_TYPE = re.compile(r"^(f16|bf16|tf32|f32|f64|[sub](8|16|32|64))$")
+_TYPE = re.compile(r"^(f16|bf16|tf32|f32|f64|[sub](8|16|32|64)|f16x2|bf16x2|e4m3x2|e5m2x2)$")
 
 _UNARY_FLOAT = {
     "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "ex2": np.exp2, "lg2": np.log2, "sqrt": np.sqrt,
@@ -48,18 +50,6 @@ def _np_type(t: str):
     if t[0] == "b":
         return np.dtype(_UINT[int(t[1:])])
     return np.dtype(_INTS[t])
-
-
-def _bits_of(value: np.ndarray, width: int) -> np.ndarray:
-    """An operand's value as the bits of a `width`-bit register: a float's bits zero-extended,
-    an integer sign- or zero-extended as its type says."""
-    value = np.asarray(value)
-    if value.dtype == np.bool_:
-        value = value.astype(np.uint8)
-    if value.dtype.kind not in "iu":  # numpy's floats and ml_dtypes' (bf16, fp8): their bits
-        value = value.view(_UINT[value.dtype.itemsize * 8])
-        return value if value.dtype.itemsize * 8 == width else value.astype(_UINT[width])
-    return value.astype(np.int64).view(np.uint64).astype(_UINT[width])
 
 
 def _read(bits: np.ndarray, t: str) -> np.ndarray:
@@ -123,6 +113,38 @@ _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, 
         "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal}
 
 
+_PACKED = {"f16x2": 16, "bf16x2": 16, "e4m3x2": 8, "e5m2x2": 8}
+
+
+def _fp8(t: str):
+    from .._numpy_types import _FP8
+
+    key = {"e4m3x2": "fp8e4nv", "e5m2x2": "fp8e5"}[t]
+    if key not in _FP8:
+        raise NotImplementedError("fp8 in inline asm needs the ml_dtypes package")
+    return _FP8[key]
+
+
+def _to_packed(mods: List[str], dt: str, st: str, v: np.ndarray) -> np.ndarray:
+    """One half of a packed destination, as its bits (`cvt ... .f16x2/.bf16x2/.e4m3x2/.e5m2x2`)."""
+    v = v.astype(np.float64 if st == "f64" else np.float32)
+    if dt in ("e4m3x2", "e5m2x2"):
+        dtype = _fp8(dt)
+        if "satfinite" in mods:
+            import ml_dtypes
+
+            big = float(ml_dtypes.finfo(dtype).max)
+            v = np.where(np.isnan(v), v, np.clip(v, -big, big))
+        return v.astype(dtype).view(np.uint8)
+    return v.astype(_np_type(dt[:-2])).view(np.uint16)
+
+
+def _from_packed(t: str, bits: np.ndarray) -> np.ndarray:
+    if t in ("e4m3x2", "e5m2x2"):
+        return bits.astype(np.uint8).view(_fp8(t))
+    return bits.astype(np.uint16).view(_np_type(t[:-2]))
+
+
 def _execute(ins: str, regs: Dict[str, np.ndarray], widths: Dict[str, int]) -> None:
     guard = None
     g = re.match(r"@(!?)([A-Za-z_$][\w$]*)\s+", ins)
@@ -182,13 +204,48 @@ def _execute(ins: str, regs: Dict[str, np.ndarray], widths: Dict[str, int]) -> N
         store(np.where(regs[ops[3]], operand(ops[1], t), operand(ops[2], t)), t)
         return
     if base == "cvt":
-        if len(types) != 2 or len(ops) != 2:
+        if len(types) != 2:
             raise NotImplementedError(f"`{ins}`")
         dt, st = types
+        if dt.endswith("x2") and not st.endswith("x2") and len(ops) == 3:
+            # Two values into one register: the first operand to the upper half.
+            half = _PACKED[dt]
+            hi, lo = (_to_packed(mods, dt, st, operand(o, st)) for o in ops[1:])
+            store(lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(half)), "b32")
+            return
+        if dt.endswith("x2") and st.endswith("x2") and len(ops) == 2:
+            src = operand(ops[1], "b32").astype(np.uint32)
+            half_in, half_out = _PACKED[st], _PACKED[dt]
+            out = np.zeros(src.shape, np.uint32)
+            for h in (0, 1):
+                part = (src >> np.uint32(h * half_in)) & np.uint32((1 << half_in) - 1)
+                v = _from_packed(st, part)
+                out |= _to_packed(mods, dt, "f32", v.astype(np.float32)).astype(np.uint32) << np.uint32(h * half_out)
+            store(out, "b32")
+            return
+        if len(ops) != 2 or dt.endswith("x2") or st.endswith("x2"):
+            raise NotImplementedError(f"`{ins}`")
         store(_cvt(mods, dt, st, operand(ops[1], st)), "f32" if dt == "tf32" else dt)
         return
     t = types[-1]
-    args = [operand(o, t) for o in ops[1:]]
+    if t in ("f16x2", "bf16x2"):  # the operation on each 16-bit half
+        halves = []
+        for h in (0, 1):
+            hargs = [_half(operand(o, "b32"), h, t[:-2]) for o in ops[1:]]
+            out, ot = _compute(base, mods, t[:-2], hargs, ins)
+            halves.append(_write(out, ot, 16).astype(np.uint32))
+        store(halves[0] | (halves[1] << np.uint32(16)), "b32")
+        return
+    out, ot = _compute(base, mods, t, [operand(o, t) for o in ops[1:]], ins)
+    store(out, ot)
+
+
+def _half(bits: np.ndarray, h: int, t: str) -> np.ndarray:
+    return ((bits.astype(np.uint32) >> np.uint32(16 * h)) & np.uint32(0xFFFF)).astype(np.uint16).view(_np_type(t))
+
+
+def _compute(base: str, mods: List[str], t: str, args: List[np.ndarray], ins: str):
+    """(the result, its PTX type) of `base.mods.t` on `args`."""
     ftz = "ftz" in mods
     if ftz:
         args = [_ftz(a) for a in args]
@@ -253,13 +310,12 @@ def _execute(ins: str, regs: Dict[str, np.ndarray], widths: Dict[str, int]) -> N
                 out = np.array([int(format(int(x), f"0{w}b")[::-1], 2) for x in u.ravel()],
                                np.uint64).reshape(u.shape).astype(_UINT[w])
             if base in ("popc", "clz"):
-                store(out, "u32")
-                return
+                return out, "u32"
         else:
             raise NotImplementedError(f"`{ins}`")
     if ftz:
         out = _ftz(np.asarray(out))
-    store(out, t)
+    return out, t
 
 
 def _mov_vector(ops: List[str], bits: int, regs: Dict[str, np.ndarray], widths: Dict[str, int], ins: str) -> None:
@@ -322,46 +378,74 @@ def _statements(body: str) -> List[str]:
     return out
 
 
+def _regs_for(bits: int, pack: int) -> int:
+    """Registers one operand's `pack` elements fill (as the compiled code packs them)."""
+    bits = max(bits, 8)
+    return pack if bits >= 32 else max(1, -(-pack * bits // 32))
+
+
+def _elem_bits(a: np.ndarray) -> np.ndarray:
+    """Each element's own bits (a uint of its width; a register takes them zero-extended, as
+    the compiled code does)."""
+    a = np.asarray(a)
+    return a.astype(np.uint8) if a.dtype == np.bool_ else a.view(_UINT[a.dtype.itemsize * 8])
+
+
 def run(asm: str, constraints: str, args: Sequence[np.ndarray], out_dtypes: Sequence, pack: int) -> List[np.ndarray]:
-    """The outputs (numpy arrays, one per output dtype) of `asm` on `args` (broadcast numpy arrays)."""
-    if pack != 1:
-        raise NotImplementedError(f"pack={pack}")
+    """The outputs (numpy arrays, one per output dtype) of `asm` on `args` (broadcast numpy arrays):
+    `pack` consecutive elements (along the last dimension) per statement; 32-bit and wider
+    elements take a register each, narrower ones share 32-bit registers, lowest element in the
+    lowest bits; outputs number first ($0, ...), then inputs."""
     cons = [c.strip() for c in constraints.split(",") if c.strip()]
     outs = [c for c in cons if c.startswith("=")]
     ins = [c for c in cons if not c.startswith("=") and not c.startswith("~")]
-    if len(outs) != len(out_dtypes) or len(ins) != len(args):
-        raise NotImplementedError(f"constraints `{constraints}` for {len(out_dtypes)} result(s) and {len(args)} "
-                                  "argument(s)")
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args)) if args else ()
+    if pack > 1 and (not shape or shape[-1] % pack):
+        raise NotImplementedError(f"pack={pack} on a tile whose last dimension is not a multiple of it")
+    gshape = shape[:-1] + (shape[-1] // pack,) if pack > 1 else shape
+    out_np = [numpy_dtype(d) for d in out_dtypes]
+    elems = [np.broadcast_to(_elem_bits(a), shape).reshape(gshape + (pack,)) for a in args]
+    need_out = sum(_regs_for(d.itemsize * 8, pack) for d in out_np)
+    need_in = sum(_regs_for(e.dtype.itemsize * 8, pack) for e in elems)
+    if len(outs) != need_out or len(ins) != need_in:
+        raise NotImplementedError(f"constraints `{constraints}`: {need_out} output and {need_in} input registers "
+                                  f"are needed for pack={pack} and these dtypes")
     regs: Dict[str, np.ndarray] = {}
     widths: Dict[str, int] = {}
-    shape = np.broadcast_shapes(*(np.shape(a) for a in args)) if args else ()
-    for i, c in enumerate(outs):
+    for i, c in enumerate(outs + ins):
         letter = c.lstrip("=&")
         if letter not in _WIDTH:
             raise NotImplementedError(f"constraint `{c}`")
         widths[f"${i}"] = _WIDTH[letter]
-        regs[f"${i}"] = np.zeros(shape, _UINT[widths[f"${i}"]])
-    for k, (c, a) in enumerate(zip(ins, args)):
-        name = f"${len(outs) + k}"
-        if c not in _WIDTH:
-            raise NotImplementedError(f"constraint `{c}`")
-        widths[name] = _WIDTH[c]
-        regs[name] = np.broadcast_to(_bits_of(a, widths[name]), shape).copy()
+        regs[f"${i}"] = np.zeros(gshape, _UINT[widths[f"${i}"]])
+    k = len(outs)
+    for e in elems:  # the inputs' elements into their registers
+        bits = e.dtype.itemsize * 8
+        for j in range(pack):
+            reg, shift = (k + j, 0) if bits >= 32 else (k + j * bits // 32, j * bits % 32)
+            name = f"${reg}"
+            v = e[..., j].astype(np.uint64) << np.uint64(shift)
+            regs[name] = (regs[name].astype(np.uint64) | v).astype(_UINT[widths[name]])
+        k += _regs_for(bits, pack)
     if "%" in asm or re.search(r"\bbra\b|\bret\b|\bcall\b|[A-Za-z_]\w*:", asm):
         raise NotImplementedError("branches, labels or special registers")
     for stmt in _statements(asm):
         if stmt.startswith(".reg"):
-            _declare(stmt, regs, widths, shape)
+            _declare(stmt, regs, widths, gshape)
         else:
             _execute(stmt, regs, widths)
     res = []
-    for i, d in enumerate(out_dtypes):
-        nd = numpy_dtype(d)
-        bits, width = regs[f"${i}"], widths[f"${i}"]
-        if nd.itemsize * 8 == width:
-            res.append(bits.view(nd))
-        elif nd.kind in "iub":
-            res.append(bits.astype(np.int64).astype(nd))
-        else:
-            res.append(bits.astype(_UINT[nd.itemsize * 8]).view(nd))
+    k = 0
+    for nd in out_np:
+        bits = nd.itemsize * 8
+        parts = []
+        for j in range(pack):
+            reg, shift = (k + j, 0) if bits >= 32 else (k + j * bits // 32, j * bits % 32)
+            v = regs[f"${reg}"].astype(np.uint64) >> np.uint64(shift)
+            if bits < 64:
+                v = v & np.uint64((1 << bits) - 1)
+            parts.append(v.astype(_UINT[max(bits, 8)]))
+        k += _regs_for(bits, pack)
+        got = np.stack(parts, axis=-1).reshape(shape)
+        res.append(got.astype(np.uint8).view(nd) if nd == np.bool_ else got.view(nd))
     return res

@@ -536,7 +536,7 @@ class NumpyBackend:
             return _ptx_emulate.run(asm, constraints, [_arr(t.handle) for t in args], dtypes, pack)
         except NotImplementedError as e:
             raise NotImplementedError(f"inline_asm_elementwise: the interpreter runs straight-line PTX on $n "
-                                      f"operands with pack=1 (arithmetic, approximate math, mov, cvt, local "
+                                      f"operands (arithmetic, approximate math, mov, cvt, packed halves, local "
                                       f"registers and predicates), not {e} ({self.where()})") from None
 
     def device_print(self, prefix, tensors, hex):
