@@ -34,6 +34,15 @@ impl<'ctx> Lowering<'ctx, '_> {
             .collect();
         let outs: Vec<&String> = cons.iter().filter(|c| c.starts_with('=')).collect();
         let ins: Vec<&String> = cons.iter().filter(|c| !c.starts_with('=')).collect();
+        // An input tied to output n ("0", "1", ...) takes that output's register type; LLVM
+        // gets the constraint as written.
+        let in_kinds: Vec<&str> = ins
+            .iter()
+            .map(|c| match c.parse::<usize>() {
+                Ok(n) => outs.get(n).map_or(c.as_str(), |o| o.as_str()),
+                Err(_) => c.as_str(),
+            })
+            .collect();
         let p = pack as u32;
         let dtype_of = |lw: &Self, v: tile_ir::Value| -> R<DType> {
             match lw.func.ty(v).dtype() {
@@ -142,7 +151,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     })
                     .collect();
                 for chunk in self.chunk_elems(d, &elems)? {
-                    let t = self.constraint_type(ins[ci])?;
+                    let t = self.constraint_type(in_kinds[ci])?;
                     args.push(self.fit_register(chunk, t)?);
                     ci += 1;
                 }

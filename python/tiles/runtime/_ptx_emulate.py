@@ -414,6 +414,8 @@ def run(asm: str, constraints: str, args: Sequence[np.ndarray], out_dtypes: Sequ
     widths: Dict[str, int] = {}
     for i, c in enumerate(outs + ins):
         letter = c.lstrip("=&")
+        if letter.isdigit() and int(letter) < len(outs):  # tied to an output: its register
+            letter = outs[int(letter)].lstrip("=&")
         if letter not in _WIDTH:
             raise NotImplementedError(f"constraint `{c}`")
         widths[f"${i}"] = _WIDTH[letter]
@@ -427,6 +429,9 @@ def run(asm: str, constraints: str, args: Sequence[np.ndarray], out_dtypes: Sequ
             v = e[..., j].astype(np.uint64) << np.uint64(shift)
             regs[name] = (regs[name].astype(np.uint64) | v).astype(_UINT[widths[name]])
         k += _regs_for(bits, pack)
+    for i, c in enumerate(ins):  # a tied output starts with its input's value
+        if c.isdigit() and int(c) < len(outs):
+            regs[f"${int(c)}"] = regs[f"${len(outs) + i}"].copy()
     if "%" in asm or re.search(r"\bbra\b|\bret\b|\bcall\b|[A-Za-z_]\w*:", asm):
         raise NotImplementedError("branches, labels or special registers")
     for stmt in _statements(asm):
