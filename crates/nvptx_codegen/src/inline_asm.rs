@@ -203,7 +203,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             Some((64, true)) => Ok(self.cx.f64_type().into()),
             Some((bits, _)) => Ok(int_type(self.cx, bits).into()),
             None => self.unsupported(format!(
-                "inline_asm_elementwise constraint `{c}` (use c, h, r, l, f or d)"
+                "inline_asm_elementwise constraint `{c}` (use c, h, r, l, f or d; an input may name an output's number)"
             )),
         }
     }
