@@ -99,6 +99,20 @@ ABS_SIGN_ASM = ("{ .reg .b32 t<2>; .reg .pred q; mov.b32 t0, $1; setp.lt.s32 q, 
 
 
 @tiles.jit
+def byte_shift_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    # Four uint8 per statement, split into byte registers, widened, shifted and joined again.
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = tl.inline_asm_elementwise(
+        "{ .reg .b8 a<4>, b<4>; .reg .b32 r<4>; mov.b32 {a0, a1, a2, a3}, $1; "
+        "cvt.u32.u8 r0, a0; cvt.u32.u8 r1, a1; cvt.u32.u8 r2, a2; cvt.u32.u8 r3, a3; "
+        "shl.b32 r0, r0, 3; shl.b32 r1, r1, 3; shl.b32 r2, r2, 3; shl.b32 r3, r3, 3; "
+        "cvt.u8.u32 b0, r0; cvt.u8.u32 b1, r1; cvt.u8.u32 b2, r2; cvt.u8.u32 b3, r3; "
+        "mov.b32 $0, {b0, b1, b2, b3}; }", "=r,r", [x], dtype=tl.uint8, is_pure=True, pack=4)
+    tl.store(y_ptr + offs, y)
+
+
+@tiles.jit
 def packed_convert_kernel(x_ptr, h_ptr, s_ptr, BLOCK: tl.constexpr):
     # Two fp32 per statement into one register of two bf16 (the first operand to the upper half),
     # and fp16 pairs squared as f16x2.
@@ -186,6 +200,10 @@ def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
     bytes_to_float_kernel[(1,)](dev.put(b), f, BLOCK=512)
     np.testing.assert_array_equal(dev.get(f), b.astype(np.float32))
 
+    y = dev.put(np.zeros(512, np.uint8))
+    byte_shift_kernel[(1,)](dev.put(b), y, BLOCK=512)
+    np.testing.assert_array_equal(dev.get(y), (b.astype(np.int32) << 3).astype(np.uint8))
+
     import ml_dtypes
 
     xs = rng.uniform(-500, 500, 256).astype(np.float32)
@@ -248,6 +266,9 @@ def test_inline_asm_assembles(ptxas, target):
     assemble(ptxas, k.asm["ptx"], target)
     k = tiles.compile(blocks_kernel, signature={"x_ptr": "*fp32", "f_ptr": "*fp32", "i_ptr": "*i32"},
                       constexprs={"BLOCK": 256}, target=target)
+    assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(byte_shift_kernel, signature={"x_ptr": "*u8", "y_ptr": "*u8"}, constexprs={"BLOCK": 512},
+                      target=target)
     assemble(ptxas, k.asm["ptx"], target)
     k = tiles.compile(packed_convert_kernel, signature={"x_ptr": "*fp32", "h_ptr": "*bf16", "s_ptr": "*fp16"},
                       constexprs={"BLOCK": 256}, target=target)

@@ -157,7 +157,7 @@ def _execute(ins: str, regs: Dict[str, np.ndarray], widths: Dict[str, int]) -> N
     if not m:
         raise NotImplementedError(f"`{ins}`")
     parts = m.group(1).split(".")
-    ops = [o.strip() for o in re.findall(r"\{[^}]*\}|[^,]+", m.group(2))]
+    ops = [o.strip() for o in re.findall(r"\{[^}]*\}|[^,\s{][^,]*", m.group(2))]
     base, mods = parts[0], parts[1:]
     types = [p for p in mods if _TYPE.match(p)]
     if base == "mov" and len(ops) == 2 and "{" in ops[0] + ops[1] and types and types[0][0] == "b":
