@@ -165,8 +165,8 @@ def _execute(ins: str, regs: Dict[str, np.ndarray], widths: Dict[str, int]) -> N
             raise NotImplementedError(f"`{ins}` under a predicate")
         _mov_vector(ops, int(types[0][1:]), regs, widths, ins)
         return
-    if not types or ops[0] not in regs:
-        raise NotImplementedError(f"`{ins}`" if types else f"`{ins}`: its destination `{ops[0]}`")
+    if not types or not ops or ops[0] not in regs:
+        raise NotImplementedError(f"`{ins}`: its destination `{ops[0]}`" if types and ops else f"`{ins}`")
     dst = ops[0]
 
     def operand(tok: str, t: str) -> np.ndarray:
