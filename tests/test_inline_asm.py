@@ -113,6 +113,21 @@ def byte_shift_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
 
 
 @tiles.jit
+def nibble_kernel(h_ptr, f_ptr, w_ptr, r_ptr, BLOCK: tl.constexpr):
+    # int4 dequantisation's trick: each 16-bit half's low nibble or'ed into fp16 1024.0 (lop3),
+    # then 1024.0 subtracted (f16x2); and a byte reversal (prmt).
+    offs = tl.arange(0, BLOCK)
+    h = tl.load(h_ptr + offs)
+    f = tl.inline_asm_elementwise(
+        "{ .reg .b32 t, u; lop3.b32 t, $1, 0x000f000f, 0x64006400, 0xea; mov.b32 u, 0x64006400; "
+        "sub.f16x2 $0, t, u; }", "=r,r", [h], dtype=tl.float16, is_pure=True, pack=2)
+    tl.store(f_ptr + offs, f)
+    w = tl.load(w_ptr + offs)
+    r = tl.inline_asm_elementwise("prmt.b32 $0, $1, 0, 0x0123;", "=r,r", [w], dtype=tl.int32, is_pure=True, pack=1)
+    tl.store(r_ptr + offs, r)
+
+
+@tiles.jit
 def packed_convert_kernel(x_ptr, h_ptr, s_ptr, BLOCK: tl.constexpr):
     # Two fp32 per statement into one register of two bf16 (the first operand to the upper half),
     # and fp16 pairs squared as f16x2.
@@ -204,6 +219,13 @@ def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
     byte_shift_kernel[(1,)](dev.put(b), y, BLOCK=512)
     np.testing.assert_array_equal(dev.get(y), (b.astype(np.int32) << 3).astype(np.uint8))
 
+    hs = rng.integers(0, 2**16, 256).astype(np.uint16)
+    ws = rng.integers(-2**31, 2**31, 256).astype(np.int32)
+    f, r = dev.put(np.zeros(256, np.float16)), dev.put(np.zeros(256, np.int32))
+    nibble_kernel[(1,)](dev.put(hs), f, dev.put(ws), r, BLOCK=256)
+    np.testing.assert_array_equal(dev.get(f), (hs & 0xF).astype(np.float16))
+    np.testing.assert_array_equal(dev.get(r), ws.byteswap())
+
     import ml_dtypes
 
     xs = rng.uniform(-500, 500, 256).astype(np.float32)
@@ -269,6 +291,10 @@ def test_inline_asm_assembles(ptxas, target):
     assemble(ptxas, k.asm["ptx"], target)
     k = tiles.compile(byte_shift_kernel, signature={"x_ptr": "*u8", "y_ptr": "*u8"}, constexprs={"BLOCK": 512},
                       target=target)
+    assemble(ptxas, k.asm["ptx"], target)
+    k = tiles.compile(nibble_kernel, signature={"h_ptr": "*u16", "f_ptr": "*fp16", "w_ptr": "*i32", "r_ptr": "*i32"},
+                      constexprs={"BLOCK": 256}, target=target)
+    assert "lop3.b32" in k.asm["ptx"] and "prmt.b32" in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], target)
     k = tiles.compile(packed_convert_kernel, signature={"x_ptr": "*fp32", "h_ptr": "*bf16", "s_ptr": "*fp16"},
                       constexprs={"BLOCK": 256}, target=target)

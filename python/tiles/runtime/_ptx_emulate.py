@@ -2,7 +2,7 @@
 with numpy on `pack` elements per statement, packed into registers as the compiled code packs
 them. It covers what kernels put in inline asm for speed — the approximate transcendentals
 (`tanh.approx.f32`, `ex2.approx.ftz.f32`, ...), float and integer arithmetic (`f16x2`/`bf16x2`
-halves too), bit moves and conversions (`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32`,
+halves too), bit work (`lop3`, `prmt`, `shf`), moves and conversions (`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32`,
 `cvt.rn.satfinite.e4m3x2.f32`), and blocks with local registers and predicates
 (`.reg .pred p; setp.gt.f32 p, $1, 20.; @p mov.f32 $0, $1;`) — so that such kernels still run on
 the CPU. Approximate instructions give the exact (correctly rounded) value: the GPU's is within
@@ -277,6 +277,29 @@ def _compute(base: str, mods: List[str], t: str, args: List[np.ndarray], ins: st
                 raise NotImplementedError(f"`{ins}`")
             else:
                 out = args[0] * args[1]
+        elif base == "lop3" and t == "b32" and len(args) == 4:
+            # Any function of three inputs, bit by bit: bit k of the table is its value where
+            # (a, b, c) has the bits of k (a the highest).
+            a, b, c = (v.astype(np.uint32) for v in args[:3])
+            if np.ndim(args[3]) != 0:
+                raise NotImplementedError(f"`{ins}`: a table that is not an immediate")
+            lut = int(args[3])
+            out = np.zeros(a.shape, np.uint32)
+            for k in range(8):
+                if lut >> k & 1:
+                    out |= ((a if k & 4 else ~a) & (b if k & 2 else ~b) & (c if k & 1 else ~c))
+        elif base == "prmt" and t == "b32" and len(args) == 3 and not set(mods) - {"b32"}:
+            # Byte permute (the default mode): nibble i of c picks byte i of the result from the
+            # eight bytes b:a; its top bit replicates that byte's sign instead.
+            ab = (args[1].astype(np.uint64) << np.uint64(32)) | args[0].astype(np.uint64)
+            sel = args[2].astype(np.uint32)
+            out = np.zeros(ab.shape, np.uint32)
+            for i in range(4):
+                nib = (sel >> np.uint32(4 * i)) & np.uint32(0xF)
+                at = (nib & np.uint32(7)).astype(np.uint64) * np.uint64(8)
+                byte = ((ab >> at) & np.uint64(0xFF)).astype(np.uint32)
+                sign = np.where(byte & np.uint32(0x80), np.uint32(0xFF), np.uint32(0))
+                out |= np.where(nib & np.uint32(8), sign, byte).astype(np.uint32) << np.uint32(8 * i)
         elif base == "shf" and t == "b32" and len(args) == 3:
             # Funnel shift of the 64 bits b:a by c (mod 32 with .wrap, at most 32 with .clamp).
             pair = (args[1].astype(np.uint64) << np.uint64(32)) | args[0].astype(np.uint64)
