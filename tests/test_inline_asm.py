@@ -82,10 +82,12 @@ def fast_math_kernel(x_ptr, y_ptr, f_ptr, i_ptr, BLOCK: tl.constexpr):
         ("shr.s32 $0, $1, 7;", "=r,r", [b]),
         ("xor.b32 $0, $1, $2;", "=r,r,r", [b, b]),
         ("add.s32 $0, $0, 5;", "=r,0", [b]),  # an input tied to the output's register
+        ("bfe.s32 $0, $1, 4, 8;", "=r,r", [b]),
+        ("bfi.b32 $0, $1, $2, 8, 4;", "=r,r,r", [b, b]),
     )]
     for k in tl.static_range(9):
         tl.store(f_ptr + k * BLOCK + offs, f[k])
-    for k in tl.static_range(6):
+    for k in tl.static_range(8):
         tl.store(i_ptr + k * BLOCK + offs, i[k])
 
 
@@ -187,9 +189,9 @@ def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
 
     xs = rng.uniform(-3, 3, n).astype(np.float32)
     ys = (rng.uniform(0.5, 4, n) * rng.choice([-1, 1], n)).astype(np.float32)
-    f, i = dev.put(np.zeros(9 * n, np.float32)), dev.put(np.zeros(6 * n, np.int32))
+    f, i = dev.put(np.zeros(9 * n, np.float32)), dev.put(np.zeros(8 * n, np.int32))
     fast_math_kernel[(1,)](dev.put(xs), dev.put(ys), f, i, BLOCK=n)
-    f, i = dev.get(f).reshape(9, n).astype(np.float64), dev.get(i).reshape(6, n)
+    f, i = dev.get(f).reshape(9, n).astype(np.float64), dev.get(i).reshape(8, n)
     x64, y64 = xs.astype(np.float64), ys.astype(np.float64)
     # The GPU's approximations are within their documented error of the exact values.
     np.testing.assert_allclose(f[0], np.tanh(x64), rtol=2**-10, atol=1e-6)
@@ -209,6 +211,9 @@ def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
     np.testing.assert_array_equal(i[3], xs.view(np.int32) >> 7)
     np.testing.assert_array_equal(i[4], 0)
     np.testing.assert_array_equal(i[5], xs.view(np.int32) + 5)
+    np.testing.assert_array_equal(i[6], ((u >> 4) & 0xFF).astype(np.uint8).view(np.int8).astype(np.int32))
+    inserted = (u & ~np.uint64(0xF00)) | ((u << 8) & 0xF00)
+    np.testing.assert_array_equal(i[7].view(np.uint32), inserted.astype(np.uint32))
 
     b = rng.integers(0, 256, 512).astype(np.uint8)  # pack=4: four bytes in a register
     f = dev.put(np.full(512, np.nan, np.float32))

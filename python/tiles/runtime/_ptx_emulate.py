@@ -1,13 +1,13 @@
 """The interpreter's reading of `inline_asm_elementwise`: straight-line PTX on `$n` operands, run
 with numpy on `pack` elements per statement, packed into registers as the compiled code packs
-them. It covers what kernels put in inline asm for speed — the approximate transcendentals
-(`tanh.approx.f32`, `ex2.approx.ftz.f32`, ...), float and integer arithmetic (`f16x2`/`bf16x2`
-halves too), bit work (`lop3`, `prmt`, `shf`), moves and conversions (`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32`,
-`cvt.rn.satfinite.e4m3x2.f32`), and blocks with local registers and predicates
-(`.reg .pred p; setp.gt.f32 p, $1, 20.; @p mov.f32 $0, $1;`) — so that such kernels still run on
-the CPU. Approximate instructions give the exact (correctly rounded) value: the GPU's is within
-its documented error of it. Anything else (branches, special registers, memory) raises
-NotImplementedError naming the instruction."""
+them. It covers what kernels put in inline asm for speed: the approximate transcendentals
+(`tanh.approx.f32`, `ex2.approx.ftz.f32`, ...); float and integer arithmetic (`f16x2`/`bf16x2`
+halves too); bit work (`lop3`, `prmt`, `shf`, `bfe`, `bfi`); moves and conversions
+(`cvt.rna.tf32.f32`, `cvt.rn.bf16x2.f32`, `cvt.rn.satfinite.e4m3x2.f32`); and blocks with local
+registers and predicates (`.reg .pred p; setp.gt.f32 p, $1, 20.; @p mov.f32 $0, $1;`). So such
+kernels still run on the CPU. Approximate instructions give the exact (correctly rounded) value:
+the GPU's is within its documented error of it. Anything else (branches, special registers,
+memory) raises NotImplementedError naming the instruction."""
 
 from __future__ import annotations
 
@@ -300,6 +300,25 @@ def _compute(base: str, mods: List[str], t: str, args: List[np.ndarray], ins: st
                 byte = ((ab >> at) & np.uint64(0xFF)).astype(np.uint32)
                 sign = np.where(byte & np.uint32(0x80), np.uint32(0xFF), np.uint32(0))
                 out |= np.where(nib & np.uint32(8), sign, byte).astype(np.uint32) << np.uint32(8 * i)
+        elif base == "bfe" and t in ("u32", "s32", "u64", "s64") and len(args) == 3:
+            # len bits of a from pos (both mod 256, clamped to the width), sign-extended for .s.
+            w = args[0].dtype.itemsize * 8
+            u = args[0].view(_UINT[w]).astype(np.uint64)
+            pos = np.minimum(args[1].astype(np.int64) & 0xFF, w)
+            ln = np.minimum(args[2].astype(np.int64) & 0xFF, w - pos)
+            field = (u >> pos.astype(np.uint64)) & ((np.uint64(1) << ln.astype(np.uint64)) - np.uint64(1))
+            if t[0] == "s":
+                top = (ln > 0) & ((field >> np.maximum(ln - 1, 0).astype(np.uint64)) & np.uint64(1)).astype(bool)
+                field = np.where(top, field | ~((np.uint64(1) << ln.astype(np.uint64)) - np.uint64(1)), field)
+            out = field.astype(_UINT[w]).view(args[0].dtype)
+        elif base == "bfi" and t in ("b32", "b64") and len(args) == 4:
+            # f's low len bits into b at pos.
+            w = args[0].dtype.itemsize * 8
+            f, b = (v.astype(np.uint64) for v in args[:2])
+            pos = np.minimum(args[2].astype(np.int64) & 0xFF, w).astype(np.uint64)
+            ln = np.minimum(args[3].astype(np.int64) & 0xFF, w).astype(np.uint64)
+            mask = (((np.uint64(1) << ln) - np.uint64(1)) << pos) & np.uint64((1 << w) - 1 if w < 64 else 2**64 - 1)
+            out = ((b & ~mask) | ((f << pos) & mask)).astype(_UINT[w])
         elif base == "shf" and t == "b32" and len(args) == 3:
             # Funnel shift of the 64 bits b:a by c (mod 32 with .wrap, at most 32 with .clamp).
             pair = (args[1].astype(np.uint64) << np.uint64(32)) | args[0].astype(np.uint64)
