@@ -103,12 +103,13 @@ _EMPTY_PTX = ".version 7.0\n.target sm_52\n.address_size 64\n.visible .entry til
 def warm_jit() -> None:
     """Starts the driver's PTX JIT on a thread of its own, once per process, for a compile
     about to need it: a process's first assembly pays 5-15 ms for the JIT's start (an H100,
-    measured against the second), which then overlaps the frontend and LLVM. Not a daemon
-    thread: the interpreter joins it at exit rather than leave it inside the driver.
-    `TILES_JIT_WARMUP=0` turns it off."""
-    if "warm" in _state:
+    measured against the second), which then overlaps the frontend and LLVM. Only where the
+    driver is already in use (a launch, a warmup): a process that only compiles, such as
+    torch's compile workers, never starts CUDA for it. Not a daemon thread: the interpreter
+    joins it at exit rather than leave it inside the driver. `TILES_JIT_WARMUP=0` turns it off."""
+    if "warm" in _state or "ctx" not in _state:
         return
-    if os.environ.get("TILES_JIT_WARMUP", "1") == "0" or not available():  # (available() takes _lock)
+    if os.environ.get("TILES_JIT_WARMUP", "1") == "0":
         _state["warm"] = None
         return
     with _lock:
