@@ -47,8 +47,10 @@ def _np_type(t: str):
         return _bf16()
     if t in _FLOATS:
         return np.dtype(_FLOATS[t])
-    if t[0] == "b":
+    if t[0] == "b" and t[1:].isdigit():
         return np.dtype(_UINT[int(t[1:])])
+    if t not in _INTS:
+        raise NotImplementedError(f"type .{t} here")
     return np.dtype(_INTS[t])
 
 
