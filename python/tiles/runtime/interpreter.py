@@ -34,6 +34,14 @@ class Buffer:
         self.owner = owner  # keeps the memory alive
         raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(lo) if nbytes else bytearray(1)
         self.bytes = np.frombuffer(raw, dtype=np.uint8, count=nbytes)
+        self._typed: dict = {}
+
+    def typed(self, npdt: np.dtype) -> np.ndarray:
+        """The buffer as whole elements of `npdt` from its start (a view; element i at byte i·size)."""
+        v = self._typed.get(npdt)
+        if v is None:
+            v = self._typed[npdt] = self.bytes[: len(self.bytes) // npdt.itemsize * npdt.itemsize].view(npdt)
+        return v
 
 
 class Memory:
@@ -48,8 +56,9 @@ class Memory:
         self.starts = np.array([x.lo for x in self.buffers], dtype=np.int64)
         self.ends = np.array([x.hi for x in self.buffers], dtype=np.int64)
 
-    def locate(self, addrs: np.ndarray, eb: int, what: str, where: str) -> np.ndarray:
-        """The buffer index of each address; raises OutOfBoundsError for any outside all buffers."""
+    def locate(self, addrs: np.ndarray, eb: int, what: str, where: Callable[[], str]) -> np.ndarray:
+        """The buffer index of each address; raises OutOfBoundsError for any outside all buffers
+        (`where()` names the access then: finding the user's frame costs more than the check)."""
         if not self.buffers:
             idx = np.full(addrs.shape, -1)
         else:
@@ -66,8 +75,16 @@ class Memory:
                 off = a - near.lo
                 detail = (f"byte offset {off} (element {off // near.itemsize}) from the start of '{near.name}', "
                           f"a buffer of {(near.hi - near.lo) // near.itemsize} elements ({near.hi - near.lo} bytes)")
-            raise OutOfBoundsError(f"out-of-bounds {what} {where}: {detail}")
+            raise OutOfBoundsError(f"out-of-bounds {what} {where()}: {detail}")
         return idx
+
+    def by_buffer(self, idx: np.ndarray):
+        """(buffer, lanes) for each buffer `idx` names; lanes is None when it names only one."""
+        if idx.size and (idx == idx[0]).all():
+            yield self.buffers[int(idx[0])], None
+            return
+        for bi in np.unique(idx):
+            yield self.buffers[int(bi)], idx == bi
 
 
 def _user_frame() -> Tuple[str, int]:
@@ -334,13 +351,18 @@ class NumpyBackend:
 
     def _gather(self, addrs: np.ndarray, npdt: np.dtype, what: str) -> np.ndarray:
         eb = npdt.itemsize
-        idx = self.memory.locate(addrs, eb, what, self.where())
+        idx = self.memory.locate(addrs, eb, what, self.where)
         out = np.empty(addrs.shape[0], dtype=npdt)
-        for bi in np.unique(idx):
-            sel = idx == bi
-            buf = self.memory.buffers[int(bi)]
-            offs = (addrs[sel] - buf.lo)[:, None] + np.arange(eb)
-            out[sel] = np.ascontiguousarray(buf.bytes[offs]).view(npdt).reshape(-1)
+        for buf, sel in self.memory.by_buffer(idx):
+            rel = (addrs if sel is None else addrs[sel]) - buf.lo
+            if not (rel % eb).any():  # whole elements: index the buffer's typed view
+                vals = buf.typed(npdt)[rel // eb]
+            else:
+                vals = np.ascontiguousarray(buf.bytes[rel[:, None] + np.arange(eb)]).view(npdt).reshape(-1)
+            if sel is None:
+                out[:] = vals
+            else:
+                out[sel] = vals
         return out
 
     def load(self, ptr, mask, other, volatile, whole_granules=False, cache=0, evict=0):
@@ -370,13 +392,14 @@ class NumpyBackend:
             return
         v = np.ascontiguousarray(vals.reshape(-1)[flat_m])
         eb = npdt.itemsize
-        idx = self.memory.locate(a, eb, "store", self.where())  # checks every lane before writing any
-        raw = v.view(np.uint8).reshape(-1, eb)
-        for bi in np.unique(idx):
-            sel = idx == bi
-            buf = self.memory.buffers[int(bi)]
-            offs = (a[sel] - buf.lo)[:, None] + np.arange(eb)
-            buf.bytes[offs] = raw[sel]
+        idx = self.memory.locate(a, eb, "store", self.where)  # checks every lane before writing any
+        for buf, sel in self.memory.by_buffer(idx):
+            rel = (a if sel is None else a[sel]) - buf.lo
+            vals = v if sel is None else v[sel]
+            if not (rel % eb).any():  # whole elements: through the buffer's typed view
+                buf.typed(npdt)[rel // eb] = vals
+            else:
+                buf.bytes[rel[:, None] + np.arange(eb)] = vals.view(np.uint8).reshape(-1, eb)
 
     def call_function(self, fn, args):
         from .jit import JITFunction
@@ -485,7 +508,7 @@ class NumpyBackend:
         eb = npdt.itemsize
         active = np.flatnonzero(m)
         if active.size:
-            idx = self.memory.locate(addrs[active], eb, f"atomic_{op}", self.where())
+            idx = self.memory.locate(addrs[active], eb, f"atomic_{op}", self.where)
             with np.errstate(all="ignore"):
                 for j, bi in zip(active, idx):
                     buf = self.memory.buffers[int(bi)]
