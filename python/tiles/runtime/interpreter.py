@@ -135,6 +135,19 @@ def _arr(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def _bcast(a: Any, shape: Tuple[int, ...]) -> np.ndarray:
+    """`np.broadcast_to` (a read-only view), with its common cases cheaper: the same shape, and
+    a scalar splat (a zero-stride view, made without broadcast_to's Python-level checks)."""
+    a = np.asarray(a)
+    if a.shape == shape:
+        return a
+    if a.ndim == 0 and shape:
+        v = np.ndarray(shape, a.dtype, a, 0, (0,) * len(shape))
+        v.flags.writeable = False
+        return v
+    return np.broadcast_to(a, shape)
+
+
 def _fma64(a, b, c):
     """a * b + c for fp64 with the product's rounding error kept (Dekker's split and Knuth's
     two-sum): exact wherever the result is representable, as the GPU's fused multiply-add."""
@@ -181,7 +194,7 @@ class NumpyBackend:
         return np.arange(start, end, dtype=np.int32)
 
     def splat(self, x, shape):
-        return np.broadcast_to(_arr(x.handle), tuple(shape))
+        return _bcast(x.handle, tuple(shape))
 
     def expand_dims(self, x, axis):
         return np.expand_dims(_arr(x.handle), axis)
@@ -197,7 +210,7 @@ class NumpyBackend:
         return np.take_along_axis(s, i, axis)
 
     def broadcast(self, x, shape):
-        return np.broadcast_to(_arr(x.handle), tuple(shape))
+        return _bcast(x.handle, tuple(shape))
 
     def rounded(self, op, mode, args, out):
         from . import _rounding
@@ -366,11 +379,11 @@ class NumpyBackend:
         return out
 
     def load(self, ptr, mask, other, volatile, whole_granules=False, cache=0, evict=0):
-        addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ())
+        addrs = _bcast(_arr(ptr.handle).astype(np.int64), tuple(ptr.shape or ()))
         npdt = numpy_dtype(ptr.dtype.element_ty)
-        m = np.ones(addrs.shape, dtype=bool) if mask is None else np.broadcast_to(_arr(mask.handle), addrs.shape)
+        m = np.ones(addrs.shape, dtype=bool) if mask is None else _bcast(mask.handle, addrs.shape)
         if other is not None:
-            out = np.array(np.broadcast_to(_arr(other.handle), addrs.shape), dtype=npdt)
+            out = np.array(_bcast(other.handle, addrs.shape), dtype=npdt)
         else:
             out = np.zeros(addrs.shape, dtype=npdt)
         if m.any():
@@ -382,10 +395,10 @@ class NumpyBackend:
         return out
 
     def store(self, ptr, value, mask, cache=0, evict=0):
-        addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ())
+        addrs = _bcast(_arr(ptr.handle).astype(np.int64), tuple(ptr.shape or ()))
         npdt = numpy_dtype(ptr.dtype.element_ty)
-        vals = np.broadcast_to(_arr(value.handle), addrs.shape).astype(npdt)
-        m = np.ones(addrs.shape, dtype=bool) if mask is None else np.broadcast_to(_arr(mask.handle), addrs.shape)
+        vals = _bcast(value.handle, addrs.shape).astype(npdt)
+        m = np.ones(addrs.shape, dtype=bool) if mask is None else _bcast(mask.handle, addrs.shape)
         flat_m = m.reshape(-1)
         a = addrs.reshape(-1)[flat_m]
         if not a.size:
@@ -497,7 +510,7 @@ class NumpyBackend:
         return np.ascontiguousarray(a[..., 0]), np.ascontiguousarray(a[..., 1])
 
     def atomic(self, op, ptr, val, cmp, mask, sem, scope):
-        addrs = np.broadcast_to(_arr(ptr.handle).astype(np.int64), ptr.shape or ()).reshape(-1)
+        addrs = _bcast(_arr(ptr.handle).astype(np.int64), tuple(ptr.shape or ())).reshape(-1)
         npdt = numpy_dtype(ptr.dtype.element_ty)
         vals = None if val is None else np.broadcast_to(_arr(val.handle), ptr.shape or ()).astype(npdt).reshape(-1)
         cmps = None if cmp is None else np.broadcast_to(_arr(cmp.handle), ptr.shape or ()).astype(npdt).reshape(-1)
