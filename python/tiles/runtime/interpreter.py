@@ -234,42 +234,42 @@ class NumpyBackend:
     def binary(self, op, a, b):
         x, y = _arr(a.handle), _arr(b.handle)
         dt = numpy_dtype(a.dtype)
-        with np.errstate(all="ignore"):
-            if op == "add":
-                r = x + y
-            elif op == "sub":
-                r = x - y
-            elif op == "mul":
-                r = x * y
-            elif op == "div":
-                if a.dtype.is_floating():
-                    r = x / y
-                else:
-                    safe = np.where(y == 0, 1, y)
-                    q = np.floor_divide(x, safe)
-                    fix = (np.remainder(x, safe) != 0) & ((x < 0) != (y < 0))
-                    r = np.where(y == 0, 0, q + fix)
-            elif op == "rem":
-                if a.dtype.is_floating():
-                    r = np.fmod(x.astype(np.float64), y.astype(np.float64))
-                else:
-                    r = np.where(y == 0, 0, np.fmod(x, np.where(y == 0, 1, y)))
-            elif op == "and":
-                r = x & y
-            elif op == "or":
-                r = x | y
-            elif op == "xor":
-                r = x ^ y
-            elif op == "shl":
-                r = np.left_shift(x, y)
-            elif op == "shr":
-                r = np.right_shift(x, y)
-            elif op == "max":
-                r = np.fmax(x, y) if a.dtype.is_floating() else np.maximum(x, y)
-            elif op == "min":
-                r = np.fmin(x, y) if a.dtype.is_floating() else np.minimum(x, y)
+        # (numpy's floating-point warnings are off for the whole grid: see `run`)
+        if op == "add":
+            r = x + y
+        elif op == "sub":
+            r = x - y
+        elif op == "mul":
+            r = x * y
+        elif op == "div":
+            if a.dtype.is_floating():
+                r = x / y
             else:
-                raise NotImplementedError(op)
+                safe = np.where(y == 0, 1, y)
+                q = np.floor_divide(x, safe)
+                fix = (np.remainder(x, safe) != 0) & ((x < 0) != (y < 0))
+                r = np.where(y == 0, 0, q + fix)
+        elif op == "rem":
+            if a.dtype.is_floating():
+                r = np.fmod(x.astype(np.float64), y.astype(np.float64))
+            else:
+                r = np.where(y == 0, 0, np.fmod(x, np.where(y == 0, 1, y)))
+        elif op == "and":
+            r = x & y
+        elif op == "or":
+            r = x | y
+        elif op == "xor":
+            r = x ^ y
+        elif op == "shl":
+            r = np.left_shift(x, y)
+        elif op == "shr":
+            r = np.right_shift(x, y)
+        elif op == "max":
+            r = np.fmax(x, y) if a.dtype.is_floating() else np.maximum(x, y)
+        elif op == "min":
+            r = np.fmin(x, y) if a.dtype.is_floating() else np.minimum(x, y)
+        else:
+            raise NotImplementedError(op)
         return np.asarray(r).astype(dt, copy=False)
 
     def compare(self, pred, a, b):
@@ -981,7 +981,9 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow:
     g = g + (1,) * (3 - len(g))
     be = NumpyBackend(jitfn.__name__, g, mem, num_warps, sanitize_overflow, fp32_default)
     kernel = interpreted_function(jitfn)
-    with use_backend(be):
+    # Kernels compute as the GPU does, without floating-point exceptions: numpy's warnings stay
+    # off for the whole grid (one errstate here, not one per operation).
+    with use_backend(be), np.errstate(all="ignore"):
         for z in range(g[2]):
             for y in range(g[1]):
                 for x in range(g[0]):
