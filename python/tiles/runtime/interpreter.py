@@ -164,6 +164,57 @@ def _fma64(a, b, c):
         return np.asarray(np.where(np.isfinite(out) & np.isfinite(e), out, p + c))
 
 
+def _np_binary(op: str, x: np.ndarray, y: np.ndarray, dtype) -> np.ndarray:
+    """`op` on two same-typed arrays as kernels compute it (numpy's floating-point warnings are
+    off for the whole grid: see `run`)."""
+    a_float = dtype.is_floating()
+    dt = numpy_dtype(dtype)
+    if op == "add":
+        r = x + y
+    elif op == "sub":
+        r = x - y
+    elif op == "mul":
+        r = x * y
+    elif op == "div":
+        if a_float:
+            r = x / y
+        else:
+            safe = np.where(y == 0, 1, y)
+            q = np.floor_divide(x, safe)
+            fix = (np.remainder(x, safe) != 0) & ((x < 0) != (y < 0))
+            r = np.where(y == 0, 0, q + fix)
+    elif op == "rem":
+        if a_float:
+            r = np.fmod(x.astype(np.float64), y.astype(np.float64))
+        else:
+            r = np.where(y == 0, 0, np.fmod(x, np.where(y == 0, 1, y)))
+    elif op == "and":
+        r = x & y
+    elif op == "or":
+        r = x | y
+    elif op == "xor":
+        r = x ^ y
+    elif op == "shl":
+        r = np.left_shift(x, y)
+    elif op == "shr":
+        r = np.right_shift(x, y)
+    elif op == "max":
+        r = np.fmax(x, y) if a_float else np.maximum(x, y)
+    elif op == "min":
+        r = np.fmin(x, y) if a_float else np.minimum(x, y)
+    else:
+        raise NotImplementedError(op)
+    return np.asarray(r).astype(dt, copy=False)
+
+
+def _native_combine(combine) -> Optional[str]:
+    """The array operation of `tl.sum`'s, `tl.max`'s and `tl.min`'s combine functions."""
+    from .. import language
+
+    return {language._sum_combine: "add", language._max_combine: "max",
+            language._min_combine: "min"}.get(combine)
+
+
 class NumpyBackend:
     """Language ops on numpy arrays."""
 
@@ -232,45 +283,7 @@ class NumpyBackend:
         return self.binary("div", a, b)  # numpy divides floats as IEEE
 
     def binary(self, op, a, b):
-        x, y = _arr(a.handle), _arr(b.handle)
-        dt = numpy_dtype(a.dtype)
-        # (numpy's floating-point warnings are off for the whole grid: see `run`)
-        if op == "add":
-            r = x + y
-        elif op == "sub":
-            r = x - y
-        elif op == "mul":
-            r = x * y
-        elif op == "div":
-            if a.dtype.is_floating():
-                r = x / y
-            else:
-                safe = np.where(y == 0, 1, y)
-                q = np.floor_divide(x, safe)
-                fix = (np.remainder(x, safe) != 0) & ((x < 0) != (y < 0))
-                r = np.where(y == 0, 0, q + fix)
-        elif op == "rem":
-            if a.dtype.is_floating():
-                r = np.fmod(x.astype(np.float64), y.astype(np.float64))
-            else:
-                r = np.where(y == 0, 0, np.fmod(x, np.where(y == 0, 1, y)))
-        elif op == "and":
-            r = x & y
-        elif op == "or":
-            r = x | y
-        elif op == "xor":
-            r = x ^ y
-        elif op == "shl":
-            r = np.left_shift(x, y)
-        elif op == "shr":
-            r = np.right_shift(x, y)
-        elif op == "max":
-            r = np.fmax(x, y) if a.dtype.is_floating() else np.maximum(x, y)
-        elif op == "min":
-            r = np.fmin(x, y) if a.dtype.is_floating() else np.minimum(x, y)
-        else:
-            raise NotImplementedError(op)
-        return np.asarray(r).astype(dt, copy=False)
+        return _np_binary(op, _arr(a.handle), _arr(b.handle), a.dtype)
 
     def compare(self, pred, a, b):
         x, y = _arr(a.handle), _arr(b.handle)
@@ -449,10 +462,24 @@ class NumpyBackend:
         return res[0] if len(res) == 1 else tuple(res)
 
     def reduce(self, inputs, axis, combine):
-        """Pairwise (tree) reduction: log2(n) vectorised calls of the combine function."""
+        """Pairwise (tree) reduction: log2(n) vectorised calls of the combine function. `tl.sum`,
+        `tl.max` and `tl.min` take the same tree with their operation applied to the arrays
+        directly (the same arithmetic, without building tensors at every level)."""
         from .. import semantic
         from ..core import tensor
 
+        op = _native_combine(combine)
+        if op is not None and len(inputs) == 1 and not inputs[0].dtype.is_fp8():
+            a = np.asarray(inputs[0].handle)
+            n = a.shape[axis]
+            lead = (slice(None),) * axis
+            while n > 1:
+                h = n // 2
+                merged = _np_binary(op, a[lead + (slice(0, h),)], a[lead + (slice(h, 2 * h),)], inputs[0].dtype)
+                if n % 2:
+                    merged = np.concatenate([merged, a[lead + (slice(n - 1, n),)]], axis=axis)
+                a, n = merged, merged.shape[axis]
+            return [np.take(a, 0, axis=axis)]
         cur = [np.asarray(t.handle) for t in inputs]
         n = cur[0].shape[axis]
         while n > 1:
