@@ -208,11 +208,12 @@ def _np_binary(op: str, x: np.ndarray, y: np.ndarray, dtype) -> np.ndarray:
 
 
 def _native_combine(combine) -> Optional[str]:
-    """The array operation of `tl.sum`'s, `tl.max`'s and `tl.min`'s combine functions."""
+    """The array operation of the combine functions of `tl.sum`, `tl.max`, `tl.min` (reductions)
+    and `tl.cumsum`, `tl.cumprod` (scans)."""
     from .. import language
 
-    return {language._sum_combine: "add", language._max_combine: "max",
-            language._min_combine: "min"}.get(combine)
+    return {language._sum_combine: "add", language._max_combine: "max", language._min_combine: "min",
+            language._prod_combine: "mul"}.get(combine)
 
 
 class NumpyBackend:
@@ -505,6 +506,13 @@ class NumpyBackend:
         arrs = [np.asarray(t.handle) for t in inputs]
         if reverse:
             arrs = [np.flip(a, axis=axis) for a in arrs]
+        op = _native_combine(combine)
+        if op in ("add", "mul") and len(inputs) == 1 and not inputs[0].dtype.is_fp8():
+            # tl.cumsum / tl.cumprod: numpy's accumulate runs the same sequence of operations
+            # in the same type (the loop below, without a tensor per element).
+            ufunc = np.add if op == "add" else np.multiply
+            out = ufunc.accumulate(arrs[0], axis=axis, dtype=arrs[0].dtype)
+            return [np.ascontiguousarray(np.flip(out, axis=axis) if reverse else out)]
         n = arrs[0].shape[axis]
         outs = [np.empty_like(a) for a in arrs]
         acc = None
