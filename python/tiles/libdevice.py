@@ -108,19 +108,35 @@ def _split(c):
     return hi, float(np.float32(c - hi))
 
 
+def _two_prod(a, b):
+    """(a·b rounded, its rounding error); a Python float b takes a's type exactly (fma alone
+    would make it fp32)."""
+    a, b = semantic.binary_operands(a, b)
+    p = a * b
+    return p, semantic.fma(a, b, -p)
+
+
+def _fast_two_sum(a, b):
+    """(a + b rounded, its rounding error) for |a| >= |b|."""
+    s = a + b
+    return s, b - (s - a)
+
+
 def _exp_scaled(x, c, lo64=0.0):
     """2**(x·c) with x·c's rounding error put back: 2**t·(1 + err·ln2). `lo64` is the part of
     c below fp64 (for fp64 x)."""
     hi, lo = (c, lo64) if _f64(x) else _split(c)
     hi, lo = semantic.to_tensor(hi, x.dtype), semantic.to_tensor(lo, x.dtype)
-    t = x * hi
-    err = semantic.fma(x, hi, -t)
+    t, err = _two_prod(x, hi)
     err = semantic.fma(x, lo, err)
-    e = semantic.unary_math("exp2", t)
-    y = semantic.fma(e, err * _m.log(2.0), e)
-    # inf, 0 and NaN come from exp2 itself (the correction would make inf·0 a NaN).
-    edge = (e == float("inf")) | (e == 0.0) | (t != t)
-    return _where(edge, e, y)
+    return _times_one_plus(semantic.unary_math("exp2", t), err * _m.log(2.0))
+
+
+def _times_one_plus(e, corr):
+    """e·(1 + corr) rounded once: an exponential with its argument's rounding error put back.
+    inf, 0 and NaN stay as they are (the correction would make inf·0 a NaN)."""
+    edge = (e == float("inf")) | (e == 0.0) | (e != e)
+    return _where(edge, e, semantic.fma(e, corr, e))
 
 
 def _exp(x):
@@ -194,30 +210,13 @@ def log10(x, _semantic=None):
     return _back(semantic.unary_math("log2", x) * _m.log10(2.0), dt)
 
 
-def _two_prod(a, b):
-    """(a·b rounded, its rounding error); a Python float b takes a's type exactly (fma alone
-    would make it fp32)."""
-    a, b = semantic.binary_operands(a, b)
-    p = a * b
-    return p, semantic.fma(a, b, -p)
-
-
-def _fast_two_sum(a, b):
-    """(a + b rounded, its rounding error) for |a| >= |b|."""
-    s = a + b
-    return s, b - (s - a)
-
-
 def _log_dd(a):
     """log(a) for fp64 a > 0 as hi + lo, good to about 2^-66 relative (what y·log(a) needs when
     |y·log(a)| is near 709): a = m·2^e with m in [√½, √2), f = m - 1 exact, s = f/(2+f) as
     hi + lo, log m = 2s + (2/3)s^3 (double-double) + 2s·z²·Q(z) (z = s², a tail below 2^-13),
     and e·ln2 with ln2 in two parts."""
-    tiny = a < 2.2250738585072014e-308
-    a2 = _where(tiny, a * 18014398509481984.0, a)  # 2^54: subnormals become normal
-    bits = semantic.bitcast(a2, core.int64)
-    e = semantic.cast(semantic.and_(semantic.shr(bits, 52), 0x7FF), core.float64) - 1023.0
-    e = _where(tiny, e - 54.0, e)
+    bits, e = _normalized(a)
+    e = semantic.cast(e, core.float64)
     m = semantic.bitcast(semantic.or_(semantic.and_(bits, (1 << 52) - 1), 1023 << 52), core.float64)
     big = m > 1.4142135623730951
     m = _where(big, m * 0.5, m)
@@ -251,10 +250,7 @@ def _pow64(x, y):
     l_hi, l_lo = _log_dd(_where((a == 0.0) | (a == float("inf")) | (a != a), 1.0, a))
     l_hi = _where(a == 0.0, float("-inf"), _where(a == float("inf"), float("inf"), _where(a != a, a, l_hi)))
     t_hi, t_lo = _two_prod(y, l_hi)
-    t_lo = t_lo + y * l_lo
-    r = semantic.unary_math("exp", t_hi)
-    edge = (r == 0.0) | (r == float("inf")) | (t_lo != t_lo)
-    return _where(edge, r, semantic.fma(r, _where(edge, 0.0, t_lo), r))
+    return _times_one_plus(semantic.unary_math("exp", t_hi), t_lo + y * l_lo)
 
 
 def _pow(x, y):
@@ -869,16 +865,22 @@ def nextafter(x, y, _semantic=None):
     return _back(_where((x != x) | (y != y), x + y, r), dt)
 
 
-def _exponent(x):
-    """ilogb(x) as int32, right for finite nonzero x (subnormals included)."""
+def _normalized(x):
+    """(the bits of |x| scaled to a normal number, ilogb(x) as int32), right for finite nonzero x
+    (subnormals included)."""
     f64 = _f64(x)
     ity, mbits, bias = (core.int64, 52, 1023) if f64 else (core.int32, 23, 127)
     a = _abs(x)
     sub = a < (2.0 ** -1022 if f64 else 2.0 ** -126)
-    scaled = _where(sub, a * (2.0 ** 64), a)
-    e = ((semantic.bitcast(scaled, ity) >> mbits) & (2047 if f64 else 255)) - bias
+    bits = semantic.bitcast(_where(sub, a * (2.0 ** 64), a), ity)
+    e = ((bits >> mbits) & (2047 if f64 else 255)) - bias
     e = _where(sub, e - 64, e)
-    return semantic.cast(e, core.int32)
+    return bits, semantic.cast(e, core.int32)
+
+
+def _exponent(x):
+    """ilogb(x) as int32, right for finite nonzero x (subnormals included)."""
+    return _normalized(x)[1]
 
 
 @_export
