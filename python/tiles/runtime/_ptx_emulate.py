@@ -16,6 +16,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from .. import core
 from .._numpy_types import numpy_dtype
 
 _WIDTH = {"f": 32, "r": 32, "h": 16, "c": 8, "l": 64, "d": 64}
@@ -34,17 +35,9 @@ _BINARY_INT = {"add": np.add, "sub": np.subtract, "and": np.bitwise_and, "or": n
                "xor": np.bitwise_xor, "min": np.minimum, "max": np.maximum}
 
 
-def _bf16():
-    from .._numpy_types import _BF16
-
-    if _BF16 is None:
-        raise NotImplementedError("bf16 in inline asm needs the ml_dtypes package")
-    return _BF16
-
-
 def _np_type(t: str):
     if t == "bf16":
-        return _bf16()
+        return numpy_dtype(core.bfloat16)
     if t in _FLOATS:
         return np.dtype(_FLOATS[t])
     if t[0] == "b" and t[1:].isdigit():
@@ -118,13 +111,8 @@ _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, 
 _PACKED = {"f16x2": 16, "bf16x2": 16, "e4m3x2": 8, "e5m2x2": 8}
 
 
-def _fp8(t: str):
-    from .._numpy_types import _FP8
-
-    key = {"e4m3x2": "fp8e4nv", "e5m2x2": "fp8e5"}[t]
-    if key not in _FP8:
-        raise NotImplementedError("fp8 in inline asm needs the ml_dtypes package")
-    return _FP8[key]
+def _fp8(t: str) -> np.dtype:
+    return numpy_dtype(core.float8e4nv if t == "e4m3x2" else core.float8e5)
 
 
 def _to_packed(mods: List[str], dt: str, st: str, v: np.ndarray) -> np.ndarray:
@@ -185,18 +173,21 @@ def _execute(ins: str, regs: Dict[str, np.ndarray], widths: Dict[str, int]) -> N
         regs[dst] = bits if guard is None else np.where(guard, bits, regs[dst])
 
     if base == "setp":
-        cmp = next((c for c in mods if c.rstrip("u") in _CMP or c in ("num", "nan")), None)
+        # An ordered comparison (eq, lt, lo, ...), or its unordered form (equ, ltu, ...: also
+        # true where an operand is NaN), or num/nan.
+        cmp = next((c for c in mods if c in _CMP or c[:-1] in _CMP and c[-1] == "u" or c in ("num", "nan")), None)
         if widths[dst] != 1 or len(ops) != 3 or cmp is None:
             raise NotImplementedError(f"`{ins}`")
         a, b = operand(ops[1], types[-1]), operand(ops[2], types[-1])
+        nan = (np.isnan(a) | np.isnan(b) if a.dtype.kind not in "iub"
+               else np.zeros(np.broadcast_shapes(np.shape(a), np.shape(b)), bool))
         with np.errstate(all="ignore"):
             if cmp in ("num", "nan"):
-                out = ~(np.isnan(a) | np.isnan(b))
-                out = out if cmp == "num" else ~out
+                out = ~nan if cmp == "num" else nan
+            elif cmp in _CMP:
+                out = _CMP[cmp](a, b)
             else:
-                out = _CMP[cmp.rstrip("u") if cmp not in ("lo", "ls", "hi", "hs") else cmp](a, b)
-                if cmp.endswith("u") and cmp not in ("lo", "ls", "hi", "hs") and a.dtype.kind == "f":
-                    out = out | np.isnan(a) | np.isnan(b)  # the unordered forms also hold for NaN
+                out = _CMP[cmp[:-1]](a, b) | nan
         regs[dst] = np.broadcast_to(out, regs[dst].shape) if guard is None else np.where(guard, out, regs[dst])
         return
     if base == "selp":
