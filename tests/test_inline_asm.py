@@ -337,3 +337,17 @@ def test_interpreter_refuses_what_it_cannot_emulate(monkeypatch):
         branchy[(1,)](np.zeros(32, np.int32), BLOCK=32)
     with pytest.raises(Exception, match="memory operand `\\[\\$1\\]`"):
         pointer_operands_kernel[(1,)](np.zeros(512, np.uint8), np.zeros(512, np.uint8), BLOCK=512)
+
+
+def test_emulated_setp_orders_nan_as_ptx_does():
+    # Ordered comparisons are false where an operand is NaN (ne too); the unordered forms true.
+    from tiles.runtime import _ptx_emulate
+
+    x = np.array([1.0, np.nan, 3.0, -2.0], np.float32)
+    y = np.array([1.0, 2.0, np.nan, 5.0], np.float32)
+    want = {"eq": [1, 0, 0, 0], "ne": [0, 0, 0, 1], "lt": [0, 0, 0, 1], "equ": [1, 1, 1, 0], "neu": [0, 1, 1, 1],
+            "geu": [1, 1, 1, 0], "num": [1, 0, 0, 1], "nan": [0, 1, 1, 0]}
+    for cmp, w in want.items():
+        asm = f"{{ .reg .pred p; setp.{cmp}.f32 p, $1, $2; selp.s32 $0, 1, 0, p; }}"
+        (got,) = _ptx_emulate.run(asm, "=r,f,f", [x, y], [tl.int32], 1)
+        assert got.tolist() == w, cmp

@@ -184,8 +184,8 @@ def _execute(ins: str, regs: Dict[str, np.ndarray], widths: Dict[str, int]) -> N
         with np.errstate(all="ignore"):
             if cmp in ("num", "nan"):
                 out = ~nan if cmp == "num" else nan
-            elif cmp in _CMP:
-                out = _CMP[cmp](a, b)
+            elif cmp in _CMP:  # ordered: false where an operand is NaN (numpy's != says true)
+                out = _CMP[cmp](a, b) & ~nan
             else:
                 out = _CMP[cmp[:-1]](a, b) | nan
         regs[dst] = np.broadcast_to(out, regs[dst].shape) if guard is None else np.where(guard, out, regs[dst])
