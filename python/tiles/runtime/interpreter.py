@@ -167,7 +167,7 @@ def _fma64(a, b, c):
 def _np_binary(op: str, x: np.ndarray, y: np.ndarray, dtype) -> np.ndarray:
     """`op` on two same-typed arrays as kernels compute it (numpy's floating-point warnings are
     off for the whole grid: see `run`)."""
-    a_float = dtype.is_floating()
+    is_float = dtype.is_floating()
     dt = numpy_dtype(dtype)
     if op == "add":
         r = x + y
@@ -176,7 +176,7 @@ def _np_binary(op: str, x: np.ndarray, y: np.ndarray, dtype) -> np.ndarray:
     elif op == "mul":
         r = x * y
     elif op == "div":
-        if a_float:
+        if is_float:
             r = x / y
         else:
             safe = np.where(y == 0, 1, y)
@@ -184,7 +184,7 @@ def _np_binary(op: str, x: np.ndarray, y: np.ndarray, dtype) -> np.ndarray:
             fix = (np.remainder(x, safe) != 0) & ((x < 0) != (y < 0))
             r = np.where(y == 0, 0, q + fix)
     elif op == "rem":
-        if a_float:
+        if is_float:
             r = np.fmod(x.astype(np.float64), y.astype(np.float64))
         else:
             r = np.where(y == 0, 0, np.fmod(x, np.where(y == 0, 1, y)))
@@ -199,21 +199,26 @@ def _np_binary(op: str, x: np.ndarray, y: np.ndarray, dtype) -> np.ndarray:
     elif op == "shr":
         r = np.right_shift(x, y)
     elif op == "max":
-        r = np.fmax(x, y) if a_float else np.maximum(x, y)
+        r = np.fmax(x, y) if is_float else np.maximum(x, y)
     elif op == "min":
-        r = np.fmin(x, y) if a_float else np.minimum(x, y)
+        r = np.fmin(x, y) if is_float else np.minimum(x, y)
     else:
         raise NotImplementedError(op)
     return np.asarray(r).astype(dt, copy=False)
 
 
+_NATIVE_COMBINES: dict = {}
+
+
 def _native_combine(combine) -> Optional[str]:
     """The array operation of the combine functions of `tl.sum`, `tl.max`, `tl.min` (reductions)
     and `tl.cumsum`, `tl.cumprod` (scans)."""
-    from .. import language
+    if not _NATIVE_COMBINES:
+        from .. import language
 
-    return {language._sum_combine: "add", language._max_combine: "max", language._min_combine: "min",
-            language._prod_combine: "mul"}.get(combine)
+        _NATIVE_COMBINES.update({language._sum_combine: "add", language._max_combine: "max",
+                                 language._min_combine: "min", language._prod_combine: "mul"})
+    return _NATIVE_COMBINES.get(combine)
 
 
 class NumpyBackend:
