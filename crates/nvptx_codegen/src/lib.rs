@@ -69,6 +69,7 @@ mod math_f64;
 mod memory;
 mod operand;
 mod reduce;
+mod schedule;
 mod shuffle;
 pub mod tools;
 
@@ -233,6 +234,13 @@ impl From<inkwell::builder::BuilderError> for CodegenError {
 
 /// The LLVM IR pass pipeline (`TILES_LLVM_PIPELINE` overrides it, for experiments; e.g.
 /// `default<O2>` for LLVM's own).
+/// Whether the optimised IR's pure instructions move next to their users (`schedule.rs`);
+/// `TILES_LLVM_CHAINS=0` keeps LLVM's order, to compare.
+fn chain_pure_instructions() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TILES_LLVM_CHAINS").map_or(true, |v| v != "0"))
+}
+
 fn llvm_pipeline() -> String {
     std::env::var("TILES_LLVM_PIPELINE").unwrap_or_else(|_| default_pipeline().to_string())
 }
@@ -458,6 +466,10 @@ pub fn generate_ptx_with(
         module
             .run_passes(&llvm_pipeline(), tm, PassBuilderOptions::create())
             .map_err(|e| CodegenError::Llvm(e.to_string()))?;
+        if chain_pure_instructions() {
+            // SAFETY: the module was verified above and this thread alone holds it.
+            unsafe { schedule::chain_pure_instructions(module.as_mut_ptr()) };
+        }
         let t_opt = t0.elapsed().as_secs_f64() - t_lower;
         let llvm_ir = options
             .keep_llvm_ir

@@ -222,7 +222,8 @@ def check_globals(jitfn) -> bool:
 # Environment variables the Rust compiler reads: they change the code, so they are in the key.
 _COMPILER_ENV = ("TILES_DISABLE_WGMMA", "TILES_WGMMA_SYNC", "TILES_WGMMA_SMEM_A", "TILES_WGMMA_FP8_SMEM_A",
                  "TILES_WGMMA_NO_PERSISTENT", "TILES_CP_ASYNC_PROXY_FENCE", "TILES_LLVM_ARGS",
-                 "TILES_LLVM_DEFAULT_ARGS", "TILES_LLVM_PIPELINE", "TILES_LLVM_CODEGEN_OPT", "TILES_WGMMA_TIED_ZERO")
+                 "TILES_LLVM_DEFAULT_ARGS", "TILES_LLVM_PIPELINE", "TILES_LLVM_CODEGEN_OPT", "TILES_WGMMA_TIED_ZERO",
+                 "TILES_LLVM_CHAINS")
 
 
 def kernel_key(jitfn, **parts: Any) -> str:
