@@ -12,6 +12,7 @@ import pytest
 import tiles
 import tiles.language as tl
 from tiles.language.extra import cuda as _cuda
+from tiles.language.extra import libdevice
 
 
 @tiles.jit(do_not_specialize=["n"])
@@ -101,7 +102,9 @@ def test_tuple_arguments(dev, rng):
     x = rng.standard_normal(300).astype(np.float32)
     y = dev.put(np.full(300, np.nan, np.float32))
     tuple_args_kernel[(3,)]((dev.put(x), y), (2.5, 1), 300, BLOCK=128)
-    np.testing.assert_allclose(dev.get(y), x * 2.5 + 1, rtol=1e-6)
+    # atol: where x·2.5 + 1 cancels, an fma (fp fusion on) and a rounded product differ by
+    # an ulp of x·2.5.
+    np.testing.assert_allclose(dev.get(y), x * 2.5 + 1, rtol=1e-6, atol=1e-6)
 
 
 def test_tuple_arguments_compile(ptxas):
@@ -1440,6 +1443,24 @@ def test_fp_fusion_settings(monkeypatch):
     assert not knobs.language.force_disable_fp_fusion
     # Each change of a setting that changes code makes the native launchers forget.
     assert len(calls) >= 3
+
+
+@tiles.jit
+def rn_mul_add_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, libdevice.add_rn(libdevice.mul_rn(x, 1.5), x))
+
+
+def test_rn_arithmetic_is_never_fused(dev, rng):
+    # libdevice's add_rn/mul_rn round each op, as Triton's (__nv_fadd_rn): with fusion on too.
+    x = rng.standard_normal(128).astype(np.float32)
+    mock = tiles.MockTensor(tl.float32)
+    ptx = rn_mul_add_kernel.warmup(mock, mock, BLOCK=128, grid=(1,), enable_fp_fusion=True).asm["ptx"]
+    assert "fma" not in ptx and "mul.rn.f32" in ptx and "add.rn.f32" in ptx
+    y = dev.put(np.zeros(128, np.float32))
+    rn_mul_add_kernel[(1,)](dev.put(x), y, BLOCK=128, enable_fp_fusion=True)
+    np.testing.assert_array_equal(dev.get(y), x * np.float32(1.5) + x)
 
 
 @tiles.jit

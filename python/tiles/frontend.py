@@ -35,7 +35,7 @@ def _jit_function_class() -> type:
 
 
 # PTX's names for the rounding directions and the types of `IRBackend.rounded`.
-_PTX_ROUNDING = {"rz": "rz", "rd": "rm", "ru": "rp"}
+_PTX_ROUNDING = {"rn": "rn", "rz": "rz", "rd": "rm", "ru": "rp"}
 _PTX_TYPE = {"fp32": "f32", "fp64": "f64", "int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64"}
 
 

@@ -61,10 +61,11 @@ def _abs(x):
 
 
 def _poly(x, coeffs):
-    """Horner: coeffs from the highest degree down."""
-    r = coeffs[0]
+    """Horner in fma, coeffs from the highest degree down: one rounding a step, and the same
+    result whether or not the kernel lets multiply-adds fuse."""
+    r = semantic.to_tensor(coeffs[0], x.dtype)
     for c in coeffs[1:]:
-        r = r * x + c
+        r = semantic.fma(r, x, semantic.to_tensor(c, x.dtype))
     return r
 
 
@@ -110,9 +111,11 @@ def _split(c):
 
 def _two_prod(a, b):
     """(a·b rounded, its rounding error); a Python float b takes a's type exactly (fma alone
-    would make it fp32)."""
+    would make it fp32). The product is `mul.rn`: with fp fusion on, a plain product would fuse
+    into the add that the error-free sums after it (`s = p + x; s - p`) read, leaving their
+    error term wrong (fp64 pow was off by 870 ulp)."""
     a, b = semantic.binary_operands(a, b)
-    p = a * b
+    p = semantic.rounded("mul", "rn", [a, b])
     return p, semantic.fma(a, b, -p)
 
 
@@ -825,21 +828,21 @@ def mul24(x, y, _semantic=None):
 
 
 
-# -- round-to-nearest arithmetic (tiles does not contract these into FMAs across calls) ----------
+# -- round-to-nearest arithmetic: one PTX `.rn` instruction each, never fused into an fma ---------
 
-def _binary_float(name, fn, doc):
+def _binary_float(name, op, doc):
     def f(x, y, _semantic=None):
         x, y, dt = _float_pair(x, y)
-        return _back(fn(x, y), dt)
+        return _back(semantic.rounded(op, "rn", [x, y]), dt)
 
     f.__name__ = name
     f.__doc__ = doc
     return _export(f)
 
 
-add_rn = _binary_float("add_rn", lambda x, y: x + y, "x + y, rounded to nearest.")
-sub_rn = _binary_float("sub_rn", lambda x, y: x - y, "x - y, rounded to nearest.")
-mul_rn = _binary_float("mul_rn", lambda x, y: x * y, "x * y, rounded to nearest.")
+add_rn = _binary_float("add_rn", "add", "x + y, rounded to nearest, never fused with a multiply.")
+sub_rn = _binary_float("sub_rn", "sub", "x - y, rounded to nearest, never fused with a multiply.")
+mul_rn = _binary_float("mul_rn", "mul", "x * y, rounded to nearest, never fused with an add.")
 fma_rn = fma
 
 

@@ -697,7 +697,8 @@ def fma(a: Any, b: Any, c: Any) -> tensor:
 
 def rounded(op: str, mode: str, args: Sequence[Any], out: Any = None) -> tensor:
     """`op` (add, sub, mul, fma, div, sqrt, rcp, or cvt to `out`) rounded in direction `mode`
-    (rz, rd: toward -inf, ru: toward +inf), as one PTX instruction with that rounding
+    (rz, rd: toward -inf, ru: toward +inf; rn, to nearest, for add, sub and mul: never fused
+    into an fma, whatever `enable_fp_fusion` says), as one PTX instruction with that rounding
     modifier (libdevice's `add_rd`, `int2float_ru`, ...). Operands are fp32 or fp64 (the
     conversions' are integers or fp64), broadcast together."""
     ts = [to_tensor(a) for a in args]
