@@ -656,6 +656,29 @@ def test_options_python_ignores_keep_launches_on_the_native_path(monkeypatch):
     assert calls == []
 
 
+@pytest.mark.gpu
+def test_code_options_keep_launches_on_the_native_path(monkeypatch):
+    # `enable_fp_fusion` and `maxnreg` change only the code: after a first launch with each
+    # value, launches go native (they took ~60 us in Python each), each to its own kernel.
+    import torch
+
+    x = torch.randn(37, 50, device="cuda")
+    y = torch.empty_like(x)
+    launch = lambda **kw: persistent_softmax_kernel[(4,)](y, x, 50, 50, 37, 50, BLOCK_SIZE=64, num_stages=2, **kw)  # noqa: E731
+    variants = [{"enable_fp_fusion": True}, {"enable_fp_fusion": False}, {"maxnreg": 64},
+                {"enable_fp_fusion": True, "maxnreg": 128}]
+    compiled = [launch(**kw) for kw in variants]
+    assert len({id(c) for c in compiled}) == len(variants)
+    calls = []
+    run = persistent_softmax_kernel.run
+    monkeypatch.setattr(persistent_softmax_kernel, "run", lambda *a, **k: calls.append(1) or run(*a, **k))
+    for kw, c in zip(variants, compiled):
+        y.zero_()
+        assert launch(**kw) is c
+        torch.testing.assert_close(y, torch.softmax(x, dim=1))
+    assert calls == []
+
+
 @tiles.autotune(configs=[tiles.Config({"BLOCK": 128}, num_warps=4), tiles.Config({"BLOCK": 256}, num_warps=2)],
                 key=["n"])
 @tiles.heuristics(values={"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})

@@ -372,6 +372,28 @@ impl Dispatcher {
                         key.push(if name == "num_warps" { 100 } else { 101 });
                         key.push(x as u64);
                     }
+                    // Options that change only the code: the key tells the learned kernels
+                    // apart. (A change of the fusion settings makes every dispatcher forget.)
+                    "enable_fp_fusion" => {
+                        key.push(102);
+                        key.push(if v.is_none() {
+                            2
+                        } else if v.is_instance_of::<PyBool>() {
+                            u64::from(v.extract::<bool>()?)
+                        } else {
+                            return Ok(None);
+                        });
+                    }
+                    "maxnreg" => {
+                        key.push(103);
+                        key.push(if v.is_none() {
+                            u64::MAX
+                        } else if let Ok(x) = v.extract::<u32>() {
+                            u64::from(x)
+                        } else {
+                            return Ok(None);
+                        });
+                    }
                     _ => return Ok(None),
                 }
             }

@@ -190,9 +190,9 @@ def _knob_hooks_changed(on: bool) -> None:
 
 
 # Launches with these options always take the Python path (the native dispatcher knows
-# num_warps and num_stages, and ignores num_ctas and extern_libs as `run` does).
-_UNTAUGHT_OPTIONS = frozenset(("stream", "enable_fp_fusion", "maxnreg", "arch", "enable_reflect_ftz",
-                               "launch_cooperative_grid", "launch_pdl"))
+# num_warps, num_stages, enable_fp_fusion and maxnreg, and ignores num_ctas and extern_libs as
+# `run` does).
+_UNTAUGHT_OPTIONS = frozenset(("stream", "arch", "enable_reflect_ftz", "launch_cooperative_grid", "launch_pdl"))
 
 
 def arch_target(arch: Any) -> Optional[str]:
