@@ -5,9 +5,10 @@
 //! "16 converts, 16 subtracts, 16 multiplies, 16 adds", and LLVM's NVPTX selection keeps that
 //! order. Triton's vectorised lowering leaves one element's chain together (convert, subtract,
 //! multiply, fma), and so does this pass. ptxas starts from the order it is given:
-//! - flash attention (128x128 tiles, 8 warps) ran 347–348 TFLOP/s against 341–342 without it,
-//!   two rounds each on one H200; the other attention shapes, matmul, softmax and layernorm
-//!   stayed within their run-to-run spread;
+//! - flash attention ran 0.5–3.5 % faster on an H200, each of its five benchmark shapes
+//!   averaged over three rounds with and without (14 of the 15 pairs faster; 128x128 tiles:
+//!   345–348 TFLOP/s against 341–344); matmul, softmax and layernorm stayed within their
+//!   run-to-run spread;
 //! - layernorm's last loop with fp fusion took 32 registers instead of 40 (its bandwidth did not
 //!   change);
 //! - of the 167 distinct kernels the tests compile, 12 took more registers and 5 fewer, none
