@@ -443,6 +443,79 @@ def test_jit_warmup_ptx_assembles():
     assert driver.link_ptx(driver._EMPTY_PTX, "tiles_jit_warmup")[:4] == b"\x7fELF"
 
 
+_PTXAS_ASSEMBLY_SCRIPT = """
+import sys
+import numpy as np
+import tiles
+import tiles.language as tl
+
+
+@tiles.jit
+def scaled_copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 3.0 + 1.0, mask=offs < n)
+
+
+sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"}
+c = tiles.compile(scaled_copy_kernel, signature=sig, constexprs={"BLOCK": 256}, target=sys.argv[1])
+cubin = c.link()
+print(cubin[:4] == b"\\x7fELF", c.asm["cubin"] is cubin)
+if sys.argv[2] == "gpu":
+    import torch
+
+    x = torch.randn(1000, device="cuda")
+    y = torch.empty_like(x)
+    k = scaled_copy_kernel[(4,)](x, y, 1000, BLOCK=256)
+    torch.testing.assert_close(y, x * 3 + 1)
+    print(k.n_regs > 0)
+"""
+
+
+@pytest.mark.parametrize("where", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_ptxas_can_assemble_instead_of_the_driver(cache_dir, tmp_path, ptxas, where):
+    """TILES_ASSEMBLER=ptxas assembles with ptxas, as Triton does: a cubin without a GPU (CPU),
+    and launches that run on the GPU."""
+    script = tmp_path / "asm.py"
+    script.write_text(_PTXAS_ASSEMBLY_SCRIPT)
+    env = dict(os.environ, TILES_ASSEMBLER="ptxas", TRITON_PTXAS_PATH=ptxas)
+    target = "sm_90a" if where == "cpu" else tiles.runtime.driver.default_target()
+    r = subprocess.run([sys.executable, str(script), target, where], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["True"] * (3 if where == "gpu" else 2)
+
+
+def test_assembler_setting_and_ptxas_errors(monkeypatch, ptxas):
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_ASSEMBLER", "nvcc")
+    with pytest.raises(ValueError, match="TILES_ASSEMBLER"):
+        driver.assembler()
+    monkeypatch.setenv("TILES_ASSEMBLER", "ptxas")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", ptxas)
+    with pytest.raises(RuntimeError, match="ptxas .* failed on broken for sm_90a"):
+        driver.assemble(".version 8.0\n.target sm_90a\nnot ptx", "broken", "sm_90a")
+
+
+def test_ptxas_is_found_in_an_installed_tritons_bundle(tmp_path, monkeypatch):
+    # Where nothing else provides ptxas, the copy Triton ships is used (Triton not imported).
+    import shutil
+
+    from tiles import knobs
+
+    tool = tmp_path / "triton" / "backends" / "nvidia" / "bin" / "ptxas"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    (tmp_path / "triton" / "__init__.py").write_text("raise ImportError('not to be imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    monkeypatch.setitem(sys.modules, "nvidia", None)  # no pip nvidia-cuda-nvcc
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert knobs.nvidia.ptxas.path == str(tool)
+
+
 def test_peak_figure_helpers_follow_the_device_properties():
     import tiles.testing as tt
     from tiles.runtime import driver

@@ -164,7 +164,8 @@ _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] =
 
 class _NvidiaTool:
     """`knobs.nvidia.ptxas` and the like: where the tool is (`TRITON_PTXAS_PATH`, a pip
-    `nvidia-cuda-nvcc`, or PATH; None when absent: tiles needs none, the driver assembles
+    `nvidia-cuda-nvcc`, PATH, or an installed Triton's bundle; None when absent: tiles needs
+    none unless `TILES_ASSEMBLER=ptxas`, the driver assembles
     PTX) and its CUDA version. Without the tool, `version` is the driver's CUDA version (its
     built-in assembler turns tiles' PTX into cubins), or "12.0" (the PTX ISA 8.0 tiles emits)
     without a driver."""
@@ -189,7 +190,19 @@ class _NvidiaTool:
                     return hits[-1]
         except ImportError:
             pass
-        return shutil.which(self.name)
+        found = shutil.which(self.name)
+        if found:
+            return found
+        # Last, the copy an installed Triton bundles (found without importing Triton).
+        import importlib.util
+        import sys
+
+        spec = importlib.util.find_spec("triton") if "triton" not in sys.modules else None
+        if spec is not None and spec.origin:
+            bundled = os.path.join(os.path.dirname(spec.origin), "backends", "nvidia", "bin", self.name)
+            if os.access(bundled, os.X_OK):
+                return bundled
+        return None
 
     @property
     def version(self) -> str:

@@ -74,14 +74,15 @@ class CompiledKernel:
 
     def link(self) -> bytes:
         """Assembles the PTX into a cubin for this process's GPU (the driver's JIT, without the
-        GIL), once; the disk cache keeps it. Launches and warmups call it on the thread that
-        compiled the kernel, so kernels warmed up on a pool assemble in parallel."""
+        GIL; or ptxas, with `TILES_ASSEMBLER=ptxas`, which needs no GPU), once; the disk cache
+        keeps it. Launches and warmups call it on the thread that compiled the kernel, so
+        kernels warmed up on a pool assemble in parallel."""
         cubin = self.asm.get("cubin")
         if cubin is None:
             from ..runtime import cache, driver
 
             t0 = time.perf_counter()
-            cubin = driver.link_ptx(self.asm["ptx"], self.name)
+            cubin = driver.assemble(self.asm["ptx"], self.name, self.metadata.target)
             self.asm["cubin"] = cubin
             if self.cache_key is not None:
                 cache.store_cubin(self.cache_key, cubin)

@@ -223,7 +223,7 @@ def check_globals(jitfn) -> bool:
 _COMPILER_ENV = ("TILES_DISABLE_WGMMA", "TILES_WGMMA_SYNC", "TILES_WGMMA_SMEM_A", "TILES_WGMMA_FP8_SMEM_A",
                  "TILES_WGMMA_NO_PERSISTENT", "TILES_CP_ASYNC_PROXY_FENCE", "TILES_LLVM_ARGS",
                  "TILES_LLVM_DEFAULT_ARGS", "TILES_LLVM_PIPELINE", "TILES_LLVM_CODEGEN_OPT", "TILES_WGMMA_TIED_ZERO",
-                 "TILES_LLVM_CHAINS")
+                 "TILES_LLVM_CHAINS", "TILES_ASSEMBLER")
 
 
 def kernel_key(jitfn, **parts: Any) -> str:
