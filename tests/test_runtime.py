@@ -458,8 +458,9 @@ def scaled_copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"}
 c = tiles.compile(scaled_copy_kernel, signature=sig, constexprs={"BLOCK": 256}, target=sys.argv[1])
-cubin = c.link()
-print(cubin[:4] == b"\\x7fELF", c.asm["cubin"] is cubin)
+assert "cubin" not in c.asm and c.asm.get("cubin") is None  # made when read, as Triton has it
+cubin = c.asm["cubin"]
+print(cubin[:4] == b"\\x7fELF", c.link() is cubin)
 if sys.argv[2] == "gpu":
     import torch
 
@@ -495,6 +496,10 @@ def test_assembler_setting_and_ptxas_errors(monkeypatch, ptxas):
     monkeypatch.setenv("TRITON_PTXAS_PATH", ptxas)
     with pytest.raises(RuntimeError, match="ptxas .* failed on broken for sm_90a"):
         driver.assemble(".version 8.0\n.target sm_90a\nnot ptx", "broken", "sm_90a")
+    if not driver.available():  # the driver's JIT without a driver: the error says what to do
+        monkeypatch.setenv("TILES_ASSEMBLER", "driver")
+        with pytest.raises(tiles.LaunchError, match="TILES_ASSEMBLER=ptxas"):
+            driver.assemble(driver._EMPTY_PTX, "empty", "sm_90a")
 
 
 def test_ptxas_is_found_in_an_installed_tritons_bundle(tmp_path, monkeypatch):

@@ -41,7 +41,7 @@ class CompiledKernel:
         tir = out["tir"]
         self.asm: Dict[str, Any] = _Stages(
             {"tir": tir, "tir_opt": out["tir_opt"], "llir": out.get("llir") or _Pending, "ptx": out["ptx"]},
-            _LlirSource(tir, target, fp_fusion, maxnreg, ftz))
+            _LlirSource(tir, target, fp_fusion, maxnreg, ftz), self.link)
         # Triton's metadata fields that code reading `metadata` expects (torch's inductor reads
         # num_ctas, cluster_dims and the launch attributes), and tiles' own.
         self.metadata = SimpleNamespace(name=self.name, target=target, num_warps=num_warps, num_stages=num_stages,
@@ -295,9 +295,13 @@ class _Stages(dict):
     `tir`, with the kernel's options): printing the LLVM IR on every compile cost up to 9 ms (a
     128x128 matmul's accumulator structs print as ~0.6 MB), and few users ever read it."""
 
-    def __init__(self, stages: Dict[str, Any], llir_source: Callable[[], str]):
+    def __init__(self, stages: Dict[str, Any], llir_source: Callable[[], str],
+                 cubin_source: Optional[Callable[[], bytes]] = None):
         super().__init__(stages)
         self._llir_source = llir_source
+        # `asm["cubin"]` read before a launch assembles it (`CompiledKernel.link`), as Triton's
+        # compile has it ready; `get` and `in` do not.
+        self._cubin_source = cubin_source
 
     def _ready(self) -> "_Stages":
         """Makes `llir` if it is still pending; every read of a value goes through here."""
@@ -306,6 +310,8 @@ class _Stages(dict):
         return self
 
     def __getitem__(self, key):
+        if key == "cubin" and self._cubin_source is not None and not dict.__contains__(self, "cubin"):
+            return self._cubin_source()
         return dict.__getitem__(self._ready() if key == "llir" else self, key)
 
     def get(self, key, default=None):

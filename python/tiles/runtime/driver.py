@@ -149,6 +149,11 @@ def assemble(ptx: str, name: str, target: str) -> bytes:
     """The cubin of `ptx` for `target` (`sm_90a`), from the `assembler()` in use. ptxas needs
     no GPU; it runs as a process of its own, so the GIL is free meanwhile."""
     if assembler() == "driver":
+        try:
+            init()
+        except LaunchError as e:
+            raise LaunchError(f"{e}: no driver to assemble {name}'s PTX (TILES_ASSEMBLER=ptxas assembles "
+                              "without one)") from e
         return link_ptx(ptx, name)
     import subprocess
     import tempfile
