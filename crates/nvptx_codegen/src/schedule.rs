@@ -151,43 +151,33 @@ unsafe fn reorder_block(
     // call (a barrier): before one, the movable instructions defined above it and used below
     // it are placed, each chain from its last instruction. Sinking past loads would leave the
     // loads' values waiting (an FMA-built dot product's loads all ahead of its FMAs spilled).
-    let mut placed = vec![false; insts.len()];
-    let mut order = Vec::with_capacity(insts.len());
-    let mut stack: Vec<(usize, bool)> = Vec::new();
+    let n = insts.len();
+    let mut b = Placement {
+        insts: &insts,
+        index: &index,
+        movable: &movable,
+        bb,
+        placed: vec![false; n],
+        order: Vec::with_capacity(n),
+        stack: Vec::new(),
+    };
     let mut pending: Vec<usize> = Vec::new();
-    for a in 0..insts.len() {
+    for a in 0..n {
         if movable[a] {
             pending.push(a);
             continue;
         }
         if is_barrier(insts[a]) {
             for &j in &pending {
-                if !placed[j] && last_use[j] >= a {
-                    place(
-                        j,
-                        &insts,
-                        &index,
-                        &movable,
-                        &mut placed,
-                        &mut order,
-                        &mut stack,
-                        bb,
-                    );
+                if last_use[j] >= a {
+                    b.place(j);
                 }
             }
-            pending.retain(|&j| !placed[j]);
+            pending.retain(|&j| !b.placed[j]);
         }
-        place(
-            a,
-            &insts,
-            &index,
-            &movable,
-            &mut placed,
-            &mut order,
-            &mut stack,
-            bb,
-        );
+        b.place(a);
     }
+    let order = b.order;
     debug_assert_eq!(order.len(), insts.len());
     if order.len() != insts.len() || order.iter().zip(&insts).all(|(a, b)| a == b) {
         return;
@@ -213,46 +203,50 @@ unsafe fn is_barrier(inst: LLVMValueRef) -> bool {
     !matches!(LLVMGetInstructionOpcode(inst), LLVMOpcode::LLVMStore) && !is_pure(inst)
 }
 
-/// Appends `insts[k]` to `order` after the movable instructions it needs that are not placed
-/// yet (operands first; an explicit stack, as chains can be thousands long).
-///
-/// # Safety
-/// The instructions are live and belong to `bb`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn place(
-    k: usize,
-    insts: &[LLVMValueRef],
-    index: &HashMap<LLVMValueRef, usize>,
-    movable: &[bool],
-    placed: &mut [bool],
-    order: &mut Vec<LLVMValueRef>,
-    stack: &mut Vec<(usize, bool)>,
+/// A block's new order as it is built.
+struct Placement<'a> {
+    insts: &'a [LLVMValueRef],
+    index: &'a HashMap<LLVMValueRef, usize>,
+    movable: &'a [bool],
     bb: LLVMBasicBlockRef,
-) {
-    stack.push((k, false));
-    while let Some((k, expanded)) = stack.pop() {
-        if placed[k] {
-            continue;
-        }
-        if expanded {
-            placed[k] = true;
-            order.push(insts[k]);
-            continue;
-        }
-        stack.push((k, true));
-        let v = insts[k];
-        // Pushed last operand first, so that the first operand's chain comes out first.
-        for o in (0..LLVMGetNumOperands(v).max(0) as u32).rev() {
-            let op = LLVMGetOperand(v, o);
-            if op.is_null()
-                || LLVMIsAInstruction(op).is_null()
-                || LLVMGetInstructionParent(op) != bb
-            {
+    placed: Vec<bool>,
+    order: Vec<LLVMValueRef>,
+    /// (instruction, whether its operands are placed): chains can be thousands long.
+    stack: Vec<(usize, bool)>,
+}
+
+impl Placement<'_> {
+    /// Appends `insts[k]`, if not placed yet, after the movable instructions it needs that are
+    /// not placed yet (operands first).
+    ///
+    /// # Safety
+    /// The instructions are live and belong to `bb`.
+    unsafe fn place(&mut self, k: usize) {
+        self.stack.push((k, false));
+        while let Some((k, expanded)) = self.stack.pop() {
+            if self.placed[k] {
                 continue;
             }
-            if let Some(&j) = index.get(&op) {
-                if movable[j] && !placed[j] {
-                    stack.push((j, false));
+            if expanded {
+                self.placed[k] = true;
+                self.order.push(self.insts[k]);
+                continue;
+            }
+            self.stack.push((k, true));
+            let v = self.insts[k];
+            // Pushed last operand first, so that the first operand's chain comes out first.
+            for o in (0..LLVMGetNumOperands(v).max(0) as u32).rev() {
+                let op = LLVMGetOperand(v, o);
+                if op.is_null()
+                    || LLVMIsAInstruction(op).is_null()
+                    || LLVMGetInstructionParent(op) != self.bb
+                {
+                    continue;
+                }
+                if let Some(&j) = self.index.get(&op) {
+                    if self.movable[j] && !self.placed[j] {
+                        self.stack.push((j, false));
+                    }
                 }
             }
         }

@@ -107,7 +107,7 @@ def warm_jit() -> None:
     driver is already in use (a launch, a warmup): a process that only compiles, such as
     torch's compile workers, never starts CUDA for it. Not a daemon thread: the interpreter
     joins it at exit rather than leave it inside the driver. `TILES_JIT_WARMUP=0` turns it off."""
-    if "warm" in _state or "ctx" not in _state or os.environ.get("TILES_ASSEMBLER", "driver") != "driver":
+    if "warm" in _state or "ctx" not in _state or not _jit_assembles():
         return
     if os.environ.get("TILES_JIT_WARMUP", "1") == "0":
         _state["warm"] = None
@@ -143,6 +143,14 @@ def assembler() -> str:
     if v == "ptxas":
         return "ptxas"
     raise ValueError(f"TILES_ASSEMBLER={v!r}: expected 'driver' or 'ptxas'")
+
+
+def _jit_assembles() -> bool:
+    """Whether the driver's JIT assembles (a bad `TILES_ASSEMBLER` is reported by the assembly)."""
+    try:
+        return assembler() == "driver"
+    except ValueError:
+        return False
 
 
 def assemble(ptx: str, name: str, target: str) -> bytes:
