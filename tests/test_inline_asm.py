@@ -318,6 +318,24 @@ def test_bad_constraints_are_reported(ptxas):
         tiles.compile(bad, signature={"x_ptr": "*i32"}, constexprs={"BLOCK": 128})
 
 
+@pytest.mark.parametrize("asm, match", [
+    # LLVM found these while printing the PTX, and its default report exited the process.
+    ("mul.rn.f16x2 $0, $2, $1;", r"names operand \$2, but its constraints `=r,r` give 2 operands"),
+    ("mov.b32 ${0:z}, $1;", "invalid operand in inline asm"),
+])
+def test_templates_that_llvm_rejects_are_compile_errors(asm, match):
+    @tiles.jit
+    def bad_template(x_ptr, ASM: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        y = tl.inline_asm_elementwise(ASM, "=r,r", [x], dtype=tl.float16, is_pure=True, pack=2)
+        tl.store(x_ptr + offs, y)
+
+    with pytest.raises(tiles.CompilationError, match=match) as e:
+        tiles.compile(bad_template, signature={"x_ptr": "*fp16"}, constexprs={"ASM": asm, "BLOCK": 256})
+    assert "bad_template" in str(e.value)
+
+
 def test_interpreter_refuses_what_it_cannot_emulate(monkeypatch):
     monkeypatch.setenv("TILES_INTERPRET", "1")
 

@@ -9,6 +9,38 @@ use inkwell::values::BasicValueEnum;
 use std::collections::HashMap;
 use tile_ir::{DType, Op};
 
+/// The operand numbers an LLVM inline-asm template names: `$N`, `${N}` and `${N:modifier}`
+/// (`$$` is a literal `$`).
+fn operand_refs(template: &str) -> impl Iterator<Item = usize> + '_ {
+    let b = template.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < b.len() {
+            if b[i] != b'$' {
+                i += 1;
+                continue;
+            }
+            i += 1;
+            let braced = b.get(i) == Some(&b'{');
+            if b.get(i) == Some(&b'$') {
+                i += 1;
+                continue;
+            }
+            if braced {
+                i += 1;
+            }
+            let start = i;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            if i > start {
+                return template[start..i].parse().ok();
+            }
+        }
+        None
+    })
+}
+
 /// The register type of one constraint (`=r`, `h`, `f`, ...).
 fn constraint_bits(c: &str) -> Option<(u32, bool)> {
     match c.trim_start_matches('=').trim() {
@@ -72,11 +104,21 @@ impl<'ctx> Lowering<'ctx, '_> {
         let want_out: u32 = out_types.iter().map(|&d| regs_for(d)).sum();
         let want_in: u32 = in_types.iter().map(|&d| regs_for(d)).sum();
         if outs.len() as u32 != want_out || ins.len() as u32 != want_in {
-            return self.unsupported(format!(
+            return self.invalid(format!(
                 "inline_asm_elementwise constraints `{cons_text}`: {} outputs and {} inputs given, \
                  {want_out} and {want_in} needed for pack={p} and these dtypes",
                 outs.len(),
                 ins.len()
+            ));
+        }
+        let operands = outs.len() + ins.len();
+        if let Some(n) = operand_refs(&template).find(|&n| n >= operands) {
+            // LLVM would report it while printing the PTX, and its default report exits the
+            // process.
+            let last = operands.saturating_sub(1);
+            return self.invalid(format!(
+                "inline_asm_elementwise `{template}` names operand ${n}, but its constraints \
+                 `{cons_text}` give {operands} operands ($0 to ${last})"
             ));
         }
         let ty = *self.func.ty(data.results[0]);
@@ -302,5 +344,18 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
         // Register form of each element (i1 tiles do not reach here: constraints need numbers).
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::operand_refs;
+
+    #[test]
+    fn operand_references_are_read_as_llvm_reads_them() {
+        let refs = |t: &str| operand_refs(t).collect::<Vec<_>>();
+        assert_eq!(refs("mul.rn.f16x2 $0, $2, $1;"), [0, 2, 1]);
+        assert_eq!(refs("mov.b32 ${0}, ${1:x}; // $$ $10"), [0, 1, 10]);
+        assert_eq!(refs("$$0 {$ } $"), Vec::<usize>::new());
     }
 }

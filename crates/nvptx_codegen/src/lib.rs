@@ -207,6 +207,15 @@ pub enum CodegenError {
         /// Source line of the op.
         line: u32,
     },
+    /// The kernel asks for something that cannot work (an inline-asm template and its
+    /// constraints that disagree, ...): the user's error.
+    #[error("line {line}: {what}")]
+    Invalid {
+        /// What is wrong.
+        what: String,
+        /// Source line of the op.
+        line: u32,
+    },
     /// The IR broke an invariant codegen relies on (layouts missing, ...): a compiler bug.
     #[error("internal error in codegen: {0}")]
     Internal(String),
@@ -234,6 +243,34 @@ impl From<inkwell::builder::BuilderError> for CodegenError {
 
 /// The LLVM IR pass pipeline (`TILES_LLVM_PIPELINE` overrides it, for experiments; e.g.
 /// `default<O2>` for LLVM's own).
+/// The context's diagnostic handler: keeps the text of each error (`ctx`: a `Vec<String>`);
+/// warnings and remarks are dropped.
+extern "C" fn keep_llvm_error(
+    info: inkwell::llvm_sys::prelude::LLVMDiagnosticInfoRef,
+    ctx: *mut std::ffi::c_void,
+) {
+    use inkwell::llvm_sys::core::{
+        LLVMDisposeMessage, LLVMGetDiagInfoDescription, LLVMGetDiagInfoSeverity,
+    };
+    use inkwell::llvm_sys::LLVMDiagnosticSeverity;
+    // SAFETY: LLVM passes a live diagnostic; `ctx` is the Vec that generate_ptx_with installed
+    // with this handler and keeps alive while the context is in use.
+    unsafe {
+        if LLVMGetDiagInfoSeverity(info) != LLVMDiagnosticSeverity::LLVMDSError {
+            return;
+        }
+        let text = LLVMGetDiagInfoDescription(info);
+        if text.is_null() {
+            return;
+        }
+        let msg = std::ffi::CStr::from_ptr(text)
+            .to_string_lossy()
+            .into_owned();
+        LLVMDisposeMessage(text);
+        (*ctx.cast::<Vec<String>>()).push(msg);
+    }
+}
+
 /// Whether the optimised IR's pure instructions move next to their users (`schedule.rs`);
 /// `TILES_LLVM_CHAINS=0` keeps LLVM's order, to compare.
 fn chain_pure_instructions() -> bool {
@@ -453,6 +490,10 @@ pub fn generate_ptx_with(
 ) -> Result<PtxOutput, CodegenError> {
     init_llvm();
     let t0 = std::time::Instant::now();
+    // LLVM reports some errors (an inline-asm operand modifier it does not know, say) through
+    // the context's diagnostic handler, whose default exits the process; these are kept and
+    // returned instead. Declared before the context, so that it outlives it.
+    let mut llvm_errors: Box<Vec<String>> = Box::default();
     let cx = Context::create();
     if !options.keep_llvm_ir && std::env::var_os("TILES_LLVM_ARGS").is_none() {
         // Values keep their names only for someone reading the IR (`keep_llvm_ir`, or LLVM
@@ -461,6 +502,15 @@ pub fn generate_ptx_with(
         // SAFETY: `cx` is a live context that no other thread uses.
         unsafe { inkwell::llvm_sys::core::LLVMContextSetDiscardValueNames(cx.raw(), 1) };
     }
+    // SAFETY: `llvm_errors` outlives every use of `cx`, which ends in this function, and only
+    // this thread uses either.
+    unsafe {
+        inkwell::llvm_sys::core::LLVMContextSetDiagnosticHandler(
+            cx.raw(),
+            Some(keep_llvm_error),
+            (&mut *llvm_errors as *mut Vec<String>).cast(),
+        )
+    };
     let lowered = lower::lower_kernel(&cx, func, target, options)?;
     let t_lower = t0.elapsed().as_secs_f64();
     let module = lowered.module;
@@ -487,6 +537,9 @@ pub fn generate_ptx_with(
             .map_err(|e| CodegenError::Llvm(e.to_string()))?;
         Ok((t_opt, llvm_ir, buf))
     })?;
+    if let Some(e) = llvm_errors.first() {
+        return Err(CodegenError::Llvm(e.clone()));
+    }
     let ptx = String::from_utf8_lossy(buf.as_slice())
         .trim_end_matches('\0')
         .to_string();

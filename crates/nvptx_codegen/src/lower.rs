@@ -616,6 +616,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         )))
     }
 
+    /// The user's error at the current op's line ([`CodegenError::Invalid`]).
+    pub fn invalid<T>(&self, what: impl Into<String>) -> R<T> {
+        Err(CodegenError::Invalid {
+            what: what.into(),
+            line: self.cur_line,
+        })
+    }
+
     pub fn unsupported<T>(&self, what: impl Into<String>) -> R<T> {
         Err(CodegenError::Unsupported {
             what: what.into(),
