@@ -9,36 +9,57 @@ use inkwell::values::BasicValueEnum;
 use std::collections::HashMap;
 use tile_ir::{DType, Op};
 
-/// The operand numbers an LLVM inline-asm template names: `$N`, `${N}` and `${N:modifier}`
-/// (`$$` is a literal `$`).
-fn operand_refs(template: &str) -> impl Iterator<Item = usize> + '_ {
+/// Checks an inline-asm template as LLVM's printer reads it, for `operands` operands: `$$`,
+/// `$(`, `$|` and `$)` are escapes; `$N`, `${N}` and `${N:m}` (one modifier character) name
+/// operand N, which must exist. LLVM ends the process (`report_fatal_error`) on any other `$` form and on an
+/// operand number out of range, so these must never reach it.
+fn check_template(template: &str, operands: usize) -> Result<(), String> {
     let b = template.as_bytes();
     let mut i = 0;
-    std::iter::from_fn(move || {
-        while i < b.len() {
-            if b[i] != b'$' {
-                i += 1;
-                continue;
+    while i < b.len() {
+        if b[i] != b'$' {
+            i += 1;
+            continue;
+        }
+        i += 1;
+        if matches!(b.get(i), Some(b'$' | b'(' | b'|' | b')')) {
+            i += 1;
+            continue;
+        }
+        let braced = b.get(i) == Some(&b'{');
+        if braced {
+            i += 1;
+        }
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        let n: usize = template[start..i].parse().map_err(|_| {
+            format!(
+                "`$` at byte {} is not an operand: write `$N`, `${{N}}` or `$$` for a dollar sign",
+                start - 1
+            )
+        })?;
+        if braced {
+            if b.get(i) == Some(&b':') {
+                i += 2; // one modifier character, as LLVM reads it
+            }
+            if b.get(i) != Some(&b'}') {
+                return Err(format!(
+                    "`${{{n}...` at byte {} is not closed by `}}`",
+                    start - 2
+                ));
             }
             i += 1;
-            let braced = b.get(i) == Some(&b'{');
-            if b.get(i) == Some(&b'$') {
-                i += 1;
-                continue;
-            }
-            if braced {
-                i += 1;
-            }
-            let start = i;
-            while i < b.len() && b[i].is_ascii_digit() {
-                i += 1;
-            }
-            if i > start {
-                return template[start..i].parse().ok();
-            }
         }
-        None
-    })
+        if n >= operands {
+            return Err(format!(
+                "it names operand ${n}, but its constraints give {operands} operands ($0 to ${})",
+                operands.saturating_sub(1)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The register type of one constraint (`=r`, `h`, `f`, ...).
@@ -111,14 +132,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 ins.len()
             ));
         }
-        let operands = outs.len() + ins.len();
-        if let Some(n) = operand_refs(&template).find(|&n| n >= operands) {
-            // LLVM would report it while printing the PTX, and its default report exits the
-            // process.
-            let last = operands.saturating_sub(1);
+        if let Err(why) = check_template(&template, outs.len() + ins.len()) {
             return self.invalid(format!(
-                "inline_asm_elementwise `{template}` names operand ${n}, but its constraints \
-                 `{cons_text}` give {operands} operands ($0 to ${last})"
+                "inline_asm_elementwise `{template}` with constraints `{cons_text}`: {why}"
             ));
         }
         let ty = *self.func.ty(data.results[0]);
@@ -349,13 +365,20 @@ impl<'ctx> Lowering<'ctx, '_> {
 
 #[cfg(test)]
 mod tests {
-    use super::operand_refs;
+    use super::check_template;
 
     #[test]
-    fn operand_references_are_read_as_llvm_reads_them() {
-        let refs = |t: &str| operand_refs(t).collect::<Vec<_>>();
-        assert_eq!(refs("mul.rn.f16x2 $0, $2, $1;"), [0, 2, 1]);
-        assert_eq!(refs("mov.b32 ${0}, ${1:x}; // $$ $10"), [0, 1, 10]);
-        assert_eq!(refs("$$0 {$ } $"), Vec::<usize>::new());
+    fn templates_are_checked_as_llvm_reads_them() {
+        assert!(check_template("mul.rn.f16x2 $0, $1, $2;", 3).is_ok());
+        assert!(check_template("mov.b32 ${0}, ${1:x}; // $$ $( $| $)", 2).is_ok());
+        let err = |t: &str, n| check_template(t, n).unwrap_err();
+        assert!(err("mul.rn.f16x2 $0, $2, $1;", 2).contains("names operand $2"));
+        assert!(err("ex2.approx.f32 $0, $*;", 2).contains("is not an operand"));
+        assert!(err("mov.b32 $0, $", 2).contains("is not an operand"));
+        assert!(err("mov.b32 ${0, $1;", 2).contains("not closed"));
+        assert!(err("mov.b32 ${:uid}, $1;", 2).contains("is not an operand"));
+        assert!(err("mov.b32 ${0:xy}, $1;", 2).contains("not closed"));
+        assert!(err("mov.b32 $1, ${0:", 2).contains("not closed"));
+        assert!(err("mov.b32 $99999999999999999999999;", 2).contains("is not an operand"));
     }
 }
