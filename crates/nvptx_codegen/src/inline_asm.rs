@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use tile_ir::{DType, Op};
 
 /// Checks an inline-asm template as LLVM's printer reads it, for `operands` operands: `$$`,
-/// `$(`, `$|` and `$)` are escapes; `$N`, `${N}` and `${N:m}` (one modifier character) name
-/// operand N, which must exist. LLVM ends the process (`report_fatal_error`) on any other `$` form and on an
+/// `$(`, `$|` and `$)` are escapes; `${:uid}`, `${:comment}` and `${:private}` are LLVM's
+/// specials (`tl.atomic_poll` labels its loop with `${:uid}`); `$N`, `${N}` and `${N:m}` (one
+/// modifier character) name operand N, which must exist. LLVM ends the process (`report_fatal_error`) on any other `$` form and on an
 /// operand number out of range, so these must never reach it.
 fn check_template(template: &str, operands: usize) -> Result<(), String> {
     let b = template.as_bytes();
@@ -29,6 +30,24 @@ fn check_template(template: &str, operands: usize) -> Result<(), String> {
         let braced = b.get(i) == Some(&b'{');
         if braced {
             i += 1;
+            if b.get(i) == Some(&b':') {
+                // `${:uid}` and the like: LLVM's specials, of which it knows three.
+                let name_start = i + 1;
+                let close = template[name_start..].find('}').map(|k| name_start + k);
+                match close.map(|c| &template[name_start..c]) {
+                    Some("uid" | "comment" | "private") => {
+                        i = close.unwrap_or(b.len()) + 1;
+                        continue;
+                    }
+                    _ => {
+                        return Err(format!(
+                            "`${{:` at byte {} is not one of LLVM's `${{:uid}}`, `${{:comment}}`, \
+                             `${{:private}}`",
+                            i - 2
+                        ))
+                    }
+                }
+            }
         }
         let start = i;
         while i < b.len() && b[i].is_ascii_digit() {
@@ -376,7 +395,11 @@ mod tests {
         assert!(err("ex2.approx.f32 $0, $*;", 2).contains("is not an operand"));
         assert!(err("mov.b32 $0, $", 2).contains("is not an operand"));
         assert!(err("mov.b32 ${0, $1;", 2).contains("not closed"));
-        assert!(err("mov.b32 ${:uid}, $1;", 2).contains("is not an operand"));
+        assert!(
+            check_template("l_${:uid}: bra l_${:uid}; ${:comment} ${:private}x $0;", 1).is_ok()
+        );
+        assert!(err("mov.b32 ${:uuid}, $1;", 2).contains("is not one of LLVM's"));
+        assert!(err("mov.b32 $0, ${:uid", 2).contains("is not one of LLVM's"));
         assert!(err("mov.b32 ${0:xy}, $1;", 2).contains("not closed"));
         assert!(err("mov.b32 $1, ${0:", 2).contains("not closed"));
         assert!(err("mov.b32 $99999999999999999999999;", 2).contains("is not an operand"));
