@@ -12,8 +12,9 @@ use tile_ir::{DType, Op};
 /// Checks an inline-asm template as LLVM's printer reads it, for `operands` operands: `$$`,
 /// `$(`, `$|` and `$)` are escapes; `${:uid}`, `${:comment}` and `${:private}` are LLVM's
 /// specials (`tl.atomic_poll` labels its loop with `${:uid}`); `$N`, `${N}` and `${N:m}` (one
-/// modifier character) name operand N, which must exist. LLVM ends the process (`report_fatal_error`) on any other `$` form and on an
-/// operand number out of range, so these must never reach it.
+/// modifier character) name operand N, which must exist. LLVM ends the process
+/// (`report_fatal_error`) on any other `$` form and on an operand number out of range, so
+/// these must never reach it.
 fn check_template(template: &str, operands: usize) -> Result<(), String> {
     let b = template.as_bytes();
     let mut i = 0;
@@ -32,14 +33,16 @@ fn check_template(template: &str, operands: usize) -> Result<(), String> {
             i += 1;
             if b.get(i) == Some(&b':') {
                 // `${:uid}` and the like: LLVM's specials, of which it knows three.
-                let name_start = i + 1;
-                let close = template[name_start..].find('}').map(|k| name_start + k);
-                match close.map(|c| &template[name_start..c]) {
-                    Some("uid" | "comment" | "private") => {
-                        i = close.unwrap_or(b.len()) + 1;
+                let name = &template[i + 1..];
+                match name
+                    .find('}')
+                    .filter(|&c| matches!(&name[..c], "uid" | "comment" | "private"))
+                {
+                    Some(c) => {
+                        i += 1 + c + 1;
                         continue;
                     }
-                    _ => {
+                    None => {
                         return Err(format!(
                             "`${{:` at byte {} is not one of LLVM's `${{:uid}}`, `${{:comment}}`, \
                              `${{:private}}`",

@@ -241,8 +241,6 @@ impl From<inkwell::builder::BuilderError> for CodegenError {
     }
 }
 
-/// The LLVM IR pass pipeline (`TILES_LLVM_PIPELINE` overrides it, for experiments; e.g.
-/// `default<O2>` for LLVM's own).
 /// The context's diagnostic handler: keeps the text of each error (`ctx`: a `Vec<String>`);
 /// warnings and remarks are dropped.
 extern "C" fn keep_llvm_error(
@@ -278,6 +276,8 @@ fn chain_pure_instructions() -> bool {
     *ON.get_or_init(|| std::env::var("TILES_LLVM_CHAINS").map_or(true, |v| v != "0"))
 }
 
+/// The LLVM IR pass pipeline (`TILES_LLVM_PIPELINE` overrides it, for experiments; e.g.
+/// `default<O2>` for LLVM's own).
 fn llvm_pipeline() -> String {
     std::env::var("TILES_LLVM_PIPELINE").unwrap_or_else(|_| default_pipeline().to_string())
 }

@@ -121,12 +121,13 @@ unsafe fn reorder_block(
         insts.iter().enumerate().map(|(k, &v)| (v, k)).collect();
     // Movable: pure, with users, all of them later in this block (phis excluded: a phi user
     // reads the value on an edge, after the terminator). `last_use`: its last user's index.
+    let pure: Vec<bool> = insts.iter().map(|&v| is_pure(v)).collect();
     let mut last_use = vec![0usize; insts.len()];
     let movable: Vec<bool> = insts
         .iter()
         .enumerate()
         .map(|(k, &v)| {
-            if !is_pure(v) {
+            if !pure[k] {
                 return false;
             }
             let mut u = LLVMGetFirstUse(v);
@@ -167,7 +168,8 @@ unsafe fn reorder_block(
             pending.push(a);
             continue;
         }
-        if is_barrier(insts[a]) {
+        // A barrier: a memory read or a call other than a pure intrinsic (stores are not).
+        if !pure[a] && LLVMGetInstructionOpcode(insts[a]) != LLVMOpcode::LLVMStore {
             for &j in &pending {
                 if last_use[j] >= a {
                     b.place(j);
@@ -192,15 +194,6 @@ unsafe fn reorder_block(
         LLVMInstructionRemoveFromParent(v);
         LLVMInsertIntoBuilderWithName(builder, v, name);
     }
-}
-
-/// Whether `inst` reads memory or calls something other than a pure intrinsic: what pure
-/// instructions do not move past.
-///
-/// # Safety
-/// `inst` is a live instruction.
-unsafe fn is_barrier(inst: LLVMValueRef) -> bool {
-    !matches!(LLVMGetInstructionOpcode(inst), LLVMOpcode::LLVMStore) && !is_pure(inst)
 }
 
 /// A block's new order as it is built.
