@@ -486,11 +486,60 @@ def test_ptxas_can_assemble_instead_of_the_driver(cache_dir, tmp_path, ptxas, wh
     assert r.stdout.split() == ["True"] * (3 if where == "gpu" else 2)
 
 
+_LOAD_MODE_SCRIPT = _PTXAS_ASSEMBLY_SCRIPT.split("sig = ")[0] + """
+import os
+import torch
+
+x = torch.randn(1000, device="cuda")
+y = torch.empty_like(x)
+k = scaled_copy_kernel[(4,)](x, y, 1000, BLOCK=256)
+torch.testing.assert_close(y, x * 3 + 1)
+entry = os.path.join(os.environ["TILES_CACHE_DIR"], k.cache_key[:2], k.cache_key)
+print(k.n_regs > 0, dict.__contains__(k.asm, "cubin"), os.path.exists(os.path.join(entry, "kernel.cubin")))
+"""
+
+
+@pytest.mark.gpu
+def test_kernels_can_load_from_their_ptx(cache_dir, tmp_path):
+    """By default the driver's linker makes a cubin, which the cache keeps. With
+    `TILES_ASSEMBLER=load` the driver's JIT compiles the PTX as a whole program while loading
+    it: no cubin is made or cached, and a warm cache loads the PTX again. Each mode runs twice:
+    an empty cache, then a warm one. (CPU twin: test_ptxas_can_assemble_instead_of_the_driver[cpu]
+    validates the PTX.)"""
+    script = tmp_path / "load.py"
+    script.write_text(_LOAD_MODE_SCRIPT)
+    for mode, expected in (("", "True True True"), ("load", "True False False")):
+        env = dict(os.environ, TILES_ASSEMBLER=mode, TILES_CACHE_DIR=str(cache_dir))
+        for _ in range(2):
+            r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stderr[-3000:]
+            assert r.stdout.split() == expected.split(), mode
+
+
+def test_a_truncated_cubin_in_the_cache_is_not_loaded(cache_dir, monkeypatch, ptxas):
+    # Where the cache keeps cubins (here ptxas's, which needs no GPU), a cut one is refused and
+    # the entry rebuilt.
+    monkeypatch.setenv("TILES_ASSEMBLER", "ptxas")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", ptxas)
+    sig = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
+    a = tiles.compile(copy_kernel, signature=sig, constexprs={"BLOCK": 128})
+    cubin = a.asm["cubin"]
+    (entry,) = entries(cache_dir)
+    assert (entry / "kernel.cubin").read_bytes() == cubin
+    (entry / "kernel.cubin").write_bytes(cubin[: len(cubin) // 2])
+    b = tiles.compile(copy_kernel, signature=sig, constexprs={"BLOCK": 128})
+    assert not dict.__contains__(b.asm, "cubin")  # the cut cubin was not taken
+    assert b.asm["cubin"] == cubin and b.asm["ptx"] == a.asm["ptx"]
+
+
 def test_assembler_setting_and_ptxas_errors(monkeypatch, ptxas):
     from tiles.runtime import driver
 
+    for v, expected in (("", "driver"), ("Driver", "driver"), ("load", "load"), ("ptxas", "ptxas")):
+        monkeypatch.setenv("TILES_ASSEMBLER", v)
+        assert driver.assembler() == expected and driver.loads_ptx() == (expected == "load")
     monkeypatch.setenv("TILES_ASSEMBLER", "nvcc")
-    with pytest.raises(ValueError, match="TILES_ASSEMBLER"):
+    with pytest.raises(ValueError, match="TILES_ASSEMBLER='nvcc': expected 'driver', 'load' or 'ptxas'"):
         driver.assembler()
     monkeypatch.setenv("TILES_ASSEMBLER", "ptxas")
     monkeypatch.setenv("TRITON_PTXAS_PATH", ptxas)

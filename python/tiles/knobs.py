@@ -165,9 +165,9 @@ _MAPPED: Dict[str, Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]]] =
 class _NvidiaTool:
     """`knobs.nvidia.ptxas` and the like: where the tool is (`TRITON_PTXAS_PATH`, a pip
     `nvidia-cuda-nvcc`, PATH, or an installed Triton's bundle; None when absent: tiles needs
-    none unless `TILES_ASSEMBLER=ptxas`, the driver assembles
-    PTX) and its CUDA version. Without the tool, `version` is the driver's CUDA version (its
-    built-in assembler turns tiles' PTX into cubins), or "12.0" (the PTX ISA 8.0 tiles emits)
+    none unless `TILES_ASSEMBLER=ptxas`: the driver's JIT compiles PTX) and its CUDA version.
+    Without the tool, `version` is the driver's CUDA version (its built-in assembler compiles
+    tiles' PTX), or "12.0" (the PTX ISA 8.0 tiles emits)
     without a driver."""
 
     def __init__(self, name: str):

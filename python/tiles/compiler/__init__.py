@@ -29,7 +29,7 @@ class CompiledKernel:
     """One kernel compiled for one signature, specialisation and target.
 
     `asm` holds each stage's text: `tir` (IR from the frontend), `tir_opt` (after the
-    passes), `llir` (LLVM IR), `ptx`, and `cubin` (bytes) once loaded on a GPU.
+    passes), `llir` (LLVM IR), `ptx`, and `cubin` (bytes, assembled when first read; see `link`).
     """
 
     def __init__(self, name: str, out: Dict[str, Any], target: str, num_warps: int, num_stages: int,
@@ -73,10 +73,13 @@ class CompiledKernel:
         return hashlib.sha256(f"{self.name}\n{self.asm['ptx']}".encode()).hexdigest()
 
     def link(self) -> bytes:
-        """Assembles the PTX into a cubin for this process's GPU (the driver's JIT, without the
-        GIL; or ptxas, with `TILES_ASSEMBLER=ptxas`, which needs no GPU), once; the disk cache
-        keeps it. Launches and warmups call it on the thread that compiled the kernel, so
-        kernels warmed up on a pool assemble in parallel."""
+        """The PTX assembled into a cubin for this process's GPU, once: by the driver's JIT
+        linker (without the GIL; no toolkit needed) or by ptxas (`TILES_ASSEMBLER=ptxas`, no
+        GPU needed). Where kernels load from their PTX (`TILES_ASSEMBLER=load`, see
+        `driver.assembler`) this cubin is only for reading: the loaded kernel is the JIT's
+        whole-program build, which can differ in registers. Otherwise the disk cache keeps it,
+        and launches and warmups call this on the thread that compiled the kernel, so kernels
+        warmed up on a pool assemble in parallel."""
         cubin = self.asm.get("cubin")
         if cubin is None:
             from ..runtime import cache, driver
@@ -84,15 +87,15 @@ class CompiledKernel:
             t0 = time.perf_counter()
             cubin = driver.assemble(self.asm["ptx"], self.name, self.metadata.target)
             self.asm["cubin"] = cubin
-            if self.cache_key is not None:
+            if self.cache_key is not None and not driver.loads_ptx():
                 cache.store_cubin(self.cache_key, cubin)
             if _timing():
                 print(f"tiles: {self.name}: ptx->cubin {(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
         return cubin
 
     def load(self):
-        """Assembles the PTX (driver JIT) if not yet done and loads the module; returns the
-        loaded kernel."""
+        """Loads the module, once, and returns the loaded kernel: from the cubin `link` makes,
+        or from the PTX, which the driver's JIT compiles as it loads (`TILES_ASSEMBLER=load`)."""
         if self._loaded is None:
             from .. import knobs
             from ..runtime import driver
@@ -102,15 +105,18 @@ class CompiledKernel:
                 from ..errors import OutOfResources
 
                 raise OutOfResources(threads, 1024, "threads", self.name)
-            cubin = self.link()
+            from_ptx = driver.loads_ptx()
+            cubin = None if from_ptx else self.link()
             t0 = time.perf_counter()
             # The load hooks (HookChains): Triton's (module, function, name, metadata_group, hash).
             knobs.runtime.kernel_load_start_hook(None, None, self.name, {}, self.cache_key)
-            self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared)
+            self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared,
+                                               ptx=self.asm["ptx"] if from_ptx else None)
             knobs.runtime.kernel_load_end_hook(self._loaded.module, self._loaded.function, self.name, {},
                                                self.cache_key)
             if _timing():
-                print(f"tiles: {self.name}: load {(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
+                what = "ptx->module (the driver's JIT) " if from_ptx else "load "
+                print(f"tiles: {self.name}: {what}{(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
         return self._loaded
 
     def check_asserts(self) -> None:

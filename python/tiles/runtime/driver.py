@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 from ..errors import LaunchError
 
@@ -121,7 +121,11 @@ def warm_jit() -> None:
 
 def _warm() -> None:
     try:
-        link_ptx(_EMPTY_PTX, "tiles_jit_warmup")
+        if loads_ptx():
+            init()
+            _call(_native().cuda_warm_jit)
+        else:
+            link_ptx(_EMPTY_PTX, "tiles_jit_warmup")
     except Exception:  # noqa: BLE001 -- the kernel's own assembly reports any driver error
         pass
 
@@ -133,30 +137,45 @@ def link_ptx(ptx: str, name: str) -> bytes:
 
 
 def assembler() -> str:
-    """What turns PTX into cubins: "driver" (its JIT, the default) or "ptxas"
-    (`TILES_ASSEMBLER=ptxas`: the ptxas `knobs.nvidia.ptxas` finds, as Triton assembles). The
-    driver's JIT of the 580 drivers took more registers than ptxas 12.8 on 47 of 167 test
-    kernels (layernorm 56 against 32: half the occupancy)."""
+    """What turns PTX into machine code:
+    - "driver" (the default): the driver's JIT linker makes a cubin, which the disk cache
+      keeps. No toolkit is needed, and compiles on threads assemble in parallel.
+    - "load" (`TILES_ASSEMBLER=load`): the driver's JIT compiles the PTX as a whole program
+      while it loads the module, as ptxas does; the linker compiles it as relocatable code.
+      On the 580 drivers (stop 31, H200) the whole-program build took fewer registers for
+      46 of 167 test kernels (Liger's SwiGLU 48 against 132, fused layernorm 32 against 56:
+      +6.5 % bandwidth) but ran flash attention 4-6 % slower, and the driver compiles one
+      module load at a time, so warmups on 8 threads gained 1.0-1.5x instead of 6x. No cubin
+      comes out: the disk cache keeps the PTX and a later process compiles it again, unless
+      the driver's own cache (`~/.nv/ComputeCache`) has it.
+    - "ptxas" (`TILES_ASSEMBLER=ptxas`): the ptxas `knobs.nvidia.ptxas` finds, as Triton
+      assembles (a whole-program build); no GPU needed."""
     v = os.environ.get("TILES_ASSEMBLER", "").strip().lower()
     if v in ("", "driver"):
         return "driver"
-    if v == "ptxas":
-        return "ptxas"
-    raise ValueError(f"TILES_ASSEMBLER={v!r}: expected 'driver' or 'ptxas'")
+    if v in ("load", "ptxas"):
+        return v
+    raise ValueError(f"TILES_ASSEMBLER={v!r}: expected 'driver', 'load' or 'ptxas'")
 
 
 def _jit_assembles() -> bool:
     """Whether the driver's JIT assembles (a bad `TILES_ASSEMBLER` is reported by the assembly)."""
     try:
-        return assembler() == "driver"
+        return assembler() != "ptxas"
     except ValueError:
         return False
 
 
+def loads_ptx() -> bool:
+    """Whether kernels load from their PTX (the "load" assembler) rather than from a cubin."""
+    return assembler() == "load"
+
+
 def assemble(ptx: str, name: str, target: str) -> bytes:
-    """The cubin of `ptx` for `target` (`sm_90a`), from the `assembler()` in use. ptxas needs
-    no GPU; it runs as a process of its own, so the GIL is free meanwhile."""
-    if assembler() == "driver":
+    """The cubin of `ptx` for `target` (`sm_90a`), from the `assembler()` in use; the driver's
+    JIT linker for "load" as for "driver" (the whole-program JIT that loads kernels gives no
+    cubin). ptxas needs no GPU; it runs as a process of its own, so the GIL is free meanwhile."""
+    if assembler() != "ptxas":
         try:
             init()
         except LaunchError as e:
@@ -184,16 +203,21 @@ def assemble(ptx: str, name: str, target: str) -> bytes:
 
 
 class LoadedKernel:
-    """A kernel function in a loaded module, with its resource usage."""
+    """A kernel function in a loaded module, with its resource usage: loaded from a cubin, or
+    from PTX (`ptx=`), which the driver's JIT compiles as it loads."""
 
-    def __init__(self, cubin: bytes, name: str, shared: int):
+    def __init__(self, cubin: Optional[bytes], name: str, shared: int, ptx: Optional[str] = None):
         init()
         if shared > 48 * 1024 and shared > _state["max_shared"]:
             from ..errors import OutOfResources
 
             raise OutOfResources(shared, _state["max_shared"], "shared memory", name)
         self._cubin = cubin
-        self.module, self.function, self.n_regs, self.n_spills = _call(_native().cuda_load, cubin, name, shared)
+        if cubin is None:
+            loaded = _call(_native().cuda_load_ptx, ptx, name, shared)
+        else:
+            loaded = _call(_native().cuda_load, cubin, name, shared)
+        self.module, self.function, self.n_regs, self.n_spills = loaded
         self.shared = shared
         self.handle = int(self.function)
         self._assert_addr = None
