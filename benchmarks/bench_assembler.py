@@ -1,7 +1,9 @@
-"""The driver's JIT against ptxas as tiles' assembler, with Triton beside them, one run.
+"""tiles' three assemblers, with Triton beside them, one run.
 
-tiles hands its PTX to the driver's JIT by default; `TILES_ASSEMBLER=ptxas` assembles with
-ptxas, as Triton does (here Triton's bundled ptxas unless `TRITON_PTXAS_PATH` names another).
+tiles makes cubins with the driver's JIT linker by default (relocatable code);
+`TILES_ASSEMBLER=load` has the driver's JIT compile the PTX as it loads the module (a
+whole-program build); `TILES_ASSEMBLER=ptxas` assembles with ptxas, as Triton does (here Triton's bundled ptxas
+unless `TRITON_PTXAS_PATH` names another).
 For each kernel: bandwidth or TFLOP/s and the registers per thread of tiles with each assembler
 and of Triton.
 
@@ -58,7 +60,8 @@ def main():
     import triton.testing
 
     res = {"gpu": torch.cuda.get_device_name(), "ptxas": os.environ["TRITON_PTXAS_PATH"], "cases": []}
-    variants = [("tiles_driver", "tiles", "driver"), ("tiles_ptxas", "tiles", "ptxas"), ("triton", "triton", None)]
+    variants = [("tiles_driver", "tiles", "driver"), ("tiles_load", "tiles", "load"), ("tiles_ptxas", "tiles", "ptxas"),
+                ("triton", "triton", None)]
 
     def measure(case, unit, work, make):
         """`make(mod, variant)` loads a fresh module (each variant's kernels are its own, built with

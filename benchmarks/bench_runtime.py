@@ -72,10 +72,15 @@ print(f"{{(t2 - t1) * 1e3:.2f}} {{(t2 - t0) * 1e3:.2f}}")
 def first_call(mod: str, cache: str, case: str = "vector_add"):
     """(first call, first call with the import) in a fresh process, ms. The driver's own cache of
     PTX it assembled (`~/.nv/ComputeCache`) is off: with it, every run after the first would
-    skip assembling tiles' PTX, which an empty cache must pay (Triton ships cubins, unaffected)."""
+    skip assembling tiles' PTX, which an empty cache must pay (Triton ships cubins, unaffected).
+    With `TILES_ASSEMBLER=load` the disk cache holds no cubins, so the driver's cache is on,
+    moved into `cache`: empty for the first call, warm for the next, as on a user's machine."""
     setup, load, call, check = CASES[case]
     src = FIRST_CALL.format(mod=mod, here=HERE, setup=setup, load=load.format(mod=mod), call=call, check=check)
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TILES_CACHE_DIR=cache, CUDA_CACHE_DISABLE="1")
+    if mod == "tiles" and os.environ.get("TILES_ASSEMBLER", "").strip().lower() == "load":
+        env.update(CUDA_CACHE_PATH=os.path.join(cache, "nv"))
+        env.pop("CUDA_CACHE_DISABLE")
     r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env, timeout=120)
     if r.returncode:
         raise RuntimeError(r.stderr)
@@ -131,6 +136,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--cases", default=",".join(CASES), help="first-call cases, comma-separated")
     ap.add_argument("--first-calls-only", action="store_true", help="skip one-more-kernel and the thread figures")
+    ap.add_argument("--mods", default="tiles,triton", help="compilers, comma-separated")
     a = ap.parse_args()
     res = {}
 
@@ -139,7 +145,7 @@ def main():
             with open(a.json, "w") as f:
                 json.dump(res, f, indent=2)
 
-    for mod in ("tiles", "triton"):
+    for mod in a.mods.split(","):
         for case in a.cases.split(","):
             colds, warms = [], []
             for _ in range(3):
@@ -165,7 +171,7 @@ def main():
         res[f"tiles_processes_{k}_speedup"] = processes(k)
         save()
     res["cpu_cores"] = os.cpu_count()
-    for mod in ("tiles", "triton"):
+    for mod in a.mods.split(","):
         print(f"{mod}: one more kernel {res[f'{mod}_one_more_kernel_ms']:.1f} ms")
     print(f"compile_many: K kernels on 4 / 8 threads {res['tiles_threads_4_speedup']:.2f}x / "
           f"{res['tiles_threads_8_speedup']:.2f}x, 4K kernels {res['tiles_threads_4_x4_speedup']:.2f}x / "

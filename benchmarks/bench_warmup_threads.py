@@ -1,9 +1,9 @@
 """Warming kernels up on threads, as a model server does at start: K distinct kernels warmed up
 one after another, then K others under `AsyncCompileMode` on a pool of K threads, the best of a
 few rounds of each (on a GPU machine: each warmup compiles, assembles the PTX with the driver
-and loads the module). Each kernel is a copy of the source with its own mark, so that every
-warmup compiles under both compilers; Triton's figures for the same kernels come from the same
-run.
+and loads the module; the driver's cache of compiled PTX is off). Each kernel is a copy of the
+source with its own mark, so that every warmup compiles under both compilers; Triton's figures
+for the same kernels come from the same run.
 
 Usage (on a GPU machine): python benchmarks/bench_warmup_threads.py [--json out.json]
     [--mods tiles,triton] [--rounds 3]
@@ -97,6 +97,9 @@ def main():
     a = ap.parse_args()
     os.environ["TILES_CACHE_DIR"] = tempfile.mkdtemp()
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+    # The copies differ in their source only, so their PTX is the same: the driver's cache would
+    # skip every JIT compile after the first (tiles' default) or the first link (`link`).
+    os.environ["CUDA_CACHE_DISABLE"] = "1"
     import torch
 
     torch.zeros(1, device="cuda")
