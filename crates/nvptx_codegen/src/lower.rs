@@ -90,6 +90,9 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// The target converts to fp8 in hardware (`cvt.rn.satfinite.e4m3x2/e5m2x2`; sm_89 has it
     /// too, but only from PTX 8.1, above what tiles emits for it).
     pub fp8_cvt: bool,
+    /// The target rounds two f32s into an f16x2 or bf16x2 word in one instruction
+    /// (`cvt.rn.f16x2.f32`, sm_80).
+    pub x2_cvt: bool,
     pub fp_fusion: bool,
     /// [`crate::CodegenOptions::keep_subnormals`].
     pub keep_subnormals: bool,
@@ -520,6 +523,7 @@ pub(crate) fn lower_kernel<'ctx>(
         fp_fusion: options.fp_fusion,
         keep_subnormals: options.keep_subnormals,
         fp8_cvt: target.capability >= 90,
+        x2_cvt: target.capability >= 80,
         staged: HashMap::new(),
         deferrable: deferrable_conversions(func),
         views: HashMap::new(),

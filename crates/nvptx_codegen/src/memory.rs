@@ -67,6 +67,16 @@ impl<'ctx> Lowering<'ctx, '_> {
     fn pack_words(&self, d: DType, vals: &[BasicValueEnum<'ctx>]) -> R<Vec<BasicValueEnum<'ctx>>> {
         let mt = memory_type(self.cx, d);
         let (wbits, nw, rbits) = Self::words(d, vals.len());
+        if let Some(words) = self.pack_rounded_pairs(d, vals)? {
+            let words = words.into_vector_value();
+            return (0..nw)
+                .map(|i| {
+                    Ok(self
+                        .b
+                        .build_extract_element(words, self.i32(i as u64), "w")?)
+                })
+                .collect();
+        }
         let mut v = vector_of(mt, vals.len() as u32).get_undef();
         for (i, &x) in vals.iter().enumerate() {
             let x = if d == DType::I1 {
@@ -428,6 +438,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let x = self.register_to_memory(d, vals[0])?;
                 self.address_next_to_use(addr);
                 self.b.build_store(addr, x)?
+            } else if let Some(words) = self.pack_rounded_pairs(d, vals)? {
+                self.address_next_to_use(addr);
+                self.b.build_store(addr, words)?
             } else {
                 let mut v = vector_of(mt, vec as u32).get_undef();
                 for (i, &x) in vals.iter().enumerate() {

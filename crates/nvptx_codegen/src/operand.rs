@@ -12,7 +12,7 @@
 
 use crate::lower::{int_type, Geometry, Lowering, R};
 use inkwell::types::BasicTypeEnum;
-use inkwell::values::{BasicValueEnum, InstructionOpcode, IntValue, PointerValue};
+use inkwell::values::{BasicValue, BasicValueEnum, InstructionOpcode, IntValue, PointerValue};
 use std::collections::HashMap;
 use tile_ir::{DType, Elem, Op, OpKind, Value};
 
@@ -330,6 +330,9 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// Elements packed into one vector of 32-bit words (or one narrower integer).
     pub fn pack_bits(&self, d: DType, vals: &[BasicValueEnum<'ctx>]) -> R<BasicValueEnum<'ctx>> {
+        if let Some(words) = self.pack_rounded_pairs(d, vals)? {
+            return Ok(words);
+        }
         let mt = crate::lower::memory_type(self.cx, d);
         let mut v = crate::lower::vector_of(mt, vals.len() as u32).get_undef();
         for (k, &x) in vals.iter().enumerate() {
@@ -345,6 +348,47 @@ impl<'ctx> Lowering<'ctx, '_> {
             int_type(self.cx, bits).into()
         };
         Ok(self.b.build_bit_cast(v, t, "pk")?)
+    }
+
+    /// 16-bit floats that are each an f32 rounded (`fptrunc`), as a matmul's epilogue has its
+    /// accumulators, packed into 32-bit words (a vector of them) with one `cvt.rn.f16x2.f32`
+    /// (`bf16x2`) per word, built from the f32s; None where a value is not such a rounding.
+    /// The roundings left without users are deleted.
+    pub(crate) fn pack_rounded_pairs(
+        &self,
+        d: DType,
+        vals: &[BasicValueEnum<'ctx>],
+    ) -> R<Option<BasicValueEnum<'ctx>>> {
+        let name = match d {
+            DType::F16 => "llvm.nvvm.ff2f16x2.rn",
+            DType::BF16 => "llvm.nvvm.ff2bf16x2.rn",
+            _ => return Ok(None),
+        };
+        if !self.x2_cvt || !vals.len().is_multiple_of(2) {
+            return Ok(None);
+        }
+        let f32t = self.cx.f32_type();
+        let source = |v: &BasicValueEnum<'ctx>| {
+            let i = v.as_instruction_value()?;
+            let from = i.get_operand(0)?.value()?;
+            (i.get_opcode() == InstructionOpcode::FPTrunc && from.get_type() == f32t.into())
+                .then_some(from)
+        };
+        let Some(srcs) = vals.iter().map(source).collect::<Option<Vec<_>>>() else {
+            return Ok(None);
+        };
+        let i32t = self.cx.i32_type();
+        let n = vals.len() as u32 / 2;
+        let mut words = i32t.vec_type(n).get_undef();
+        for k in 0..n as usize {
+            // The instruction's first operand fills the upper half: element 2k+1.
+            let x2 = self.call_intrinsic(name, &[], &[srcs[2 * k + 1], srcs[2 * k]])?;
+            let w = self.b.build_bit_cast(x2, i32t, "x2")?;
+            words = self
+                .b
+                .build_insert_element(words, w, self.i32(k as u64), "x2")?;
+        }
+        Ok(Some(words.into()))
     }
 
     /// One element of a shared tile, in register form.
