@@ -568,6 +568,19 @@ def test_ptxas_is_found_in_an_installed_tritons_bundle(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "nvidia", None)  # no pip nvidia-cuda-nvcc
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert knobs.nvidia.ptxas.path == str(tool)
+    # Triton imported: its spec still leads to the bundle.
+    import importlib.util
+    import types
+
+    imported = types.ModuleType("triton")
+    imported.__spec__ = importlib.util.spec_from_file_location("triton", tmp_path / "triton" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "triton", imported)
+    assert knobs.nvidia.ptxas.path == str(tool)
+    # tiles aliased as triton (TILES_AS_TRITON) bundles none; nor does a module without a spec.
+    monkeypatch.setitem(sys.modules, "triton", tiles)
+    assert knobs.nvidia.ptxas.path is None
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    assert knobs.nvidia.ptxas.path is None
 
 
 def test_peak_figure_helpers_follow_the_device_properties():

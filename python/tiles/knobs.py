@@ -193,11 +193,14 @@ class _NvidiaTool:
         found = shutil.which(self.name)
         if found:
             return found
-        # Last, the copy an installed Triton bundles (found without importing Triton).
+        # Last, the copy an installed Triton bundles: found without importing Triton, and from an
+        # imported one's spec (`TILES_AS_TRITON`'s alias is tiles itself, which bundles none).
         import importlib.util
-        import sys
 
-        spec = importlib.util.find_spec("triton") if "triton" not in sys.modules else None
+        try:
+            spec = importlib.util.find_spec("triton")
+        except (ImportError, ValueError):  # ValueError: an imported `triton` without a spec
+            spec = None
         if spec is not None and spec.origin:
             bundled = os.path.join(os.path.dirname(spec.origin), "backends", "nvidia", "bin", self.name)
             if os.access(bundled, os.X_OK):
