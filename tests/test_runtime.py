@@ -441,6 +441,7 @@ def test_jit_warmup_ptx_assembles():
     from tiles.runtime import driver
 
     assert driver.link_ptx(driver._EMPTY_PTX, "tiles_jit_warmup")[:4] == b"\x7fELF"
+    driver._native().cuda_warm_jit(driver._EMPTY_PTX, "tiles_jit_warmup")  # TILES_ASSEMBLER=load's
 
 
 _PTXAS_ASSEMBLY_SCRIPT = """

@@ -325,11 +325,10 @@ pub fn load_ptx(ptx: &str, name: &str, shared: u32) -> R<Loaded> {
     function(a, module, &cname, shared)
 }
 
-/// Loads a tiny PTX module and unloads it: a process's first JIT compile pays the JIT's start.
-pub fn warm_jit() -> R<()> {
-    const EMPTY: &str =
-        ".version 7.0\n.target sm_52\n.address_size 64\n.visible .entry tiles_jit_warmup()\n{\n\tret;\n}\n";
-    let l = load_ptx(EMPTY, "tiles_jit_warmup", 0)?;
+/// Loads `ptx` (a tiny module) and unloads it: a process's first JIT compile pays the JIT's
+/// start.
+pub fn warm_jit(ptx: &str, name: &str) -> R<()> {
+    let l = load_ptx(ptx, name, 0)?;
     let a = api()?;
     // SAFETY: the module was loaded just above and nothing else holds it.
     unsafe {
@@ -623,10 +622,11 @@ pub mod py {
         Ok((l.module, l.function, l.n_regs, l.n_spills))
     }
 
-    /// Starts the driver's JIT (a tiny module, loaded and unloaded), without the GIL.
+    /// Starts the driver's JIT (`ptx`, a tiny module, loaded and unloaded), without the GIL.
     #[pyfunction]
-    pub fn cuda_warm_jit(py: Python<'_>) -> PyResult<()> {
-        py.detach(warm_jit).map_err(err)
+    pub fn cuda_warm_jit(py: Python<'_>, ptx: &str, name: &str) -> PyResult<()> {
+        let (ptx, name) = (ptx.to_string(), name.to_string());
+        py.detach(move || warm_jit(&ptx, &name)).map_err(err)
     }
 
     /// The device address of a module global (0 if absent).

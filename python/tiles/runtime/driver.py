@@ -123,7 +123,7 @@ def _warm() -> None:
     try:
         if loads_ptx():
             init()
-            _call(_native().cuda_warm_jit)
+            _call(_native().cuda_warm_jit, _EMPTY_PTX, "tiles_jit_warmup")
         else:
             link_ptx(_EMPTY_PTX, "tiles_jit_warmup")
     except Exception:  # noqa: BLE001 -- the kernel's own assembly reports any driver error
