@@ -98,7 +98,7 @@ def main():
     os.environ["TILES_CACHE_DIR"] = tempfile.mkdtemp()
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
     # The copies differ in their source only, so their PTX is the same: the driver's cache would
-    # skip every JIT compile after the first (tiles' default) or the first link (`link`).
+    # answer every assembly after the first (its linker's, tiles' default, as its loads').
     os.environ["CUDA_CACHE_DISABLE"] = "1"
     import torch
 

@@ -167,8 +167,7 @@ class _NvidiaTool:
     `nvidia-cuda-nvcc`, PATH, or an installed Triton's bundle; None when absent: tiles needs
     none unless `TILES_ASSEMBLER=ptxas`: the driver's JIT compiles PTX) and its CUDA version.
     Without the tool, `version` is the driver's CUDA version (its built-in assembler compiles
-    tiles' PTX), or "12.0" (the PTX ISA 8.0 tiles emits)
-    without a driver."""
+    tiles' PTX), or "12.0" (the PTX ISA 8.0 tiles emits) without a driver."""
 
     def __init__(self, name: str):
         self.name = name

@@ -36,8 +36,9 @@ use inkwell::llvm_sys::LLVMOpcode;
 use std::collections::HashMap;
 
 /// Intrinsics without side effects that may move (by name prefix).
-const PURE_INTRINSICS: [&str; 8] = [
+const PURE_INTRINSICS: [&str; 9] = [
     "llvm.fma.",
+    "llvm.nvvm.ff2", // two f32s rounded into f16x2 / bf16x2 (`pack_rounded_pairs`)
     "llvm.fmuladd.",
     "llvm.fabs.",
     "llvm.minnum.",

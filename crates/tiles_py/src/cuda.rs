@@ -291,10 +291,10 @@ pub fn load(cubin: &[u8], name: &str, shared: u32) -> R<Loaded> {
 /// registers for 46 of 167 test kernels on the 580 drivers (Liger's SwiGLU 132 against 48).
 /// The 580 drivers compile one such load at a time: loads on several threads do not overlap,
 /// where links do. The JIT's error log is in the error.
-pub fn load_ptx(ptx: &str, name: &str, shared: u32) -> R<Loaded> {
+pub fn load_ptx(ptx: &[u8], name: &str, shared: u32) -> R<Loaded> {
     let a = api()?;
     let cname = CString::new(name).map_err(|_| CudaError("kernel name has a NUL".into()))?;
-    let mut data = ptx.as_bytes().to_vec();
+    let mut data = ptx.to_vec();
     data.push(0);
     let mut log = vec![0u8; 16 * 1024];
     let mut keys = [JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
@@ -328,7 +328,7 @@ pub fn load_ptx(ptx: &str, name: &str, shared: u32) -> R<Loaded> {
 /// Loads `ptx` (a tiny module) and unloads it: a process's first JIT compile pays the JIT's
 /// start.
 pub fn warm_jit(ptx: &str, name: &str) -> R<()> {
-    let l = load_ptx(ptx, name, 0)?;
+    let l = load_ptx(ptx.as_bytes(), name, 0)?;
     let a = api()?;
     // SAFETY: the module was loaded just above and nothing else holds it.
     unsafe {
@@ -591,33 +591,26 @@ pub mod py {
         Ok(PyBytes::new(py, &cubin))
     }
 
-    /// Loads a cubin: `(module, function, n_regs, n_spills)`.
+    /// Loads a cubin, or PTX (`ptx=True`: the driver's JIT compiles it as a whole program),
+    /// without the GIL: `(module, function, n_regs, n_spills)`.
     #[pyfunction]
+    #[pyo3(signature = (image, name, shared, ptx = false))]
     pub fn cuda_load(
         py: Python<'_>,
-        cubin: &[u8],
+        image: &[u8],
         name: &str,
         shared: u32,
+        ptx: bool,
     ) -> PyResult<(usize, usize, i32, i32)> {
-        let (cubin, name) = (cubin.to_vec(), name.to_string());
+        let (image, name) = (image.to_vec(), name.to_string());
         let l = py
-            .detach(move || load(&cubin, &name, shared))
-            .map_err(err)?;
-        Ok((l.module, l.function, l.n_regs, l.n_spills))
-    }
-
-    /// Loads PTX, compiled by the driver's JIT as a whole program, without the GIL:
-    /// `(module, function, n_regs, n_spills)`.
-    #[pyfunction]
-    pub fn cuda_load_ptx(
-        py: Python<'_>,
-        ptx: &str,
-        name: &str,
-        shared: u32,
-    ) -> PyResult<(usize, usize, i32, i32)> {
-        let (ptx, name) = (ptx.to_string(), name.to_string());
-        let l = py
-            .detach(move || load_ptx(&ptx, &name, shared))
+            .detach(move || {
+                if ptx {
+                    load_ptx(&image, &name, shared)
+                } else {
+                    load(&image, &name, shared)
+                }
+            })
             .map_err(err)?;
         Ok((l.module, l.function, l.n_regs, l.n_spills))
     }
@@ -712,7 +705,6 @@ pub mod py {
         m.add_function(wrap_pyfunction!(cuda_device_attribute, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_link_ptx, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_load, m)?)?;
-        m.add_function(wrap_pyfunction!(cuda_load_ptx, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_warm_jit, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_global_address, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_read_and_clear_u32, m)?)?;

@@ -110,8 +110,7 @@ class CompiledKernel:
             t0 = time.perf_counter()
             # The load hooks (HookChains): Triton's (module, function, name, metadata_group, hash).
             knobs.runtime.kernel_load_start_hook(None, None, self.name, {}, self.cache_key)
-            self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared,
-                                               ptx=self.asm["ptx"] if from_ptx else None)
+            self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared, ptx=self.asm["ptx"])
             knobs.runtime.kernel_load_end_hook(self._loaded.module, self._loaded.function, self.name, {},
                                                self.cache_key)
             if _timing():

@@ -204,7 +204,7 @@ def assemble(ptx: str, name: str, target: str) -> bytes:
 
 class LoadedKernel:
     """A kernel function in a loaded module, with its resource usage: loaded from a cubin, or
-    from PTX (`ptx=`), which the driver's JIT compiles as it loads."""
+    without one from `ptx`, which the driver's JIT then compiles as it loads."""
 
     def __init__(self, cubin: Optional[bytes], name: str, shared: int, ptx: Optional[str] = None):
         init()
@@ -213,11 +213,9 @@ class LoadedKernel:
 
             raise OutOfResources(shared, _state["max_shared"], "shared memory", name)
         self._cubin = cubin
-        if cubin is None:
-            loaded = _call(_native().cuda_load_ptx, ptx, name, shared)
-        else:
-            loaded = _call(_native().cuda_load, cubin, name, shared)
-        self.module, self.function, self.n_regs, self.n_spills = loaded
+        image = cubin if cubin is not None else ptx.encode()
+        self.module, self.function, self.n_regs, self.n_spills = _call(_native().cuda_load, image, name, shared,
+                                                                       cubin is None)
         self.shared = shared
         self.handle = int(self.function)
         self._assert_addr = None
