@@ -134,6 +134,44 @@ def test_dot_transposed_operands(dev, rng, trans_a, trans_b, dt):
     assert _rel_err(out, ref) <= (1e-2 if dt == "float16" else 1e-3)
 
 
+FMA_SHAPES = [((16, 16, 16), 1), ((32, 32, 32), 4), ((64, 32, 16), 4), ((32, 64, 8), 8), ((64, 64, 32), 8)]
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("blocks,num_warps", FMA_SHAPES, ids=[f"{b[0]}x{b[1]}x{b[2]}w{w}" for b, w in FMA_SHAPES])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_fma_dot_operands_stored_either_way(dev, rng, trans_a, trans_b, blocks, num_warps, dt):
+    # Dots on CUDA cores (fp32 ieee, fp64) read their shared-memory operands in vector runs,
+    # along K or along the rows / columns, whichever way each operand is stored.
+    out, ref = run_matmul(dev, rng, 70, 90, 100, dt, dt, dt, "ieee", blocks=blocks, num_warps=num_warps,
+                          trans_a=trans_a, trans_b=trans_b)
+    assert _rel_err(out, ref) <= (1e-5 if dt == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_fma_dot_reads_shared_memory_in_vectors(ptxas, trans_a, trans_b, dt):
+    from test_compile import assemble
+
+    ones = ("stride_am", "stride_bk") if trans_a else ("stride_ak", "stride_bn")
+    sig = dict(SIG, a_ptr=PTR[dt], b_ptr=PTR[dt], c_ptr=PTR[dt], K="i32:16",
+               **{s: "i32:16" for s in ("stride_am", "stride_ak", "stride_bk", "stride_bn") if s not in ones})
+    k = tiles.compile(matmul_kernel, signature=sig,
+                      constexprs={"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "ACC": TL[dt],
+                                  "PRECISION": "ieee", "FORM": "acc", "STAGES": 1},
+                      specialization={"a_ptr": 16, "b_ptr": 16, "c_ptr": 16}, equal_to_1=ones + ("stride_cn",),
+                      target="sm_90a", num_warps=4)
+    ptx = k.asm["ptx"]
+    # 32 K steps of 2 rows of `a` and 4 columns of `b` a thread, in runs of 16 bytes: at least 48
+    # vector loads; scalar ones (at most 8) only where the epilogue converts the result's layout.
+    # (Element by element, LLVM merged under a fifth of them.)
+    loads = [ln for ln in ptx.splitlines() if "ld.shared" in ln]
+    vector = sum("ld.shared.v" in ln for ln in loads)
+    assert vector >= 48 and len(loads) - vector <= 8, loads
+    report = assemble(ptxas, ptx, "sm_90a")
+    assert "0 bytes spill stores" in report, report
+
+
 @pytest.mark.parametrize("blocks,num_warps", [((16, 16, 16), 1), ((64, 64, 32), 4), ((128, 64, 32), 4),
                                               ((64, 128, 64), 8), ((16, 64, 32), 8), ((128, 128, 32), 8)])
 def test_dot_block_shapes_and_warps(dev, rng, blocks, num_warps):

@@ -64,6 +64,9 @@ pub(crate) struct Geometry<'ctx> {
     /// An exclusive bound of each of `thread`'s offsets (the threads' footprint, at most the
     /// tile's size).
     pub thread_bound: Vec<u32>,
+    /// A power of two that divides each of `thread`'s offsets in every thread (their
+    /// alignment: the smallest step between lanes or warps along the dimension).
+    pub thread_align: Vec<u32>,
     pub owner: Option<IntValue<'ctx>>,
 }
 
@@ -681,6 +684,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.b.position_before(&term);
         let mut thread = Vec::new();
         let mut thread_bound = Vec::new();
+        let mut thread_align = Vec::new();
         let mut owner: Option<IntValue> = None;
         let mut and = |lw: &Self, c: IntValue<'ctx>| -> R<()> {
             owner = Some(match owner {
@@ -709,6 +713,16 @@ impl<'ctx> Lowering<'ctx, '_> {
             let most =
                 m.lane_mask as u64 * m.lane_mul as u64 + m.warp_mask as u64 * m.warp_mul as u64;
             thread_bound.push((most + 1).min(size) as u32);
+            // Wrapping (a mask of a power-of-two size) keeps an alignment below the size.
+            let step = |mask: u32, mul: u32| {
+                if mask == 0 || mul == 0 {
+                    u32::MAX
+                } else {
+                    1 << mul.trailing_zeros()
+                }
+            };
+            let align = step(m.lane_mask, m.lane_mul).min(step(m.warp_mask, m.warp_mul));
+            thread_align.push(align.min(shape[d].next_power_of_two()).max(1));
         }
         for m in &sliced {
             if m.lane_mask != 0 || m.warp_mask != 0 {
@@ -726,6 +740,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             regs,
             thread,
             thread_bound,
+            thread_align,
             owner,
         });
         self.geometry.insert(key, g.clone());

@@ -312,7 +312,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 let packed = self.pack_bits(d, vals)?;
                 let st = self.b.build_store(p, packed)?;
                 st.set_alignment((word_bits / 8).min(16))
-                    .map_err(|e| crate::CodegenError::Internal(e.to_string()))?;
+                    .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
             }
         }
         Ok(tile)
@@ -415,6 +415,44 @@ impl<'ctx> Lowering<'ctx, '_> {
         } else {
             x
         })
+    }
+
+    /// The most elements one vector load may read along `t`'s contiguous dimension: a swizzle
+    /// chunk (16 bytes), at most the row; one for `i1` tiles (stored as bytes, read one by one).
+    pub fn smem_run_limit(t: &SmemTile<'ctx>) -> u32 {
+        if t.elem == DType::I1 {
+            1
+        } else {
+            t.swz.vec.min(t.dims[t.contig]).max(1)
+        }
+    }
+
+    /// `w` consecutive elements of a shared tile along its contiguous dimension, from element
+    /// `(i, j)`, in one vector load. The caller guarantees the run's start is a multiple of `w`
+    /// (a power of two within [`Self::smem_run_limit`]): it then lies in one swizzle chunk,
+    /// where storage is contiguous, and wraps (small tiles) as a whole.
+    pub fn smem_load_run(
+        &self,
+        t: &SmemTile<'ctx>,
+        i: IntValue<'ctx>,
+        j: IntValue<'ctx>,
+        w: u32,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        if w == 1 {
+            return Ok(vec![self.smem_load_elem(t, i, j)?]);
+        }
+        let idx = self.smem_index(t, i, j)?;
+        let p = self.smem_ptr(t, idx)?;
+        let vt = crate::lower::vector_of(crate::lower::memory_type(self.cx, t.elem), w);
+        let x = self.b.build_load(vt, p, "lv")?;
+        if let Some(ins) = x.as_instruction_value() {
+            ins.set_alignment(w * t.elem.bytes())
+                .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
+        }
+        let x = x.into_vector_value();
+        (0..w)
+            .map(|e| Ok(self.b.build_extract_element(x, self.i32(e as u64), "le")?))
+            .collect()
     }
 
     /// `ldmatrix` of `n` 8×8 b16 matrices; lane `l` gives the row address `addr` of matrix

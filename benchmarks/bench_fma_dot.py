@@ -1,0 +1,99 @@
+"""Dots on CUDA cores: fp32 matmul with `input_precision="ieee"` and fp64 matmul, tiles against
+Triton, one run.
+
+The kernel is the grouped matmul of Triton's tutorial with the precision and accumulator dtype
+as parameters, written once and run by both compilers. `b` is stored two ways: [K, N]
+row-major and [N, K] (read through its strides), so each dot operand is read from shared memory
+along and across K. FLOP/s = 2 M N K / time.
+
+Usage (GPU machine): python benchmarks/bench_fma_dot.py [--json out.json] [--size 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+
+from _source import load_source
+
+SRC = '''
+import {mod} as triton
+import {mod}.language as tl
+
+
+@triton.jit
+def matmul_fma(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+               ACC: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=ACC)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :], acc)
+'''
+
+# (dtype, BLOCK_M, BLOCK_N, BLOCK_K, warps)
+CONFIGS = [("fp32", 64, 64, 32, 4), ("fp32", 128, 128, 32, 8), ("fp32", 64, 64, 16, 4), ("fp64", 64, 64, 16, 4)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--size", type=int, default=2048)
+    ap.add_argument("--mods", default="tiles,triton")
+    args = ap.parse_args()
+    import torch
+    import triton.testing
+
+    n = args.size
+    res = {"gpu": torch.cuda.get_device_name(), "size": n}
+    mods = {mod: load_source(SRC.format(mod=mod), f"fmadot_{mod}") for mod in args.mods.split(",")}
+    for dt, bm, bn, bk, warps in CONFIGS:
+        tdt = torch.float32 if dt == "fp32" else torch.float64
+        a = torch.randn((n, n), device="cuda", dtype=tdt)
+        b_kn = torch.randn((n, n), device="cuda", dtype=tdt)
+        b_nk = b_kn.t().contiguous()
+        ref = a.double() @ b_kn.double()
+        for bname, (bt, sbk, sbn) in {"b_kn": (b_kn, n, 1), "b_nk": (b_nk, 1, n)}.items():
+            for mod, m in mods.items():
+                c = torch.empty((n, n), dtype=tdt, device="cuda")
+                grid = ((n // bm) * (n // bn),)
+                acc = m.tl.float32 if dt == "fp32" else m.tl.float64
+
+                run = functools.partial(m.matmul_fma[grid], a, bt, c, n, n, n, n, 1, sbk, sbn, n, 1, BLOCK_M=bm,
+                                        BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, ACC=acc, num_warps=warps)
+
+                run()
+                err = ((c.double() - ref).norm() / ref.norm()).item()
+                assert err < (1e-5 if dt == "fp32" else 1e-12), (mod, dt, bname, err)
+                ms = triton.testing.do_bench(run, warmup=50, rep=400)
+                key = f"{mod}_{dt}_{bm}x{bn}x{bk}w{warps}_{bname}_tflops"
+                res[key] = round(2 * n**3 / (ms * 1e-3) / 1e12, 2)
+                print(f"{key}: {res[key]}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
