@@ -1,5 +1,5 @@
-"""Dots on CUDA cores: fp32 matmul with `input_precision="ieee"` and fp64 matmul, tiles against
-Triton, one run.
+"""fp32 matmul with `input_precision="ieee"` (CUDA cores) and fp64 matmul (tensor cores, `mma.sync`
+f64, in both compilers), tiles against Triton, one run.
 
 The kernel is the grouped matmul of Triton's tutorial with the precision and accumulator dtype
 as parameters, written once and run by both compilers. `b` is stored two ways: [K, N]
@@ -53,7 +53,8 @@ def matmul_fma(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, st
 '''
 
 # (dtype, BLOCK_M, BLOCK_N, BLOCK_K, warps)
-CONFIGS = [("fp32", 64, 64, 32, 4), ("fp32", 128, 128, 32, 8), ("fp32", 64, 64, 16, 4), ("fp64", 64, 64, 16, 4)]
+CONFIGS = [("fp32", 64, 64, 32, 4), ("fp32", 128, 128, 32, 8), ("fp32", 64, 64, 16, 4), ("fp64", 64, 64, 16, 4),
+           ("fp64", 64, 64, 32, 4), ("fp64", 128, 64, 16, 8)]
 
 
 def main():

@@ -140,17 +140,19 @@ FMA_SHAPES = [((16, 16, 16), 1), ((32, 32, 32), 4), ((64, 32, 16), 4), ((32, 64,
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("blocks,num_warps", FMA_SHAPES, ids=[f"{b[0]}x{b[1]}x{b[2]}w{w}" for b, w in FMA_SHAPES])
 @pytest.mark.parametrize("dt", ["float32", "float64"])
-def test_fma_dot_operands_stored_either_way(dev, rng, trans_a, trans_b, blocks, num_warps, dt):
-    # Dots on CUDA cores (fp32 ieee, fp64) read their shared-memory operands in vector runs,
-    # along K or along the rows / columns, whichever way each operand is stored.
+def test_ieee_dots_operands_stored_either_way(dev, rng, trans_a, trans_b, blocks, num_warps, dt):
+    # fp32 "ieee" dots run on CUDA cores, reading their shared-memory operands in vector runs along
+    # K or along the rows / columns, whichever way each operand is stored; fp64 dots run on tensor
+    # cores (mma.sync f64), their fragments read element by element.
     out, ref = run_matmul(dev, rng, 70, 90, 100, dt, dt, dt, "ieee", blocks=blocks, num_warps=num_warps,
                           trans_a=trans_a, trans_b=trans_b)
     assert _rel_err(out, ref) <= (1e-5 if dt == "float32" else 1e-12)
 
 
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
-@pytest.mark.parametrize("dt", ["float32", "float64"])
-def test_fma_dot_reads_shared_memory_in_vectors(ptxas, trans_a, trans_b, dt):
+@pytest.mark.parametrize("dt,target", [("float32", "sm_90a"), ("float64", "sm_75")])
+def test_fma_dot_reads_shared_memory_in_vectors(ptxas, trans_a, trans_b, dt, target):
+    # (fp64 dots run on CUDA cores only before sm_80.)
     from test_compile import assemble
 
     ones = ("stride_am", "stride_bk") if trans_a else ("stride_ak", "stride_bn")
@@ -160,15 +162,16 @@ def test_fma_dot_reads_shared_memory_in_vectors(ptxas, trans_a, trans_b, dt):
                       constexprs={"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "ACC": TL[dt],
                                   "PRECISION": "ieee", "FORM": "acc", "STAGES": 1},
                       specialization={"a_ptr": 16, "b_ptr": 16, "c_ptr": 16}, equal_to_1=ones + ("stride_cn",),
-                      target="sm_90a", num_warps=4)
+                      target=target, num_warps=4)
     ptx = k.asm["ptx"]
+    assert "mma.sync" not in ptx
     # 32 K steps of 2 rows of `a` and 4 columns of `b` a thread, in runs of 16 bytes: at least 48
     # vector loads; scalar ones (at most 8) only where the epilogue converts the result's layout.
     # (Element by element, LLVM merged under a fifth of them.)
     loads = [ln for ln in ptx.splitlines() if "ld.shared" in ln]
     vector = sum("ld.shared.v" in ln for ln in loads)
     assert vector >= 48 and len(loads) - vector <= 8, loads
-    report = assemble(ptxas, ptx, "sm_90a")
+    report = assemble(ptxas, ptx, target)
     assert "0 bytes spill stores" in report, report
 
 
@@ -295,7 +298,8 @@ def test_dot_ptx_is_accepted(ptxas, dt, acc, out_dt, precision, bound, target):
                       specialization={"a_ptr": 16, "b_ptr": 16, "c_ptr": 16},
                       equal_to_1=("stride_ak", "stride_bn", "stride_cn"), target=target, num_warps=4)
     ptx = k.asm["ptx"]
-    tensor_cores = not (dt == "float64" or precision == "ieee")
+    # fp64 runs on tensor cores too (mma.sync f64), fp32 "ieee" on CUDA cores.
+    tensor_cores = dt == "float64" or precision != "ieee"
     # On sm_90a 16-bit dots run on warpgroups (wgmma, operands read from shared memory through
     # descriptors); elsewhere on mma.sync with operands read by ldmatrix (here `a` is
     # K-contiguous, which ldmatrix serves for every type).
@@ -304,7 +308,11 @@ def test_dot_ptx_is_accepted(ptxas, dt, acc, out_dt, precision, bound, target):
     warpgroup = tensor_cores and target == "sm_90a" and (dt in ("float16", "bfloat16") or split)
     assert ("wgmma.mma_async.sync.aligned.m64n64k16" in ptx) == warpgroup
     assert ("mma.sync.aligned" in ptx) == (tensor_cores and not warpgroup)
-    assert ("ldmatrix.sync.aligned" in ptx) == (tensor_cores and not warpgroup and not split)
+    # (ldmatrix moves 16-bit pairs; fp64 fragments are read element by element.)
+    assert ("ldmatrix.sync.aligned" in ptx) == (tensor_cores and not warpgroup and not split and dt != "float64")
+    if dt == "float64":
+        shape = "m16n8k8" if target == "sm_90a" else "m8n8k4"
+        assert f"mma.sync.aligned.{shape}.row.col.f64.f64.f64.f64" in ptx
     # Tensor-core operands are pipelined through shared memory with cp.async (3 stages).
     # (Not the split bf16 dots' fp32 operands, which the loop converts first.)
     assert ("cp.async.cg.shared.global" in ptx) == (tensor_cores and not split)

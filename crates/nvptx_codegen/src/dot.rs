@@ -75,9 +75,30 @@ struct MmaKind {
     acc_regs: usize,
     /// Constraint letter of one accumulator register.
     acc_constraint: char,
+    /// Constraint letter of one `a` or `b` register.
+    ab_constraint: char,
+    /// The 16x8x8 step is four `m8n8k4` instructions (fp64 before sm_90): rows g and
+    /// g + 8 of `a` (its registers 0/1, then 2/3 for the second K half) against `b`'s
+    /// register 0, then 1, each updating the accumulator pair of its rows.
+    split_m8n8k4: bool,
 }
 
-fn mma_kind(input: DType, acc: DType) -> Option<MmaKind> {
+/// fp64 on tensor cores: one m16n8k8 instruction (sm_90), or four m8n8k4 (sm_80). Its
+/// fragments sit where tf32's do, one f64 register per element.
+const F64_MMA_16X8: &str = "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64";
+const F64_MMA_8X8: &str = "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64";
+
+fn mma_kind(input: DType, acc: DType, capability: u32) -> Option<MmaKind> {
+    if (input, acc) == (DType::F64, DType::F64) {
+        let split = capability < 90;
+        return Some(MmaKind {
+            instr: if split { F64_MMA_8X8 } else { F64_MMA_16X8 },
+            acc_regs: 4,
+            acc_constraint: 'd',
+            ab_constraint: 'd',
+            split_m8n8k4: split,
+        });
+    }
     let (instr, acc_regs, acc_constraint) = match (input, acc) {
         (DType::F16, DType::F32) => ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 4, 'f'),
         (DType::F16, DType::F16) => ("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", 2, 'r'),
@@ -99,6 +120,8 @@ fn mma_kind(input: DType, acc: DType) -> Option<MmaKind> {
         instr,
         acc_regs,
         acc_constraint,
+        ab_constraint: 'r',
+        split_m8n8k4: false,
     })
 }
 
@@ -543,8 +566,14 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Packs consecutive elements into one 32-bit register.
+    /// An fp64 element is its own (64-bit) fragment register.
     fn pack32(&self, elems: &[BasicValueEnum<'ctx>]) -> R<BasicValueEnum<'ctx>> {
         let i32t = self.cx.i32_type();
+        if let [x] = elems {
+            if x.get_type() == self.cx.f64_type().into() {
+                return Ok(*x);
+            }
+        }
         if elems.len() == 1 {
             return Ok(self.b.build_bit_cast(elems[0], i32t, "pk")?);
         }
@@ -619,7 +648,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let (Some(din), Some(dacc)) = (ta.elem.dtype(), tc.elem.dtype()) else {
             return self.internal("dot of non-numbers");
         };
-        let Some(kind) = mma_kind(din, dacc) else {
+        let Some(kind) = mma_kind(din, dacc, self.capability) else {
             return self.unsupported(format!("a tensor-core dot of {din} into {dacc}"));
         };
         let Layout::Mma(m) = self.func.layouts[tc.layout.expect("checked")].clone() else {
@@ -628,7 +657,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let (wm, wn) = m.wm_wn();
         let sa = ta.shape.dims().to_vec();
         let sc = tc.shape.dims().to_vec();
-        let kw = 32 / din.bits();
+        let kw = (32 / din.bits()).max(1);
         let kt = 8 * kw;
         let (tm, tn) = (16 * wm, 8 * wn);
         let reps_m = (sc[0] / tm).max(1);
@@ -689,8 +718,19 @@ impl<'ctx> Lowering<'ctx, '_> {
                         } else {
                             idx.iter().map(|&i| rc[i]).collect()
                         };
-                        let res =
-                            self.mma(&kind, &fa_p[rm as usize], &fb_p[rn as usize], &acc_in)?;
+                        let (fa_r, fb_r) = (&fa_p[rm as usize], &fb_p[rn as usize]);
+                        let res = if kind.split_m8n8k4 {
+                            let mut lo = acc_in[..2].to_vec();
+                            let mut hi = acc_in[2..].to_vec();
+                            for h in 0..2 {
+                                let b = &fb_r[h..h + 1];
+                                lo = self.mma(&kind, &fa_r[2 * h..2 * h + 1], b, &lo)?;
+                                hi = self.mma(&kind, &fa_r[2 * h + 1..2 * h + 2], b, &hi)?;
+                            }
+                            lo.into_iter().chain(hi).collect()
+                        } else {
+                            self.mma(&kind, fa_r, fb_r, &acc_in)?
+                        };
                         if kind.acc_regs == 2 {
                             let lo = self.unpack32(res[0], acc_elem_t, 2)?;
                             let hi = self.unpack32(res[1], acc_elem_t, 2)?;
@@ -734,7 +774,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             Src::Smem(t) => {
                 let b = &self.b;
                 let row0 = b.build_int_add(f.wrow, self.i32(m0 as u64), "r")?;
-                if t.contig == 1 {
+                // ldmatrix moves 16-bit pairs: it serves 32- and 16-bit elements, not fp64.
+                if t.contig == 1 && din.bits() <= 32 {
                     // K contiguous: plain ldmatrix; matrix q covers rows +8·(q&1), K +4kw·(q>>1).
                     let i = b.build_int_add(row0, f.q1_x8_rr, "i")?;
                     let j =
@@ -805,7 +846,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     .build_int_add(f.wcol, self.i32((rn * f.tn) as u64), "c")?;
                 // Matrix q: K half q&1, column block rn + (q>>1).
                 let colq = self.b.build_int_add(col0, self.scaled(f.q2, f.tn)?, "c")?;
-                if t.contig == 0 {
+                if t.contig == 0 && din.bits() <= 32 {
                     // K contiguous (storage rows are columns of b): plain ldmatrix.
                     let i = self.b.build_int_add(
                         self.i32(k0 as u64),
@@ -879,7 +920,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let mut cons: Vec<String> = (0..n_acc)
             .map(|_| format!("={}", kind.acc_constraint))
             .collect();
-        cons.extend((0..a.len() + b.len()).map(|_| "r".to_string()));
+        cons.extend((0..a.len() + b.len()).map(|_| kind.ab_constraint.to_string()));
         cons.extend((0..n_acc).map(|i| i.to_string()));
         let acc_t = acc[0].get_type();
         let fields: Vec<BasicTypeEnum> = vec![acc_t; n_acc];

@@ -416,6 +416,7 @@ pub fn compile_with(
     let mut last = std::time::Instant::now();
     let mut options = options.clone();
     options.warpgroup_mma |= target.has_warpgroup_mma();
+    options.f64_mma |= target.capability >= 80;
     passes::run_pipeline(func, &options, |pass, f| {
         timings.push((pass.to_string(), last.elapsed().as_secs_f64()));
         dump(pass, f);

@@ -96,6 +96,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// The target rounds two f32s into an f16x2 or bf16x2 word in one instruction
     /// (`cvt.rn.f16x2.f32`, sm_80).
     pub x2_cvt: bool,
+    /// Compute capability times ten.
+    pub capability: u32,
     pub fp_fusion: bool,
     /// [`crate::CodegenOptions::keep_subnormals`].
     pub keep_subnormals: bool,
@@ -527,6 +529,7 @@ pub(crate) fn lower_kernel<'ctx>(
         keep_subnormals: options.keep_subnormals,
         fp8_cvt: target.capability >= 90,
         x2_cvt: target.capability >= 80,
+        capability: target.capability,
         staged: HashMap::new(),
         deferrable: deferrable_conversions(func),
         views: HashMap::new(),

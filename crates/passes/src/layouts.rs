@@ -37,20 +37,25 @@ struct Assigner<'a> {
     dot_anchor: SecondaryMap<Value, Option<LayoutId>>,
     /// Whether `dot`s may run on warpgroups (`wgmma`).
     warpgroup_mma: bool,
+    /// Whether fp64 `dot`s may run on tensor cores (`mma.sync` f64, sm_80 and later).
+    f64_mma: bool,
 }
 
-/// Whether a `dot` of this element type and precision runs on tensor cores.
-fn uses_tensor_cores(elem: Elem, precision: DotPrecision) -> bool {
+/// Whether a `dot` of this element type and precision runs on tensor cores (fp64 only where
+/// the target has them for it: `f64_mma`).
+fn uses_tensor_cores(elem: Elem, precision: DotPrecision, f64_mma: bool) -> bool {
     match elem.dtype() {
         Some(DType::F16 | DType::BF16 | DType::I8) => true,
         Some(DType::F32) => precision != DotPrecision::Ieee,
+        Some(DType::F64) => f64_mma,
         _ => false,
     }
 }
 
-/// Consecutive K elements per 32-bit register of a tensor-core operand.
+/// Consecutive K elements per 32-bit register of a tensor-core operand (one for fp64, whose
+/// elements take two registers each and sit where tf32's do).
 fn k_width(elem: Elem) -> u32 {
-    32 / elem.dtype().map_or(32, |d| d.bits()).max(1)
+    (32 / elem.dtype().map_or(32, |d| d.bits()).max(1)).max(1)
 }
 
 fn floor_pow2(n: u64) -> u64 {
@@ -162,12 +167,18 @@ fn is_cheap(kind: &OpKind) -> bool {
 
 /// Assigns layouts to every tile of `func`, for tensor cores driven by warps (`mma.sync`).
 pub fn assign_layouts(func: &mut Function, axis: &AxisInfoMap) {
-    assign_layouts_for(func, axis, false)
+    assign_layouts_for(func, axis, false, false)
 }
 
 /// [`assign_layouts`]; with `warpgroup_mma` (Hopper, `sm_90a`), 16-bit `dot`s whose shapes
-/// allow it get the warpgroup `#mma` layout (version 3) and run on `wgmma`.
-pub fn assign_layouts_for(func: &mut Function, axis: &AxisInfoMap, warpgroup_mma: bool) {
+/// allow it get the warpgroup `#mma` layout (version 3) and run on `wgmma`; with `f64_mma`
+/// (sm_80 and later), fp64 `dot`s get the `mma.sync` layout.
+pub fn assign_layouts_for(
+    func: &mut Function,
+    axis: &AxisInfoMap,
+    warpgroup_mma: bool,
+    f64_mma: bool,
+) {
     let num_warps = func.num_warps;
     let mut op_block = HashMap::new();
     for (b, data) in func.blocks.iter() {
@@ -179,6 +190,7 @@ pub fn assign_layouts_for(func: &mut Function, axis: &AxisInfoMap, warpgroup_mma
         func,
         num_warps,
         warpgroup_mma,
+        f64_mma,
         demands: HashMap::new(),
         decided: SecondaryMap::with_default(None),
         op_block,
@@ -329,7 +341,7 @@ impl Assigner<'_> {
                     .flatten();
                     let l = if let Some(m) = warpgroup {
                         self.func.intern_layout(Layout::Mma(m))
-                    } else if uses_tensor_cores(a.elem, precision)
+                    } else if uses_tensor_cores(a.elem, precision, self.f64_mma)
                         && k.is_multiple_of(8 * k_width(a.elem))
                     {
                         let m = MmaLayout::for_shape(dims[0], dims[1], self.num_warps);

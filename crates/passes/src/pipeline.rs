@@ -24,6 +24,9 @@ pub struct PipelineOptions {
     /// Let `dot`s run on warpgroups (`wgmma`, `sm_90a`); `nvptx_codegen::compile` sets it
     /// from the target.
     pub warpgroup_mma: bool,
+    /// Let fp64 `dot`s run on tensor cores (`mma.sync` f64, sm_80 and later);
+    /// `nvptx_codegen::compile` sets it from the target. Without it they run on CUDA cores.
+    pub f64_mma: bool,
 }
 
 impl Default for PipelineOptions {
@@ -31,6 +34,7 @@ impl Default for PipelineOptions {
         PipelineOptions {
             verify_each: cfg!(debug_assertions),
             warpgroup_mma: false,
+            f64_mma: false,
         }
     }
 }
@@ -70,7 +74,7 @@ pub fn run_pipeline(
             simplify::eliminate_dead_code(f);
         }
     })?;
-    let warpgroup_mma = options.warpgroup_mma;
+    let (warpgroup_mma, f64_mma) = (options.warpgroup_mma, options.f64_mma);
     if warpgroup_mma {
         step("fp8_warpgroup_dots", func, &|f| {
             if fp8_dots::fp8_warpgroup_dots(f) > 0 {
@@ -80,7 +84,7 @@ pub fn run_pipeline(
     }
     step("assign_layouts", func, &|f| {
         let info = axis_info::analyze(f);
-        layouts::assign_layouts_for(f, &info, warpgroup_mma);
+        layouts::assign_layouts_for(f, &info, warpgroup_mma, f64_mma);
     })?;
     step("cse_after_layouts", func, &|f| {
         simplify::eliminate_common_subexpressions(f);
