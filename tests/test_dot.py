@@ -140,12 +140,13 @@ FMA_SHAPES = [((16, 16, 16), 1), ((32, 32, 32), 4), ((64, 32, 16), 4), ((32, 64,
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("blocks,num_warps", FMA_SHAPES, ids=[f"{b[0]}x{b[1]}x{b[2]}w{w}" for b, w in FMA_SHAPES])
 @pytest.mark.parametrize("dt", ["float32", "float64"])
-def test_ieee_dots_operands_stored_either_way(dev, rng, trans_a, trans_b, blocks, num_warps, dt):
+@pytest.mark.parametrize("stages", [1, 3])
+def test_ieee_dots_operands_stored_either_way(dev, rng, trans_a, trans_b, blocks, num_warps, dt, stages):
     # fp32 "ieee" dots run on CUDA cores, reading their shared-memory operands in vector runs along
     # K or along the rows / columns, whichever way each operand is stored; fp64 dots run on tensor
     # cores (mma.sync f64), their fragments read element by element.
     out, ref = run_matmul(dev, rng, 70, 90, 100, dt, dt, dt, "ieee", blocks=blocks, num_warps=num_warps,
-                          trans_a=trans_a, trans_b=trans_b)
+                          trans_a=trans_a, trans_b=trans_b, stages=stages)
     assert _rel_err(out, ref) <= (1e-5 if dt == "float32" else 1e-12)
 
 
@@ -172,6 +173,26 @@ def test_fma_dot_reads_shared_memory_in_vectors(ptxas, trans_a, trans_b, dt, tar
     vector = sum("ld.shared.v" in ln for ln in loads)
     assert vector >= 48 and len(loads) - vector <= 8, loads
     report = assemble(ptxas, ptx, target)
+    assert "0 bytes spill stores" in report, report
+
+
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_fma_dot_operands_are_pipelined(ptxas, trans_a):
+    # CUDA-core dots take their operands through the cp.async ring as tensor-core dots do.
+    from test_compile import assemble
+
+    ones = ("stride_am", "stride_bk") if trans_a else ("stride_ak", "stride_bn")
+    sig = dict(SIG, a_ptr="*fp32", b_ptr="*fp32", c_ptr="*fp32", K="i32:16",
+               **{s: "i32:16" for s in ("stride_am", "stride_ak", "stride_bk", "stride_bn") if s not in ones})
+    k = tiles.compile(matmul_kernel, signature=sig,
+                      constexprs={"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "ACC": tl.float32,
+                                  "PRECISION": "ieee", "FORM": "acc", "STAGES": 3},
+                      specialization={"a_ptr": 16, "b_ptr": 16, "c_ptr": 16}, equal_to_1=ones + ("stride_cn",),
+                      target="sm_90a", num_warps=4)
+    ptx = k.asm["ptx"]
+    assert "cp.async" in ptx and "mma" not in ptx
+    assert k.metadata.shared >= 3 * (64 * 32 + 32 * 64) * 4
+    report = assemble(ptxas, ptx, "sm_90a")
     assert "0 bytes spill stores" in report, report
 
 
@@ -313,9 +334,9 @@ def test_dot_ptx_is_accepted(ptxas, dt, acc, out_dt, precision, bound, target):
     if dt == "float64":
         shape = "m16n8k8" if target == "sm_90a" else "m8n8k4"
         assert f"mma.sync.aligned.{shape}.row.col.f64.f64.f64.f64" in ptx
-    # Tensor-core operands are pipelined through shared memory with cp.async (3 stages).
-    # (Not the split bf16 dots' fp32 operands, which the loop converts first.)
-    assert ("cp.async.cg.shared.global" in ptx) == (tensor_cores and not split)
+    # Dot operands are pipelined through shared memory with cp.async (3 stages), on tensor
+    # cores or not. (Not the split bf16 dots' fp32 operands, which the loop converts first.)
+    assert ("cp.async.cg.shared.global" in ptx) == (not split)
     # Tiles landed by cp.async are read by wgmma after the wait and a barrier, with no proxy
     # fence; tiles stored from registers (an operand staged by the dot) get one.
     for part in ptx.split("cp.async.wait_group")[1:]:

@@ -1,7 +1,7 @@
 //! Software pipelining of loops that feed `dot` (Triton's `num_stages`).
 //!
-//! A load whose every use is a conversion to a tensor-core `#dot_op` layout (or a transpose
-//! to one) becomes an `async_copy` (`cp.async`) into a ring of `S` shared-memory slots, issued
+//! A load whose every use is a conversion to a `#dot_op` layout (or a transpose to one), of a
+//! tensor-core dot or a CUDA-core one, becomes an `async_copy` (`cp.async`) into a ring of `S` shared-memory slots, issued
 //! `S - 1` iterations ahead of its use; each `dot` reads the slot through a `local_view`
 //! (attention's backward reads `q` and `do` both ways round). For `S = 3`:
 //!
@@ -190,8 +190,8 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
                 _ => false,
             };
             let cr = func.ops[cvt].results[0];
-            let to_mma_operand = matches!(func.layout_of(cr),
-                Some(Layout::DotOperand { parent, .. }) if matches!(parent.as_ref(), Layout::Mma(_)));
+            // Tensor-core operands, and CUDA-core ones (blocked parent: fp32 "ieee" dots).
+            let to_mma_operand = matches!(func.layout_of(cr), Some(Layout::DotOperand { .. }));
             let dot_users = users_of(cr).iter().all(|&u| {
                 matches!(func.ops[u].kind, OpKind::Dot { .. })
                     && func.ops[u].operands[..2].contains(&cr)
