@@ -6,7 +6,8 @@ as parameters, written once and run by both compilers. `b` is stored two ways: [
 row-major and [N, K] (read through its strides), so each dot operand is read from shared memory
 along and across K. FLOP/s = 2 M N K / time.
 
-Usage (GPU machine): python benchmarks/bench_fma_dot.py [--json out.json] [--size 2048]
+Usage (GPU machine): python benchmarks/bench_fma_dot.py [--json out.json] [--size 2048] [--mods tiles,triton]
+                                                       [--dtypes fp32,fp64]
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--size", type=int, default=2048)
     ap.add_argument("--mods", default="tiles,triton")
+    ap.add_argument("--dtypes", default="fp32,fp64", help="comma-separated")
     args = ap.parse_args()
     import torch
     import triton.testing
@@ -69,7 +71,7 @@ def main():
     n = args.size
     res = {"gpu": torch.cuda.get_device_name(), "size": n}
     mods = {mod: load_source(SRC.format(mod=mod), f"fmadot_{mod}") for mod in args.mods.split(",")}
-    for dt, bm, bn, bk, warps in CONFIGS:
+    for dt, bm, bn, bk, warps in (c for c in CONFIGS if c[0] in args.dtypes.split(",")):
         tdt = torch.float32 if dt == "fp32" else torch.float64
         a = torch.randn((n, n), device="cuda", dtype=tdt)
         b_kn = torch.randn((n, n), device="cuda", dtype=tdt)

@@ -8,7 +8,9 @@
 //! row `r` is stored at chunk `c ^ ((r / per_phase) mod max_phase)`. The eight rows one
 //! `ldmatrix` phase reads then fall in eight different bank groups, and the tile is exactly
 //! the canonical 128/64/32-byte swizzled layout `wgmma` reads through matrix descriptors
-//! (its start 1024-byte aligned).
+//! (its start 1024-byte aligned). Ring slots that only CUDA-core dots read as a K-contiguous
+//! `b` XOR the row's group of `per_phase * max_phase` rows into the phase as well
+//! ([`Swizzle::mix`]): their warps read rows 8 apart at once.
 
 use crate::lower::{int_type, Geometry, Lowering, R};
 use inkwell::types::BasicTypeEnum;
@@ -25,6 +27,11 @@ pub(crate) struct Swizzle {
     pub per_phase: u32,
     /// Number of distinct phases.
     pub max_phase: u32,
+    /// The phase also takes the row's group of `per_phase * max_phase` (XORed in): rows one
+    /// period apart then differ in phase too. For tiles only CUDA-core dots read, whose
+    /// threads read rows 4 or 8 apart in one instruction (`plan_rings`); wgmma and ldmatrix
+    /// need the plain pattern.
+    pub mix: bool,
 }
 
 impl Swizzle {
@@ -38,6 +45,7 @@ impl Swizzle {
             vec,
             per_phase,
             max_phase,
+            mix: false,
         }
     }
 }
@@ -84,7 +92,8 @@ impl<'ctx> SmemTile<'ctx> {
     /// For a thread's register at coordinates `c` (threads' offsets below `thread_bound`): the
     /// coordinates `rep` of its class and the constant element offset `off` with
     /// `index(thread + c) = index(thread + rep) + off` for every thread. The swizzle repeats
-    /// every `per_phase * max_phase` storage rows, and the index moves by a whole block per
+    /// every `per_phase * max_phase` storage rows (`max_phase` times that when the phase mixes
+    /// in the row's group), and the index moves by a whole block per
     /// 128-byte column block. `None` where a thread's coordinates could pass the tile's end
     /// (the index wraps there).
     pub fn period_class(&self, c: &[u32], thread_bound: &[u32]) -> Option<([u32; 2], u32)> {
@@ -95,7 +104,7 @@ impl<'ctx> SmemTile<'ctx> {
         }
         let (rows, cols) = self.storage();
         let bc = self.block_cols();
-        let row_period = s.per_phase * s.max_phase;
+        let row_period = s.per_phase * s.max_phase * if s.mix { s.max_phase } else { 1 };
         let (r, col) = if self.contig == 1 {
             (c[0], c[1])
         } else {
@@ -164,6 +173,17 @@ impl<'ctx> Lowering<'ctx, '_> {
             false,
             "ph",
         )?;
+        let phase = if s.mix {
+            let group = b.build_right_shift(
+                r,
+                self.i32((s.per_phase * s.max_phase).trailing_zeros() as u64),
+                false,
+                "pg",
+            )?;
+            b.build_xor(phase, group, "ph")?
+        } else {
+            phase
+        };
         let phase = b.build_and(phase, self.i32((s.max_phase - 1) as u64), "ph")?;
         let chunk = b.build_xor(chunk, phase, "sw")?;
         let col = b.build_int_add(
@@ -504,6 +524,8 @@ pub(crate) struct Ring {
     pub elem: DType,
     /// Bytes per slot.
     pub slot_bytes: u32,
+    /// Only CUDA-core dots read the slots: their swizzle mixes in the row group.
+    pub mix: bool,
 }
 
 impl<'ctx> Lowering<'ctx, '_> {
@@ -602,6 +624,44 @@ impl<'ctx> Lowering<'ctx, '_> {
             let contig = layout.contiguous_dim().map_or(1, |c| c.0);
             let dims = [dims[0], dims[1]];
             let slot_bytes = SmemTile::bytes(dims, e).next_multiple_of(align);
+            let ops = ring_ops
+                .iter()
+                .find(|(b, _)| *b == a.buf)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            // Mixed swizzle: every reader is a CUDA-core dot that takes the slot as `b` stored
+            // K-contiguous (storage rows along N). A warp's column groups, 8 columns apart,
+            // then read 8 rows of one phase at once under the plain swizzle: an 8-way bank
+            // conflict (2048^3 fp32 "ieee", H200: 7.7 -> 37 TFLOP/s mixed). `a` stored so
+            // (rows 4 apart, 2-way) is left plain: mixing its rows' addresses took 55 more
+            // registers and 11 % of the 64x64 speed; slots read along a K row gain nothing.
+            let mut mix = false;
+            for o in &ops {
+                let d = &func.ops[*o];
+                let OpKind::LocalView { trans, .. } = d.kind else {
+                    continue;
+                };
+                let view_contig = if trans { 1 - contig } else { contig };
+                for u in users.get(&d.results[0]).into_iter().flatten() {
+                    let ud = &func.ops[*u];
+                    let fma = matches!(ud.kind, OpKind::Dot { .. })
+                        && matches!(
+                            func.layout_of(ud.results[0]),
+                            Some(tile_ir::Layout::Blocked(_))
+                        );
+                    let b_k_contig = ud.operands[1] == d.results[0]
+                        && ud.operands[0] != d.results[0]
+                        && view_contig == 0;
+                    if !(fma && b_k_contig) {
+                        mix = false;
+                        break;
+                    }
+                    mix = true;
+                }
+                if !mix {
+                    break;
+                }
+            }
             self.rings.insert(
                 a.buf,
                 Ring {
@@ -610,13 +670,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                     contig,
                     elem: e,
                     slot_bytes,
+                    mix,
                 },
             );
-            let ops = ring_ops
-                .iter()
-                .find(|(b, _)| *b == a.buf)
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default();
             let span = span_of(&mut ops.into_iter());
             items.push((
                 span,
@@ -701,7 +757,10 @@ impl<'ctx> Lowering<'ctx, '_> {
             dims: r.dims,
             contig: r.contig,
             elem: r.elem,
-            swz: SmemTile::swizzle_for(r.dims[r.contig], r.elem.bytes()),
+            swz: Swizzle {
+                mix: r.mix,
+                ..SmemTile::swizzle_for(r.dims[r.contig], r.elem.bytes())
+            },
         })
     }
 
@@ -880,7 +939,12 @@ mod tests {
             (0, c)
         };
         let s = t.swz;
-        let phase = (r / s.per_phase) % s.max_phase;
+        let group = if s.mix {
+            r / (s.per_phase * s.max_phase)
+        } else {
+            0
+        };
+        let phase = ((r / s.per_phase) ^ group) % s.max_phase;
         block + r * bc + ((c / s.vec) ^ phase) * s.vec + c % s.vec
     }
 
@@ -890,7 +954,10 @@ mod tests {
         let base = cx.ptr_type(AddressSpace::from(3)).const_null();
         let sizes = [1u32, 2, 8, 16, 32, 64, 128, 256];
         let mut checked = 0;
-        for elem in [DType::F8E4M3, DType::F16, DType::F32, DType::F64] {
+        for (elem, mix) in [DType::F8E4M3, DType::F16, DType::F32, DType::F64]
+            .into_iter()
+            .flat_map(|e| [(e, false), (e, true)])
+        {
             for (d0, d1, contig) in sizes
                 .iter()
                 .flat_map(|&a| sizes.iter().map(move |&b| (a, b)))
@@ -902,7 +969,10 @@ mod tests {
                     dims,
                     contig,
                     elem,
-                    swz: SmemTile::swizzle_for(dims[contig], elem.bytes()),
+                    swz: Swizzle {
+                        mix,
+                        ..SmemTile::swizzle_for(dims[contig], elem.bytes())
+                    },
                 };
                 for bound in [
                     [1, 1],
