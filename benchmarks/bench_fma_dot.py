@@ -1,8 +1,8 @@
 """fp32 matmul with `input_precision="ieee"` (CUDA cores) and fp64 matmul (tensor cores, `mma.sync`
 f64, in both compilers), tiles against Triton, one run.
 
-The kernel is the grouped matmul of Triton's tutorial with the precision and accumulator dtype
-as parameters, written once and run by both compilers. `b` is stored two ways: [K, N]
+The kernel is `bench_int8_matmul`'s grouped matmul (Triton's tutorial, accumulator dtype a
+parameter) with `input_precision="ieee"`, run by both compilers. `b` is stored two ways: [K, N]
 row-major and [N, K] (read through its strides), so each dot operand is read from shared memory
 along and across K. FLOP/s = 2 M N K / time.
 
@@ -17,41 +17,13 @@ import functools
 import json
 
 from _source import load_source
+from bench_int8_matmul import SRC as INT8_SRC
 
-SRC = '''
-import {mod} as triton
-import {mod}.language as tl
-
-
-@triton.jit
-def matmul_fma(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-               ACC: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
-    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
-    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = tl.load(a_ptrs)
-        b = tl.load(b_ptrs)
-        acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=ACC)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :], acc)
-'''
+# The int8 benchmark's grouped matmul (the tutorial's, accumulator dtype a parameter), its dot in
+# IEEE precision.
+SRC = INT8_SRC.replace("def matmul_i8(", "def matmul_fma(").replace(
+    "acc = tl.dot(a, b, acc, out_dtype=ACC)", 'acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=ACC)')
+assert "def matmul_fma(" in SRC and 'input_precision="ieee"' in SRC
 
 # (dtype, BLOCK_M, BLOCK_N, BLOCK_K, warps)
 CONFIGS = [("fp32", 64, 64, 32, 4), ("fp32", 128, 128, 32, 8), ("fp32", 64, 64, 16, 4), ("fp64", 64, 64, 16, 4),

@@ -150,20 +150,26 @@ def test_ieee_dots_operands_stored_either_way(dev, rng, trans_a, trans_b, blocks
     assert _rel_err(out, ref) <= (1e-5 if dt == "float32" else 1e-12)
 
 
+def _compile_ieee_matmul(dt, transposed, block_mn, stages, target):
+    """`matmul_kernel` in IEEE precision, BLOCK_M = BLOCK_N = `block_mn`, BLOCK_K 32, 4 warps. Unit
+    strides: `a` along K and `b` along N, or, `transposed`, `a` along M and `b` along K."""
+    ones = ("stride_am", "stride_bk") if transposed else ("stride_ak", "stride_bn")
+    sig = dict(SIG, a_ptr=PTR[dt], b_ptr=PTR[dt], c_ptr=PTR[dt], K="i32:16",
+               **{s: "i32:16" for s in ("stride_am", "stride_ak", "stride_bk", "stride_bn") if s not in ones})
+    return tiles.compile(matmul_kernel, signature=sig,
+                         constexprs={"BLOCK_M": block_mn, "BLOCK_N": block_mn, "BLOCK_K": 32, "ACC": TL[dt],
+                                     "PRECISION": "ieee", "FORM": "acc", "STAGES": stages},
+                         specialization={"a_ptr": 16, "b_ptr": 16, "c_ptr": 16}, equal_to_1=ones + ("stride_cn",),
+                         target=target, num_warps=4)
+
+
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
 @pytest.mark.parametrize("dt,target", [("float32", "sm_90a"), ("float64", "sm_75")])
 def test_fma_dot_reads_shared_memory_in_vectors(ptxas, trans_a, trans_b, dt, target):
     # (fp64 dots run on CUDA cores only before sm_80.)
     from test_compile import assemble
 
-    ones = ("stride_am", "stride_bk") if trans_a else ("stride_ak", "stride_bn")
-    sig = dict(SIG, a_ptr=PTR[dt], b_ptr=PTR[dt], c_ptr=PTR[dt], K="i32:16",
-               **{s: "i32:16" for s in ("stride_am", "stride_ak", "stride_bk", "stride_bn") if s not in ones})
-    k = tiles.compile(matmul_kernel, signature=sig,
-                      constexprs={"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "ACC": TL[dt],
-                                  "PRECISION": "ieee", "FORM": "acc", "STAGES": 1},
-                      specialization={"a_ptr": 16, "b_ptr": 16, "c_ptr": 16}, equal_to_1=ones + ("stride_cn",),
-                      target=target, num_warps=4)
+    k = _compile_ieee_matmul(dt, trans_a, 32, 1, target)
     ptx = k.asm["ptx"]
     assert "mma.sync" not in ptx
     # 32 K steps of 2 rows of `a` and 4 columns of `b` a thread, in runs of 16 bytes: at least 48
@@ -181,14 +187,7 @@ def test_fma_dot_operands_are_pipelined(ptxas, trans_a):
     # CUDA-core dots take their operands through the cp.async ring as tensor-core dots do.
     from test_compile import assemble
 
-    ones = ("stride_am", "stride_bk") if trans_a else ("stride_ak", "stride_bn")
-    sig = dict(SIG, a_ptr="*fp32", b_ptr="*fp32", c_ptr="*fp32", K="i32:16",
-               **{s: "i32:16" for s in ("stride_am", "stride_ak", "stride_bk", "stride_bn") if s not in ones})
-    k = tiles.compile(matmul_kernel, signature=sig,
-                      constexprs={"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "ACC": tl.float32,
-                                  "PRECISION": "ieee", "FORM": "acc", "STAGES": 3},
-                      specialization={"a_ptr": 16, "b_ptr": 16, "c_ptr": 16}, equal_to_1=ones + ("stride_cn",),
-                      target="sm_90a", num_warps=4)
+    k = _compile_ieee_matmul("float32", trans_a, 64, 3, "sm_90a")
     ptx = k.asm["ptx"]
     assert "cp.async" in ptx and "mma" not in ptx
     assert k.metadata.shared >= 3 * (64 * 32 + 32 * 64) * 4

@@ -436,7 +436,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         // K steps read together: as many as one vector holds along K, for whichever operand
         // is stored K-contiguous (`a` with rows along K, `b` with columns along it).
         let along_k = |src: &Src<'ctx>, k_dim: usize| match src {
-            Src::Smem(t) if t.contig == k_dim => Self::smem_run_limit(t),
+            Src::Smem(t) if t.contig == k_dim => t.run_limit(),
             _ => 1,
         };
         let kc = along_k(src_a, 1).max(along_k(src_b, 0)).min(k);
@@ -506,46 +506,42 @@ impl<'ctx> Lowering<'ctx, '_> {
                 }
             }
             Src::Smem(t) => {
-                let limit = Self::smem_run_limit(t);
-                let at = |lw: &Self, o: u32, kk: u32| -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
-                    let o =
-                        lw.b.build_int_add(geo.thread[outer], lw.i32(o as u64), "o")?;
-                    let kk = lw.i32(kk as u64);
-                    Ok(if outer == 0 { (o, kk) } else { (kk, o) })
-                };
-                if t.contig != outer {
-                    let w = limit.min(kc);
-                    for &o in offsets {
-                        for start in (k0..k0 + kc).step_by(w as usize) {
-                            let (i, j) = at(self, o, start)?;
-                            for (e, x) in self.smem_load_run(t, i, j, w)?.into_iter().enumerate() {
-                                out.insert((o, start + e as u32), self.cast_elem(x, from, to)?);
-                            }
-                        }
-                    }
+                // Runs (outer offset, K step, length) along the tile's contiguous dimension.
+                let along_k = t.contig != outer;
+                let runs: Vec<(u32, u32, u32)> = if along_k {
+                    let w = t.run_limit().min(kc);
+                    let starts = (k0..k0 + kc).step_by(w as usize);
+                    offsets
+                        .iter()
+                        .flat_map(|&o| starts.clone().map(move |k| (o, k, w)))
+                        .collect()
                 } else {
-                    let w = limit.min(geo.thread_align[outer]);
-                    let w = if w.is_power_of_two() { w } else { 1 };
-                    let have: std::collections::HashSet<u32> = offsets.iter().copied().collect();
-                    for kk in k0..k0 + kc {
-                        let mut done = std::collections::HashSet::new();
-                        for &o in offsets {
-                            if done.contains(&o) {
-                                continue;
-                            }
-                            let run = if o % w == 0 && (o..o + w).all(|x| have.contains(&x)) {
-                                w
-                            } else {
-                                1
-                            };
-                            let (i, j) = at(self, o, kk)?;
-                            for (e, x) in self.smem_load_run(t, i, j, run)?.into_iter().enumerate()
-                            {
-                                let oe = o + e as u32;
-                                done.insert(oe);
-                                out.insert((oe, kk), self.cast_elem(x, from, to)?);
-                            }
-                        }
+                    // Both are powers of two: the runs' starts are aligned for every thread.
+                    let w = t.run_limit().min(geo.thread_align[outer]);
+                    let mut spans = Vec::new();
+                    let mut i = 0;
+                    while i < offsets.len() {
+                        let o = offsets[i];
+                        let whole = o.is_multiple_of(w)
+                            && offsets[i..].iter().copied().take(w as usize).eq(o..o + w);
+                        let n = if whole { w } else { 1 };
+                        spans.push((o, n));
+                        i += n as usize;
+                    }
+                    (k0..k0 + kc)
+                        .flat_map(|k| spans.iter().map(move |&(o, n)| (o, k, n)))
+                        .collect()
+                };
+                for (o, k, n) in runs {
+                    let oi = self
+                        .b
+                        .build_int_add(geo.thread[outer], self.i32(o as u64), "o")?;
+                    let ki = self.i32(k as u64);
+                    let (i, j) = if outer == 0 { (oi, ki) } else { (ki, oi) };
+                    for (e, x) in self.smem_load_run(t, i, j, n)?.into_iter().enumerate() {
+                        let e = e as u32;
+                        let key = if along_k { (o, k + e) } else { (o + e, k) };
+                        out.insert(key, self.cast_elem(x, from, to)?);
                     }
                 }
             }
@@ -565,15 +561,18 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.elementwise(OpKind::Cast, &[from], to, &[x])
     }
 
+    /// One `mma.sync` fragment register of an operand's consecutive K elements: a 32-bit
+    /// word of them, or the element itself for fp64 (its fragments hold one f64 each).
+    fn frag_reg(&self, elems: &[BasicValueEnum<'ctx>]) -> R<BasicValueEnum<'ctx>> {
+        match elems {
+            [x] if x.get_type() == self.cx.f64_type().into() => Ok(*x),
+            _ => self.pack32(elems),
+        }
+    }
+
     /// Packs consecutive elements into one 32-bit register.
-    /// An fp64 element is its own (64-bit) fragment register.
     fn pack32(&self, elems: &[BasicValueEnum<'ctx>]) -> R<BasicValueEnum<'ctx>> {
         let i32t = self.cx.i32_type();
-        if let [x] = elems {
-            if x.get_type() == self.cx.f64_type().into() {
-                return Ok(*x);
-            }
-        }
         if elems.len() == 1 {
             return Ok(self.b.build_bit_cast(elems[0], i32t, "pk")?);
         }
@@ -768,7 +767,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     let el: Vec<BasicValueEnum> = (0..kw)
                         .map(|e| self.reg_at(regs, index, [m0 + i, k0 + j + e], shape))
                         .collect::<R<_>>()?;
-                    self.pack32(&el)
+                    self.frag_reg(&el)
                 })
                 .collect(),
             Src::Smem(t) => {
@@ -804,7 +803,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                                     .build_int_add(f.t_kw, self.i32((k0 + j + e) as u64), "j")?;
                             el.push(self.smem_load_elem(t, r, c)?);
                         }
-                        words.push(self.pack32(&el)?);
+                        words.push(self.frag_reg(&el)?);
                     }
                     Ok(words)
                 }
@@ -834,7 +833,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                         let el: Vec<BasicValueEnum> = (0..kw)
                             .map(|e| self.reg_at(regs, index, [k0 + j + e, r * f.tn], shape))
                             .collect::<R<_>>()?;
-                        words.push(self.pack32(&el)?);
+                        words.push(self.frag_reg(&el)?);
                     }
                 }
                 Ok(words)
@@ -883,7 +882,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                                 )?;
                                 el.push(self.smem_load_elem(t, k, c)?);
                             }
-                            words.push(self.pack32(&el)?);
+                            words.push(self.frag_reg(&el)?);
                         }
                     }
                     Ok(words)

@@ -117,6 +117,11 @@ impl Target {
         })
     }
 
+    /// Whether fp64 `dot`s run on tensor cores (`mma.sync` f64): sm_80 and later.
+    pub fn has_f64_mma(&self) -> bool {
+        self.capability >= 80
+    }
+
     /// Whether `dot`s run on warpgroups (`wgmma`): `sm_90a`, unless the environment sets
     /// `TILES_DISABLE_WGMMA` (to compare with the `mma.sync` path).
     pub fn has_warpgroup_mma(&self) -> bool {
@@ -416,7 +421,7 @@ pub fn compile_with(
     let mut last = std::time::Instant::now();
     let mut options = options.clone();
     options.warpgroup_mma |= target.has_warpgroup_mma();
-    options.f64_mma |= target.capability >= 80;
+    options.f64_mma |= target.has_f64_mma();
     passes::run_pipeline(func, &options, |pass, f| {
         timings.push((pass.to_string(), last.elapsed().as_secs_f64()));
         dump(pass, f);

@@ -90,13 +90,7 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub cur_line: u32,
     /// Whether a thread may still be reading the shared buffer (a barrier must precede writes).
     pub smem_busy: bool,
-    /// The target converts to fp8 in hardware (`cvt.rn.satfinite.e4m3x2/e5m2x2`; sm_89 has it
-    /// too, but only from PTX 8.1, above what tiles emits for it).
-    pub fp8_cvt: bool,
-    /// The target rounds two f32s into an f16x2 or bf16x2 word in one instruction
-    /// (`cvt.rn.f16x2.f32`, sm_80).
-    pub x2_cvt: bool,
-    /// Compute capability times ten.
+    /// The target's compute capability times ten.
     pub capability: u32,
     pub fp_fusion: bool,
     /// [`crate::CodegenOptions::keep_subnormals`].
@@ -527,8 +521,6 @@ pub(crate) fn lower_kernel<'ctx>(
         smem_busy: false,
         fp_fusion: options.fp_fusion,
         keep_subnormals: options.keep_subnormals,
-        fp8_cvt: target.capability >= 90,
-        x2_cvt: target.capability >= 80,
         capability: target.capability,
         staged: HashMap::new(),
         deferrable: deferrable_conversions(func),
@@ -619,6 +611,18 @@ pub(crate) fn memory_type(cx: &Context, d: DType) -> BasicTypeEnum<'_> {
 }
 
 impl<'ctx> Lowering<'ctx, '_> {
+    /// The target converts to fp8 in hardware (`cvt.rn.satfinite.e4m3x2/e5m2x2`; sm_89 has it
+    /// too, but only from PTX 8.1, above what tiles emits for it).
+    pub fn fp8_cvt(&self) -> bool {
+        self.capability >= 90
+    }
+
+    /// The target rounds two f32s into an f16x2 or bf16x2 word in one instruction
+    /// (`cvt.rn.f16x2.f32`, sm_80).
+    pub fn x2_cvt(&self) -> bool {
+        self.capability >= 80
+    }
+
     pub fn internal<T>(&self, what: &str) -> R<T> {
         Err(CodegenError::Internal(format!(
             "line {}: {what}",

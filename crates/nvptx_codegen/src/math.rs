@@ -426,7 +426,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// Whether a cast from `s` to `t` converts to fp8 in hardware (sm_90+): one rounding from
     /// fp32, saturating to the largest finite value, as Triton converts on Hopper.
     fn hw_to_fp8(&self, s: DType, t: DType) -> bool {
-        self.fp8_cvt && t.is_fp8() && !s.is_fp8()
+        self.fp8_cvt() && t.is_fp8() && !s.is_fp8()
     }
 
     /// `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` of two fp32 values: `hi` in the upper byte of the

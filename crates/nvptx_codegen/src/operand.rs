@@ -28,9 +28,9 @@ pub(crate) struct Swizzle {
     /// Number of distinct phases.
     pub max_phase: u32,
     /// The phase also takes the row's group of `per_phase * max_phase` (XORed in): rows one
-    /// period apart then differ in phase too. For tiles only CUDA-core dots read, whose
-    /// threads read rows 4 or 8 apart in one instruction (`plan_rings`); wgmma and ldmatrix
-    /// need the plain pattern.
+    /// period apart then differ in phase too. For ring slots only CUDA-core dots read as a
+    /// K-contiguous `b`, whose warps read rows 8 apart in one instruction (`plan_rings`);
+    /// wgmma and ldmatrix need the plain pattern.
     pub mix: bool,
 }
 
@@ -82,6 +82,16 @@ impl<'ctx> SmemTile<'ctx> {
     /// The swizzle of tile rows of `cols` elements of `eb` bytes (its 128-byte blocks).
     pub fn swizzle_for(cols: u32, eb: u32) -> Swizzle {
         Swizzle::for_rows(cols.min((128 / eb).max(1)), eb)
+    }
+
+    /// The most elements one vector load may read along the contiguous dimension: a swizzle
+    /// chunk (16 bytes), at most the row; one for `i1` tiles (stored as bytes, read one by one).
+    pub fn run_limit(&self) -> u32 {
+        if self.elem == DType::I1 {
+            1
+        } else {
+            self.swz.vec.min(self.dims[self.contig]).max(1)
+        }
     }
 
     /// Bytes the tile takes.
@@ -384,7 +394,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             DType::BF16 => "llvm.nvvm.ff2bf16x2.rn",
             _ => return Ok(None),
         };
-        if !self.x2_cvt || !vals.len().is_multiple_of(2) {
+        if !self.x2_cvt() || !vals.len().is_multiple_of(2) {
             return Ok(None);
         }
         let f32t = self.cx.f32_type();
@@ -437,19 +447,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         })
     }
 
-    /// The most elements one vector load may read along `t`'s contiguous dimension: a swizzle
-    /// chunk (16 bytes), at most the row; one for `i1` tiles (stored as bytes, read one by one).
-    pub fn smem_run_limit(t: &SmemTile<'ctx>) -> u32 {
-        if t.elem == DType::I1 {
-            1
-        } else {
-            t.swz.vec.min(t.dims[t.contig]).max(1)
-        }
-    }
-
     /// `w` consecutive elements of a shared tile along its contiguous dimension, from element
     /// `(i, j)`, in one vector load. The caller guarantees the run's start is a multiple of `w`
-    /// (a power of two within [`Self::smem_run_limit`]): it then lies in one swizzle chunk,
+    /// (a power of two within [`SmemTile::run_limit`]): it then lies in one swizzle chunk,
     /// where storage is contiguous, and wraps (small tiles) as a whole.
     pub fn smem_load_run(
         &self,
@@ -524,7 +524,7 @@ pub(crate) struct Ring {
     pub elem: DType,
     /// Bytes per slot.
     pub slot_bytes: u32,
-    /// Only CUDA-core dots read the slots: their swizzle mixes in the row group.
+    /// The slots' swizzle mixes in the row group ([`Swizzle::mix`]).
     pub mix: bool,
 }
 
@@ -635,33 +635,32 @@ impl<'ctx> Lowering<'ctx, '_> {
             // conflict (2048^3 fp32 "ieee", H200: 7.7 -> 37 TFLOP/s mixed). `a` stored so
             // (rows 4 apart, 2-way) is left plain: mixing its rows' addresses took 55 more
             // registers and 11 % of the 64x64 speed; slots read along a K row gain nothing.
-            let mut mix = false;
-            for o in &ops {
-                let d = &func.ops[*o];
-                let OpKind::LocalView { trans, .. } = d.kind else {
-                    continue;
-                };
-                let view_contig = if trans { 1 - contig } else { contig };
-                for u in users.get(&d.results[0]).into_iter().flatten() {
-                    let ud = &func.ops[*u];
-                    let fma = matches!(ud.kind, OpKind::Dot { .. })
-                        && matches!(
-                            func.layout_of(ud.results[0]),
-                            Some(tile_ir::Layout::Blocked(_))
-                        );
-                    let b_k_contig = ud.operands[1] == d.results[0]
-                        && ud.operands[0] != d.results[0]
-                        && view_contig == 0;
-                    if !(fma && b_k_contig) {
-                        mix = false;
-                        break;
-                    }
-                    mix = true;
-                }
-                if !mix {
-                    break;
-                }
-            }
+            let reads_as_k_contig_b = |view: Value, view_contig: usize, u: Op| {
+                let d = &func.ops[u];
+                matches!(d.kind, OpKind::Dot { .. })
+                    && matches!(
+                        func.layout_of(d.results[0]),
+                        Some(tile_ir::Layout::Blocked(_))
+                    )
+                    && d.operands[1] == view
+                    && d.operands[0] != view
+                    && view_contig == 0
+            };
+            let readers: Vec<bool> = ops
+                .iter()
+                .filter_map(|&o| match func.ops[o].kind {
+                    OpKind::LocalView { trans, .. } => Some((
+                        func.ops[o].results[0],
+                        if trans { 1 - contig } else { contig },
+                    )),
+                    _ => None,
+                })
+                .flat_map(|(v, vc)| {
+                    let us = users.get(&v).into_iter().flatten();
+                    us.map(move |&u| reads_as_k_contig_b(v, vc, u))
+                })
+                .collect();
+            let mix = !readers.is_empty() && readers.iter().all(|&r| r);
             self.rings.insert(
                 a.buf,
                 Ring {

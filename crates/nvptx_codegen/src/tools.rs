@@ -57,7 +57,7 @@ pub fn tiles_opt(args: &[String], input: &str) -> Result<String, String> {
     // mma.sync layouts run without one).
     let pipeline_options = passes::PipelineOptions {
         warpgroup_mma: explicit_target && t.has_warpgroup_mma(),
-        f64_mma: explicit_target && t.capability >= 80,
+        f64_mma: explicit_target && t.has_f64_mma(),
         ..Default::default()
     };
     let mut func = tile_ir::parse(input).map_err(|e| format!("error: {e}"))?;

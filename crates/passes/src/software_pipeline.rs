@@ -191,13 +191,13 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
             };
             let cr = func.ops[cvt].results[0];
             // Tensor-core operands, and CUDA-core ones (blocked parent: fp32 "ieee" dots).
-            let to_mma_operand = matches!(func.layout_of(cr), Some(Layout::DotOperand { .. }));
+            let to_dot_operand = matches!(func.layout_of(cr), Some(Layout::DotOperand { .. }));
             let dot_users = users_of(cr).iter().all(|&u| {
                 matches!(func.ops[u].kind, OpKind::Dot { .. })
                     && func.ops[u].operands[..2].contains(&cr)
                     && !func.ops[u].operands[2..].contains(&cr)
             });
-            layout_change && to_mma_operand && dot_users && !users_of(cr).is_empty()
+            layout_change && to_dot_operand && dot_users && !users_of(cr).is_empty()
         };
         if us.is_empty() || !us.iter().all(|&u| to_operand(u)) {
             continue;
