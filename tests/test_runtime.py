@@ -626,6 +626,8 @@ def tuned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
 def test_autotune_skips_failing_configs_and_keeps_the_choice(dev, cache_dir, capfd, monkeypatch):
     monkeypatch.setenv("TILES_PRINT_AUTOTUNING", "1")
     tuned_kernel.cache.clear()  # the other mode's run (same process) must not answer for this one
+    jit_fn = tuned_kernel.fn.fn
+    jit_fn.cache.clear()
     n = 1000
     x = np.random.default_rng().standard_normal(n).astype(np.float32)
     xd, od = dev.put(x), dev.put(np.zeros(n, np.float32))
@@ -633,11 +635,77 @@ def test_autotune_skips_failing_configs_and_keeps_the_choice(dev, cache_dir, cap
     tuned_kernel[grid](xd, od, n)
     err = capfd.readouterr().err
     assert "skipping config [BLOCK: 100" in err and "chose [" in err
+    if dev.mode == "gpu":
+        # Compiled ahead of the timing, each config once: the timed and chosen launches found
+        # the compiles of the same specialisations (the one that fails is left to its launch).
+        assert len(jit_fn.cache) == 2
     assert tuned_kernel.best_config.kwargs["BLOCK"] in (64, 256)
     np.testing.assert_allclose(dev.get(od), 2 * x, rtol=1e-6)  # reset_to_zero kept the benchmarks out
     tuned_kernel.cache.clear()
     tuned_kernel[grid](xd, od, n)
     assert "cached choice" in capfd.readouterr().err
+
+
+def test_autotune_compiles_its_configs_ahead_on_the_pool(cache_dir, monkeypatch):
+    # Before timing, the tuner compiles every config it will time at once: the frontends on
+    # this thread, the rest on the compile pool's threads. A config that fails to compile
+    # (BLOCK=100: arange needs a power of two) is left to its timed launch. Without a GPU the
+    # compiles are for sm_90a, as warmup's.
+    import threading
+
+    from tiles import compiler
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    backends = []
+    finish = compiler._Backend.finish
+    monkeypatch.setattr(compiler._Backend, "finish",
+                        lambda self: backends.append(threading.current_thread().name) or finish(self))
+    jit_fn = tuned_kernel.fn.fn
+    jit_fn.cache.clear()
+    x = tiles.MockTensor(tl.float32, [300])
+    tuned_kernel._compile_ahead(tuned_kernel.configs, (x, x, 300), {}, (3,))
+    assert len(backends) == 2 and all(t.startswith("tiles-compile") for t in backends)
+    assert len(jit_fn.cache) == 2
+    # Nothing ahead with one config, or when switched off.
+    jit_fn.cache.clear()
+    tuned_kernel._compile_ahead(tuned_kernel.configs[1:2], (x, x, 300), {}, (3,))
+    monkeypatch.setenv("TILES_AUTOTUNE_COMPILE_AHEAD", "0")
+    tuned_kernel._compile_ahead(tuned_kernel.configs, (x, x, 300), {}, (3,))
+    assert len(backends) == 2 and not jit_fn.cache
+
+
+@tiles.autotune(configs=[tiles.Config({"BLOCK": 64}, num_warps=2), tiles.Config({"BLOCK": 256}),
+                         tiles.Config({"BLOCK": 128}, num_stages=2)], key=["n"])
+@tiles.jit
+def _tuned_twice(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def test_autotuned_kernel_warmup_compiles_its_configs_at_once(cache_dir, monkeypatch):
+    # Autotuner.warmup outside AsyncCompileMode: the configs compile on the pool together and
+    # come back compiled, in the configs' order; the first config that fails raises its error
+    # once the others are compiled.
+    import threading
+
+    from tiles import compiler
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    backends = []
+    finish = compiler._Backend.finish
+    monkeypatch.setattr(compiler._Backend, "finish",
+                        lambda self: backends.append(threading.current_thread().name) or finish(self))
+    x = tiles.MockTensor(tl.float32, [500])
+    _tuned_twice.fn.cache.clear()
+    done = _tuned_twice.warmup(x, x, 500, grid=(4,))
+    assert [k.constexprs["BLOCK"] for k in done] == [64, 256, 128]
+    assert [k.metadata.num_warps for k in done] == [2, 4, 4] and done[2].metadata.num_stages == 2
+    assert len(backends) == 3 and all(t.startswith("tiles-compile") for t in backends)
+    tuned_kernel.fn.fn.cache.clear()
+    with pytest.raises(tiles.CompilationError, match="power of 2|power of two"):
+        tuned_kernel.warmup(x, x, 300, grid=(3,))  # BLOCK=100 first
+    assert len(tuned_kernel.fn.fn.cache) == 2
+    tuned_kernel.fn.fn.cache.clear()  # other tests warm it up and expect to compile
 
 
 @tiles.jit

@@ -163,15 +163,21 @@ class Autotuner(KernelInterface):
             _restore(kwargs[name], saved)
         self.restore_copies = {}
 
-    # -- the disk copy of the choices ----------------------------------------------------------------
-    def _disk_path(self, key, configs: List[Config]) -> Optional[str]:
-        from . import cache
+    def _jit_function(self):
+        """The JITFunction under this tuner's wrappers (heuristics, another tuner), if any."""
         from .jit import JITFunction
 
         base = self.fn
         while not isinstance(base, JITFunction) and hasattr(base, "fn"):
             base = base.fn
-        if not isinstance(base, JITFunction) or not cache.enabled():
+        return base if isinstance(base, JITFunction) else None
+
+    # -- the disk copy of the choices ----------------------------------------------------------------
+    def _disk_path(self, key, configs: List[Config]) -> Optional[str]:
+        from . import cache
+
+        base = self._jit_function()
+        if base is None or not cache.enabled():
             return None
         h = hashlib.sha256(f"{cache.VERSION}{cache.function_fingerprint(base)}{key!r}{configs!r}".encode())
         return os.path.join(cache.cache_dir(), "autotune", h.hexdigest() + ".json")
@@ -308,6 +314,7 @@ class Autotuner(KernelInterface):
                 print(f"tiles autotune: {self.__name__} key {stable_key}: cached choice [{cfg}]", file=sys.stderr)
             return cfg
         t0 = time.perf_counter()
+        self._compile_ahead(pruned, args, kwargs, grid)
         timings = {}
         for c in pruned:
             timings[c] = self._bench(c, args, kwargs, grid, self.nargs)
@@ -327,13 +334,66 @@ class Autotuner(KernelInterface):
                   f"{self.bench_time:.2f} s", file=sys.stderr)
         return cfg
 
+    def _compiles_ahead(self, configs: List[Config]) -> bool:
+        """Whether `configs` compile all at once on the compile pool's threads: this thread runs
+        their frontends, one after another, and the pool the rest of each compile (passes, LLVM,
+        PTX, the driver's cubin and the module's load, without the GIL). Not for a single
+        config, in the interpreter, inside the caller's own AsyncCompileMode (which has the
+        compiles already), or with `TILES_AUTOTUNE_COMPILE_AHEAD=0`."""
+        from . import async_compile
+        from .jit import env_setting, env_true, interpreting
+
+        switch = env_setting("AUTOTUNE_COMPILE_AHEAD")
+        if len(configs) < 2 or async_compile.active_mode() is not None or (switch is not None and not env_true(switch)):
+            return False
+        base = self._jit_function()
+        return base is not None and not interpreting(base)
+
+    def _compile_all(self, configs: List[Config], args, kwargs) -> list:
+        """`fn.warmup` of each config, on the compile pool (`_compiles_ahead`): the compiled
+        kernels, or for a config that fails, its error (an exception instance)."""
+        from ..compiler import _pool
+        from .async_compile import AsyncCompileMode, FutureKernel
+
+        done: list = []
+        with AsyncCompileMode(_pool(os.cpu_count() or 1), ignore_errors=True):
+            for c in configs:
+                try:
+                    done.append(self.fn.warmup(*args, **kwargs, **c.all_kwargs()))
+                except Exception as e:  # noqa: BLE001 -- the caller decides
+                    done.append(e)
+        out = []
+        for d in done:
+            try:
+                out.append(d.result() if isinstance(d, FutureKernel) else d)
+            except Exception as e:  # noqa: BLE001
+                out.append(e)
+        return out
+
+    def _compile_ahead(self, configs: List[Config], args, kwargs, grid) -> None:
+        """Compiles the configs about to be timed all at once before timing any
+        (`_compiles_ahead`); each would otherwise compile at its first timed launch, one after
+        another, as in Triton. The timed launches then find them compiled. A config that fails
+        here is left to its timed launch, which compiles it again and reports it as before."""
+        if self._compiles_ahead(configs):
+            self._compile_all(configs, args, dict(kwargs, grid=grid))
+
     def warmup(self, *args, **kwargs):
         """Compiles every config that pruning keeps for these arguments, without launching or
-        timing (Triton's `Autotuner.warmup`); inside `AsyncCompileMode` they compile in parallel
-        and this returns their `FutureKernel`s."""
+        timing (Triton's `Autotuner.warmup`), all at once on the compile pool's threads, and
+        returns the compiled kernels, in the configs' order; the first config that fails raises
+        its error. Inside `AsyncCompileMode` they compile on its executor and this returns their
+        `FutureKernel`s."""
         nargs = dict(zip(self.arg_names, args))
         meta = {k: v for k, v in kwargs.items() if k != "grid"}  # what run() would hand the pruning
-        return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in self.prune_configs(meta, nargs)]
+        configs = self.prune_configs(meta, nargs)
+        if not self._compiles_ahead(configs):
+            return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in configs]
+        out = self._compile_all(configs, args, kwargs)
+        for r in out:
+            if isinstance(r, Exception):
+                raise r
+        return out
 
     def warmup_configs(self, *args, **kwargs):
         return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in self.configs]
@@ -370,8 +430,8 @@ class Heuristics(KernelInterface):
 
     def warmup(self, *args, **kwargs):
         all_args = {**dict(zip(self.arg_names, args)), **kwargs}
-        for name, f in self.values.items():
-            kwargs[name] = f(all_args)
+        for name, f in self.values.items():  # each value sees those before it, as in run()
+            kwargs[name] = all_args[name] = f(all_args)
         return self.fn.warmup(*args, **kwargs)
 
 
