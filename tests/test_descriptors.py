@@ -146,10 +146,16 @@ def test_autotune_pre_hook_sets_the_descriptor_blocks(dev, rng):
     dx, dy = dev.put(x), dev.put(np.full((M, D), np.nan, np.float16))
     xd = TensorDescriptor(dx, shape=[M, D], strides=[D, 1], block_shape=[1, 1])
     yd = TensorDescriptor(dy, shape=[M, D], strides=[D, 1], block_shape=[1, 1])
+    autotuned_rows_kernel.cache.clear()
+    autotuned_rows_kernel.fn.cache.clear()
     autotuned_rows_kernel[lambda meta: ((M + meta["BM"] - 1) // meta["BM"],)](xd, yd, M, D=D, STAGE=3)
     ref = x.astype(np.float64) * 0.6931471824645996 * 2
     np.testing.assert_allclose(dev.get(dy).astype(np.float64), ref, rtol=2e-3, atol=2e-3)
     assert autotuned_rows_kernel.best_config.kwargs["BM"] in (16, 32, 64)
+    if dev.mode == "gpu":
+        # Compiled ahead of the timing with each config's hook run first: one compile per
+        # config, the blocks its hook set (none for the placeholder [1, 1] blocks).
+        assert len(autotuned_rows_kernel.fn.cache) == 3
 
 
 def test_descriptor_type_in_a_compile_signature(ptxas):

@@ -349,16 +349,22 @@ class Autotuner(KernelInterface):
         base = self._jit_function()
         return base is not None and not interpreting(base)
 
-    def _compile_all(self, configs: List[Config], args, kwargs) -> list:
+    def _compile_all(self, configs: List[Config], args, kwargs, nargs: Optional[Dict[str, Any]] = None) -> list:
         """`fn.warmup` of each config, on the compile pool (`_compiles_ahead`): the compiled
-        kernels, or for a config that fails, its error (an exception instance)."""
+        kernels, or for a config that fails, its error (an exception instance). With `nargs`
+        (the launch's arguments by name), each config's `pre_hook` runs first, as before its
+        timed launches: a hook that sets a tensor descriptor's block shape decides what
+        compiles."""
         from ..compiler import _pool
         from .async_compile import AsyncCompileMode, FutureKernel
 
+        meta = {k: v for k, v in kwargs.items() if k != "grid"}
         done: list = []
         with AsyncCompileMode(_pool(os.cpu_count() or 1), ignore_errors=True):
             for c in configs:
                 try:
+                    if nargs is not None and c.pre_hook:
+                        c.pre_hook({**nargs, **meta, **c.all_kwargs()})
                     done.append(self.fn.warmup(*args, **kwargs, **c.all_kwargs()))
                 except Exception as e:  # noqa: BLE001 -- the caller decides
                     done.append(e)
@@ -376,7 +382,7 @@ class Autotuner(KernelInterface):
         another, as in Triton. The timed launches then find them compiled. A config that fails
         here is left to its timed launch, which compiles it again and reports it as before."""
         if self._compiles_ahead(configs):
-            self._compile_all(configs, args, dict(kwargs, grid=grid))
+            self._compile_all(configs, args, dict(kwargs, grid=grid), nargs=self.nargs or {})
 
     def warmup(self, *args, **kwargs):
         """Compiles every config that pruning keeps for these arguments, without launching or
