@@ -637,6 +637,10 @@ class tensor:
         return semantic.cast(self, to_type)
 
     def __getattr__(self, name: str):
+        if name[:1] == "_":
+            # Not a language function (none is private): the frontend's questions about a
+            # value (`hasattr(x, "_tiles_flatten")`, a bound method's `__self__`...) end here.
+            raise AttributeError(f"tensor has no attribute {name!r}")
         from . import language
 
         f = getattr(language, name, None)

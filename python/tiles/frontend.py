@@ -1239,6 +1239,8 @@ class CodeGenerator(ast.NodeVisitor):
         return self.call(node, _unwrap(fn) if isinstance(fn, constexpr) else fn, args, kwargs)
 
     def call(self, node: ast.AST, fn: Any, args: List[Any], kwargs: Dict[str, Any]) -> Any:
+        if getattr(fn, "_tiles_builtin", False):
+            return fn(*args, **kwargs)  # the common case first: a language function
         if isinstance(fn, _jit_function_class()):
             return inline_call(fn, self.builder, args, kwargs)
         if isinstance(fn, functools.partial) and isinstance(fn.func, _jit_function_class()):
