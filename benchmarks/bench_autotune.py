@@ -16,9 +16,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
+
+from bench_runtime import fresh_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -51,16 +51,11 @@ print(f"{{(t1 - t0) * 1e3:.1f}}")
 
 
 def first_call(mod: str, warmup: int, rep: int, ahead: bool = True) -> float:
-    """ms from the launch to the result, in a fresh process with an empty cache. The driver's
-    cache of assembled PTX is off, as in bench_runtime (Triton ships cubins, unaffected)."""
+    """ms from the launch to the result, in a fresh process with empty caches
+    (`bench_runtime.fresh_process`)."""
     src = FIRST_CALL.format(mod=mod, here=HERE, configs=CONFIGS, warmup=warmup, rep=rep)
-    cache = tempfile.mkdtemp()
-    env = dict(os.environ, TRITON_CACHE_DIR=cache, TILES_CACHE_DIR=cache, CUDA_CACHE_DISABLE="1",
-               TILES_AUTOTUNE_COMPILE_AHEAD="1" if ahead else "0")
-    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env, timeout=300)
-    if r.returncode:
-        raise RuntimeError(r.stderr[-2000:])
-    return float(r.stdout.split()[-1])
+    env = {"TILES_AUTOTUNE_COMPILE_AHEAD": "1" if ahead else "0"}
+    return float(fresh_process(src, tempfile.mkdtemp(), env, timeout=300).split()[-1])
 
 
 def main():

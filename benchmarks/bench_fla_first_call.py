@@ -15,9 +15,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
+
+from bench_runtime import fresh_process
 
 FIRST_CALL = r'''
 import sys, time
@@ -46,19 +46,12 @@ print(f"{{(t1 - t0) * 1e3:.1f}} {{(t2 - t1) * 1e3:.1f}}")
 
 
 def first_call(fla: str, mod: str, ahead: bool = True):
-    """(forward, backward) ms of the first call, in a fresh process with empty caches (the
-    driver's cache of assembled PTX off, as in bench_runtime)."""
-    cache = tempfile.mkdtemp()
-    env = dict(os.environ, TRITON_CACHE_DIR=cache, TILES_CACHE_DIR=cache, CUDA_CACHE_DISABLE="1",
-               FLA_CACHE_RESULTS="0", TILES_AUTOTUNE_COMPILE_AHEAD="1" if ahead else "0")
-    env.pop("TILES_AS_TRITON", None)
-    if mod == "tiles":
-        env["TILES_AS_TRITON"] = "1"
-    r = subprocess.run([sys.executable, "-c", FIRST_CALL.format(fla=os.path.abspath(fla))], capture_output=True,
-                       text=True, env=env, timeout=580)
-    if r.returncode:
-        raise RuntimeError(r.stderr[-3000:])
-    fwd, bwd = (float(x) for x in r.stdout.split()[-2:])
+    """(forward, backward) ms of the first call, in a fresh process with empty caches
+    (`bench_runtime.fresh_process`)."""
+    env = {"FLA_CACHE_RESULTS": "0", "TILES_AUTOTUNE_COMPILE_AHEAD": "1" if ahead else "0",
+           "TILES_AS_TRITON": "1" if mod == "tiles" else None}
+    out = fresh_process(FIRST_CALL.format(fla=os.path.abspath(fla)), tempfile.mkdtemp(), env, timeout=580)
+    fwd, bwd = (float(x) for x in out.split()[-2:])
     return fwd, bwd
 
 

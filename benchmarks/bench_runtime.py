@@ -69,22 +69,34 @@ print(f"{{(t2 - t1) * 1e3:.2f}} {{(t2 - t0) * 1e3:.2f}}")
 '''
 
 
+def fresh_process(src: str, cache: str, env=None, timeout: float = 120) -> str:
+    """Runs `python -c src` in a fresh process whose tiles and Triton caches are `cache`, with
+    the driver's own cache of PTX it assembled (`~/.nv/ComputeCache`) off: with it, every run
+    after the first would skip assembling tiles' PTX, which an empty cache must pay (Triton
+    ships cubins, unaffected). `env` adds to the environment (a None value removes a name).
+    Returns the process's output; its error output's end is the error when it fails."""
+    full = dict(os.environ, TRITON_CACHE_DIR=cache, TILES_CACHE_DIR=cache, CUDA_CACHE_DISABLE="1")
+    for k, v in (env or {}).items():
+        if v is None:
+            full.pop(k, None)
+        else:
+            full[k] = v
+    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=full, timeout=timeout)
+    if r.returncode:
+        raise RuntimeError(r.stderr[-3000:])
+    return r.stdout
+
+
 def first_call(mod: str, cache: str, case: str = "vector_add"):
-    """(first call, first call with the import) in a fresh process, ms. The driver's own cache of
-    PTX it assembled (`~/.nv/ComputeCache`) is off: with it, every run after the first would
-    skip assembling tiles' PTX, which an empty cache must pay (Triton ships cubins, unaffected).
+    """(first call, first call with the import) in a fresh process, ms (`fresh_process`).
     With `TILES_ASSEMBLER=load` the disk cache holds no cubins, so the driver's cache is on,
     moved into `cache`: empty for the first call, warm for the next, as on a user's machine."""
     setup, load, call, check = CASES[case]
     src = FIRST_CALL.format(mod=mod, here=HERE, setup=setup, load=load.format(mod=mod), call=call, check=check)
-    env = dict(os.environ, TRITON_CACHE_DIR=cache, TILES_CACHE_DIR=cache, CUDA_CACHE_DISABLE="1")
+    env = {}
     if mod == "tiles" and os.environ.get("TILES_ASSEMBLER", "").strip().lower() == "load":
-        env.update(CUDA_CACHE_PATH=os.path.join(cache, "nv"))
-        env.pop("CUDA_CACHE_DISABLE")
-    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env, timeout=120)
-    if r.returncode:
-        raise RuntimeError(r.stderr)
-    call, with_import = (float(v) for v in r.stdout.split())
+        env = {"CUDA_CACHE_PATH": os.path.join(cache, "nv"), "CUDA_CACHE_DISABLE": None}
+    call, with_import = (float(v) for v in fresh_process(src, cache, env).split())
     return call, with_import
 
 

@@ -646,32 +646,38 @@ def test_autotune_skips_failing_configs_and_keeps_the_choice(dev, cache_dir, cap
     assert "cached choice" in capfd.readouterr().err
 
 
-def test_autotune_compiles_its_configs_ahead_on_the_pool(cache_dir, monkeypatch):
-    # Before timing, the tuner compiles every config it will time at once: the frontends on
-    # this thread, the rest on the compile pool's threads. A config that fails to compile
-    # (BLOCK=100: arange needs a power of two) is left to its timed launch. Without a GPU the
-    # compiles are for sm_90a, as warmup's.
+@pytest.fixture
+def backend_threads(monkeypatch):
+    """The names of the threads that run compiles' back halves (passes, LLVM, PTX), in order;
+    compiles go to the code generator even without a GPU (for sm_90a, as warmup's)."""
     import threading
 
     from tiles import compiler
 
     monkeypatch.setenv("TILES_INTERPRET", "0")
-    backends = []
+    names = []
     finish = compiler._Backend.finish
     monkeypatch.setattr(compiler._Backend, "finish",
-                        lambda self: backends.append(threading.current_thread().name) or finish(self))
+                        lambda self: names.append(threading.current_thread().name) or finish(self))
+    return names
+
+
+def test_autotune_compiles_its_configs_ahead_on_the_pool(cache_dir, backend_threads, monkeypatch):
+    # Before timing, the tuner compiles every config it will time at once: the frontends on
+    # this thread, the rest on the compile pool's threads. A config that fails to compile
+    # (BLOCK=100: arange needs a power of two) is left to its timed launch.
     jit_fn = tuned_kernel.fn.fn
     jit_fn.cache.clear()
     x = tiles.MockTensor(tl.float32, [300])
     tuned_kernel._compile_ahead(tuned_kernel.configs, (x, x, 300), {}, (3,))
-    assert len(backends) == 2 and all(t.startswith("tiles-compile") for t in backends)
+    assert len(backend_threads) == 2 and all(t.startswith("tiles-compile") for t in backend_threads)
     assert len(jit_fn.cache) == 2
     # Nothing ahead with one config, or when switched off.
     jit_fn.cache.clear()
     tuned_kernel._compile_ahead(tuned_kernel.configs[1:2], (x, x, 300), {}, (3,))
     monkeypatch.setenv("TILES_AUTOTUNE_COMPILE_AHEAD", "0")
     tuned_kernel._compile_ahead(tuned_kernel.configs, (x, x, 300), {}, (3,))
-    assert len(backends) == 2 and not jit_fn.cache
+    assert len(backend_threads) == 2 and not jit_fn.cache
 
 
 @tiles.autotune(configs=[tiles.Config({"BLOCK": 64}, num_warps=2), tiles.Config({"BLOCK": 256}),
@@ -682,25 +688,16 @@ def _tuned_twice(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
 
 
-def test_autotuned_kernel_warmup_compiles_its_configs_at_once(cache_dir, monkeypatch):
+def test_autotuned_kernel_warmup_compiles_its_configs_at_once(cache_dir, backend_threads):
     # Autotuner.warmup outside AsyncCompileMode: the configs compile on the pool together and
     # come back compiled, in the configs' order; the first config that fails raises its error
     # once the others are compiled.
-    import threading
-
-    from tiles import compiler
-
-    monkeypatch.setenv("TILES_INTERPRET", "0")
-    backends = []
-    finish = compiler._Backend.finish
-    monkeypatch.setattr(compiler._Backend, "finish",
-                        lambda self: backends.append(threading.current_thread().name) or finish(self))
     x = tiles.MockTensor(tl.float32, [500])
     _tuned_twice.fn.cache.clear()
     done = _tuned_twice.warmup(x, x, 500, grid=(4,))
     assert [k.constexprs["BLOCK"] for k in done] == [64, 256, 128]
     assert [k.metadata.num_warps for k in done] == [2, 4, 4] and done[2].metadata.num_stages == 2
-    assert len(backends) == 3 and all(t.startswith("tiles-compile") for t in backends)
+    assert len(backend_threads) == 3 and all(t.startswith("tiles-compile") for t in backend_threads)
     tuned_kernel.fn.fn.cache.clear()
     with pytest.raises(tiles.CompilationError, match="power of 2|power of two"):
         tuned_kernel.warmup(x, x, 300, grid=(3,))  # BLOCK=100 first

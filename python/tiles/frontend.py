@@ -1250,7 +1250,7 @@ class CodeGenerator(ast.NodeVisitor):
             return fn(*args, **kwargs)  # an aggregate's constructor runs at compile time
         if hasattr(getattr(fn, "__self__", None), "_tiles_aggregate_fields"):
             return fn(*args, **kwargs)  # a plain method of an aggregate: Python at compile time
-        if getattr(fn, "_tiles_builtin", False) or getattr(getattr(fn, "__func__", None), "_tiles_builtin", False):
+        if getattr(getattr(fn, "__func__", None), "_tiles_builtin", False):  # a builtin bound as a method
             return fn(*args, **kwargs)
         if fn in (builtins.min, builtins.max) and any(_is_tensor(a) for a in args):
             f = semantic.minimum if fn is builtins.min else semantic.maximum
