@@ -409,7 +409,7 @@ _WARMUP_SCRIPT = textwrap.dedent("""
     sig = {"x_ptr": "*fp32", "n": "i32"}
     tiles.compile(k, signature=sig, constexprs={"BLOCK": 64})
     # Compiling alone never starts CUDA (torch's compile workers only compile).
-    untouched = "ctx" not in driver._state and "warm" not in driver._state
+    untouched = "count" not in driver._state and "warm" not in driver._state
     gpu = driver.available()  # what a launch or warmup does first
     tiles.compile(k, signature=sig, constexprs={"BLOCK": 128})
     tiles.compile(k, signature=sig, constexprs={"BLOCK": 256})

@@ -67,6 +67,8 @@ api! {
     device_get_attribute: "cuDeviceGetAttribute" => fn(*mut c_int, c_int, c_int),
     primary_ctx_retain: "cuDevicePrimaryCtxRetain" => fn(*mut *mut c_void, c_int),
     ctx_set_current: "cuCtxSetCurrent" => fn(*mut c_void),
+    ctx_get_current: "cuCtxGetCurrent" => fn(*mut *mut c_void),
+    ctx_get_device: "cuCtxGetDevice" => fn(*mut c_int),
     ctx_synchronize: "cuCtxSynchronize" => fn(),
     get_error_name: "cuGetErrorName" => fn(CuResult, *mut *const c_char),
     module_load_data: "cuModuleLoadData" => fn(*mut *mut c_void, *const c_void),
@@ -167,27 +169,50 @@ fn check(a: &Api, r: CuResult, what: &str) -> R<()> {
     Err(CudaError(format!("{what} failed: {name}")))
 }
 
-/// Initialises the driver and retains device 0's primary context; returns the context.
-pub fn primary_context() -> R<usize> {
+/// Initialises the driver; returns the number of CUDA devices (an error where there is none).
+pub fn device_count() -> R<i32> {
     let a = api()?;
-    // SAFETY: plain driver calls with valid out-pointers.
+    let mut n = 0;
+    // SAFETY: plain driver calls with a valid out-pointer.
     unsafe {
         check(a, (a.init)(0), "cuInit")?;
-        let mut n = 0;
         check(a, (a.device_get_count)(&mut n), "cuDeviceGetCount")?;
-        if n == 0 {
-            return Err(CudaError("no CUDA GPU found".into()));
-        }
-        let mut dev = 0;
-        check(a, (a.device_get)(&mut dev, 0), "cuDeviceGet")?;
-        let mut ctx = std::ptr::null_mut();
+    }
+    if n == 0 {
+        return Err(CudaError("no CUDA GPU found".into()));
+    }
+    Ok(n)
+}
+
+/// The CUdevice of device ordinal `device`, checked against the device count.
+fn device_handle(a: &Api, device: i32) -> R<c_int> {
+    let n = device_count()?;
+    if !(0..n).contains(&device) {
+        return Err(CudaError(format!(
+            "no CUDA device {device}: this machine has {n} (0 to {})",
+            n - 1
+        )));
+    }
+    let mut dev = 0;
+    // SAFETY: valid out-pointer; the ordinal is in range.
+    unsafe { check(a, (a.device_get)(&mut dev, device), "cuDeviceGet")? };
+    Ok(dev)
+}
+
+/// Initialises the driver and retains `device`'s primary context; returns the context.
+pub fn primary_context(device: i32) -> R<usize> {
+    let a = api()?;
+    let dev = device_handle(a, device)?;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; `dev` came from cuDeviceGet.
+    unsafe {
         check(
             a,
             (a.primary_ctx_retain)(&mut ctx, dev),
             "cuDevicePrimaryCtxRetain",
         )?;
-        Ok(ctx as usize)
     }
+    Ok(ctx as usize)
 }
 
 /// Makes `ctx` current on this thread.
@@ -203,14 +228,31 @@ pub fn set_current(ctx: usize) -> R<()> {
     }
 }
 
-/// A device-0 attribute (`attr::*`).
-pub fn device_attribute(which: i32) -> R<i32> {
+/// The context current on this thread (0 for none, or before the driver is initialised).
+pub fn current_context() -> R<usize> {
     let a = api()?;
-    let mut dev = 0;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: valid out-pointer. Before cuInit the call fails, which means no context.
+    let r = unsafe { (a.ctx_get_current)(&mut ctx) };
+    Ok(if r == 0 { ctx as usize } else { 0 })
+}
+
+/// The device ordinal of the context current on this thread, or None without one.
+pub fn current_device() -> R<Option<i32>> {
+    let a = api()?;
+    let mut dev: c_int = 0;
+    // SAFETY: valid out-pointer; without a current context the call fails, which is None.
+    let r = unsafe { (a.ctx_get_device)(&mut dev) };
+    Ok((r == 0).then_some(dev))
+}
+
+/// An attribute (`attr::*`) of device ordinal `device`.
+pub fn device_attribute(which: i32, device: i32) -> R<i32> {
+    let a = api()?;
+    let dev = device_handle(a, device)?;
     let mut v = 0;
-    // SAFETY: valid out-pointers.
+    // SAFETY: valid out-pointer; `dev` came from cuDeviceGet.
     unsafe {
-        check(a, (a.device_get)(&mut dev, 0), "cuDeviceGet")?;
         check(
             a,
             (a.device_get_attribute)(&mut v, which, dev),
@@ -561,10 +603,17 @@ pub mod py {
         PyRuntimeError::new_err(e.0)
     }
 
-    /// Loads the driver, initialises it and retains device 0's primary context.
+    /// Loads the driver and initialises it: the number of devices (an error for none).
     #[pyfunction]
-    pub fn cuda_primary_context(py: Python<'_>) -> PyResult<usize> {
-        py.detach(primary_context).map_err(err)
+    pub fn cuda_device_count(py: Python<'_>) -> PyResult<i32> {
+        py.detach(device_count).map_err(err)
+    }
+
+    /// Loads the driver, initialises it and retains a device's primary context.
+    #[pyfunction]
+    #[pyo3(signature = (device = 0))]
+    pub fn cuda_primary_context(py: Python<'_>, device: i32) -> PyResult<usize> {
+        py.detach(move || primary_context(device)).map_err(err)
     }
 
     /// Makes a context current on the calling thread.
@@ -573,10 +622,23 @@ pub mod py {
         set_current(ctx).map_err(err)
     }
 
-    /// A device-0 attribute by its `CU_DEVICE_ATTRIBUTE_*` number.
+    /// The context current on the calling thread (0 for none).
     #[pyfunction]
-    pub fn cuda_device_attribute(which: i32) -> PyResult<i32> {
-        device_attribute(which).map_err(err)
+    pub fn cuda_current_context() -> PyResult<usize> {
+        current_context().map_err(err)
+    }
+
+    /// The device ordinal of the calling thread's current context (-1 for none).
+    #[pyfunction]
+    pub fn cuda_current_device() -> PyResult<i32> {
+        Ok(current_device().map_err(err)?.unwrap_or(-1))
+    }
+
+    /// A device's attribute by its `CU_DEVICE_ATTRIBUTE_*` number.
+    #[pyfunction]
+    #[pyo3(signature = (which, device = 0))]
+    pub fn cuda_device_attribute(which: i32, device: i32) -> PyResult<i32> {
+        device_attribute(which, device).map_err(err)
     }
 
     /// PTX -> cubin (the driver's JIT linker), without the GIL.
@@ -700,8 +762,11 @@ pub mod py {
 
     /// Registers the functions on the module.
     pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_primary_context, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_set_current, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_current_context, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_current_device, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_device_attribute, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_link_ptx, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_load, m)?)?;

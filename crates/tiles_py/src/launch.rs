@@ -398,6 +398,13 @@ impl Dispatcher {
                 }
             }
         }
+        // Modules belong to a context: the kernels learned under one (a device's, where torch
+        // or `set_current_device` made it current) launch only under it.
+        let ctx = crate::cuda::current_context().unwrap_or(0);
+        if ctx == 0 {
+            return Ok(None);
+        }
+        key.push(ctx as u64);
         Ok(Some(BoundArgs { key, values }))
     }
 
@@ -555,7 +562,12 @@ impl Dispatcher {
             return Ok(Some(compiled));
         }
         let stream: u64 = match &self.stream_fn {
-            Some(f) => f.bind(py).call1((0,))?.extract()?,
+            Some(f) => {
+                let Ok(Some(device)) = crate::cuda::current_device() else {
+                    return Ok(None);
+                };
+                f.bind(py).call1((device,))?.extract()?
+            }
             None => 0,
         };
         // `compiled` keeps the function's module loaded.

@@ -55,7 +55,8 @@ class CompiledKernel:
         self.constexprs = constexprs
         self.params = [n for n, t in signature.items() if n not in constexprs and t != "constexpr"]
         self.arg_names = list(arg_names)  # every parameter, constexprs included (`kernel[grid](*args)`)
-        self._loaded = None
+        self._loaded = None  # the module last loaded or used (`_loads` holds each context's)
+        self._loads: Dict[int, Any] = {}
         self.cache_key: Optional[str] = None
 
     @property
@@ -94,35 +95,46 @@ class CompiledKernel:
         return cubin
 
     def load(self):
-        """Loads the module, once, and returns the loaded kernel: from the cubin `link` makes,
-        or from the PTX, which the driver's JIT compiles as it loads (`TILES_ASSEMBLER=load`)."""
-        if self._loaded is None:
+        """Loads the module, once per CUDA context (a device's, see `driver.init`), and
+        returns the loaded kernel of the current one: from the cubin `link` makes (once for
+        every device), or from the PTX, which the driver's JIT compiles as it loads
+        (`TILES_ASSEMBLER=load`)."""
+        from ..runtime import driver
+
+        threads = self.metadata.num_warps * 32
+        if threads > 1024:  # as Triton reports it, before the driver is asked
+            from ..errors import OutOfResources
+
+            raise OutOfResources(threads, 1024, "threads", self.name)
+        ctx = driver.current_context()
+        loaded = self._loads.get(ctx)
+        if loaded is None:
             from .. import knobs
-            from ..runtime import driver
 
-            threads = self.metadata.num_warps * 32
-            if threads > 1024:  # as Triton reports it, before the driver refuses the launch
-                from ..errors import OutOfResources
-
-                raise OutOfResources(threads, 1024, "threads", self.name)
             from_ptx = driver.loads_ptx()
             cubin = None if from_ptx else self.link()
             t0 = time.perf_counter()
             # The load hooks (HookChains): Triton's (module, function, name, metadata_group, hash).
             knobs.runtime.kernel_load_start_hook(None, None, self.name, {}, self.cache_key)
-            self._loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared, ptx=self.asm["ptx"])
-            knobs.runtime.kernel_load_end_hook(self._loaded.module, self._loaded.function, self.name, {},
-                                               self.cache_key)
+            loaded = driver.LoadedKernel(cubin, self.name, self.metadata.shared, ptx=self.asm["ptx"])
+            knobs.runtime.kernel_load_end_hook(loaded.module, loaded.function, self.name, {}, self.cache_key)
+            loaded = self._loads.setdefault(ctx, loaded)
             if _timing():
                 what = "ptx->module (the driver's JIT) " if from_ptx else "load "
                 print(f"tiles: {self.name}: {what}{(time.perf_counter() - t0) * 1e3:.2f} ms", file=sys.stderr)
-        return self._loaded
+        self._loaded = loaded
+        return loaded
 
     def check_asserts(self) -> None:
         """After a launch with debugging on: raises DeviceAssertionError if a device_assert failed."""
-        if not self.metadata.asserts or self._loaded is None:
+        if not self.metadata.asserts or not self._loads:
             return
-        line = self._loaded.read_assert_flag()
+        from ..runtime import driver
+
+        loaded = self._loads.get(driver.current_context())
+        if loaded is None:
+            return
+        line = loaded.read_assert_flag()
         if line:
             from ..errors import DeviceAssertionError
 

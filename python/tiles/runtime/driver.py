@@ -12,8 +12,9 @@ from typing import Any, Optional, Tuple
 from ..errors import LaunchError
 
 _lock = threading.Lock()
-_state: dict = {}
-_tls = threading.local()
+_state: dict = {}  # "count": devices, "error": why the driver cannot be used, "warm": the JIT's warm-up
+_devices: dict = {}  # device ordinal -> {"ctx": its primary context, "capability", "max_shared"}
+_tls = threading.local()  # "bound": a context is current; "device": set_current_device's
 
 
 def _native():
@@ -38,42 +39,125 @@ def available() -> bool:
         return False
 
 
+def _start() -> int:
+    """Loads and initialises the driver, once; the number of devices."""
+    n = _state.get("count")
+    if n is None:
+        with _lock:
+            if "error" in _state:
+                raise LaunchError(_state["error"])
+            if "count" not in _state:
+                try:
+                    _state["count"] = _call(_native().cuda_device_count)
+                except LaunchError as e:
+                    _state["error"] = str(e)
+                    raise
+            n = _state["count"]
+    return n
+
+
+def _device(device: int) -> dict:
+    """Device `device`'s primary context (retained once) and the properties tiles reads."""
+    d = _devices.get(device)
+    if d is None:
+        n = _start()
+        if not 0 <= device < n:
+            raise LaunchError(f"no CUDA device {device}: this machine has {n}")
+        with _lock:
+            d = _devices.get(device)
+            if d is None:
+                t = _native()
+                a = t.CUDA_DEVICE_ATTRIBUTES
+                ctx = _call(t.cuda_primary_context, device)
+                major = _call(t.cuda_device_attribute, a["cc_major"], device)
+                minor = _call(t.cuda_device_attribute, a["cc_minor"], device)
+                smem = _call(t.cuda_device_attribute, a["max_shared_mem"], device)
+                d = _devices[device] = {"ctx": ctx, "capability": (major, minor), "max_shared": smem}
+    return d
+
+
 def init() -> None:
-    """Initialises the driver and makes device 0's primary context current (once per process;
-    each new thread gets the context made current on first use)."""
-    if "ctx" in _state:
-        if not getattr(_tls, "bound", False):
-            _call(_native().cuda_set_current, _state["ctx"])
-            _tls.bound = True
+    """Makes sure a CUDA context is current on this thread: the one already there (torch's,
+    after `torch.cuda.set_device(d)` or inside `with torch.cuda.device(d):`), else the primary
+    context of the thread's device (`set_current_device`; device 0 by default). Kernels load
+    and launch on the current context's device, as Triton's launch on torch's current device;
+    a process that uses only device 3 never makes a context on device 0."""
+    if getattr(_tls, "bound", False):
         return
-    with _lock:
-        if "error" in _state:
-            raise LaunchError(_state["error"])
-        if "ctx" not in _state:
-            t = _native()
-            try:
-                ctx = _call(t.cuda_primary_context)
-            except LaunchError as e:
-                _state["error"] = str(e)
-                raise
-            a = t.CUDA_DEVICE_ATTRIBUTES
-            major = _call(t.cuda_device_attribute, a["cc_major"])
-            minor = _call(t.cuda_device_attribute, a["cc_minor"])
-            smem = _call(t.cuda_device_attribute, a["max_shared_mem"])
-            _state.update(capability=(major, minor), max_shared=smem, ctx=ctx)
-    _call(_native().cuda_set_current, _state["ctx"])
+    _start()
+    t = _native()
+    if not _call(t.cuda_current_context):
+        _call(t.cuda_set_current, _device(getattr(_tls, "device", 0))["ctx"])
     _tls.bound = True
 
 
-def capability() -> Tuple[int, int]:
+def current_context() -> int:
+    """The context kernels load into and launch on from this thread (see `init`)."""
     init()
-    return _state["capability"]
+    return _call(_native().cuda_current_context)
 
 
-def max_shared() -> int:
+def use_context(ctx: int) -> None:
+    """Makes `ctx` (a `current_context()` of another thread) current on this thread: a
+    compile pool's thread loads a kernel into the context of the thread that asked for it."""
+    _start()
+    if _call(_native().cuda_current_context) != ctx:
+        _call(_native().cuda_set_current, ctx)
+    _tls.bound = True
+
+
+def current_device() -> int:
+    """The device of this thread's current context (see `init`)."""
+    init()
+    d = _call(_native().cuda_current_device)
+    return d if d >= 0 else getattr(_tls, "device", 0)
+
+
+def set_current_device(device: int) -> None:
+    """Makes `device` this thread's device: its primary context current, and torch's current
+    device too where torch uses CUDA (so that the two agree)."""
+    device = int(device)
+    d = _device(device)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.set_device(device)
+    _call(_native().cuda_set_current, d["ctx"])
+    _tls.device = device
+    _tls.bound = True
+
+
+def targets_differ() -> bool:
+    """Whether this machine's GPUs differ in compute capability (then a kernel compiles for
+    each device's own; read once, without making contexts)."""
+    v = _state.get("mixed")
+    if v is None:
+        try:
+            t = _native()
+            a = t.CUDA_DEVICE_ATTRIBUTES
+            caps = {(_call(t.cuda_device_attribute, a["cc_major"], d), _call(t.cuda_device_attribute, a["cc_minor"], d))
+                    for d in range(_start())}
+            v = len(caps) > 1
+        except LaunchError:
+            v = False
+        _state["mixed"] = v
+    return v
+
+
+def device_count() -> int:
+    """The number of CUDA devices (0 without a driver or a GPU)."""
+    try:
+        return _start()
+    except LaunchError:
+        return 0
+
+
+def capability(device: Optional[int] = None) -> Tuple[int, int]:
+    return _device(current_device() if device is None else int(device))["capability"]
+
+
+def max_shared(device: Optional[int] = None) -> int:
     """The shared memory one program may use (bytes, with the opt-in)."""
-    init()
-    return max(_state["max_shared"], 48 * 1024)
+    return max(_device(current_device() if device is None else int(device))["max_shared"], 48 * 1024)
 
 
 def shared_limit() -> int:
@@ -107,7 +191,7 @@ def warm_jit() -> None:
     driver is already in use (a launch, a warmup): a process that only compiles, such as
     torch's compile workers, never starts CUDA for it. Not a daemon thread: the interpreter
     joins it at exit rather than leave it inside the driver. `TILES_JIT_WARMUP=0` turns it off."""
-    if "warm" in _state or "ctx" not in _state or not _jit_assembles():
+    if "warm" in _state or "count" not in _state or not _jit_assembles():
         return
     if os.environ.get("TILES_JIT_WARMUP", "1") == "0":
         _state["warm"] = None
@@ -115,14 +199,18 @@ def warm_jit() -> None:
     with _lock:
         if "warm" in _state:
             return
-        t = _state["warm"] = threading.Thread(target=_warm, name="tiles-jit-warmup")
+        try:
+            ctx = current_context()
+        except LaunchError:
+            return
+        t = _state["warm"] = threading.Thread(target=_warm, args=(ctx,), name="tiles-jit-warmup")
     t.start()
 
 
-def _warm() -> None:
+def _warm(ctx: int) -> None:
     try:
+        use_context(ctx)  # the caller's device: no context made on another
         if loads_ptx():
-            init()
             _call(_native().cuda_warm_jit, _EMPTY_PTX, "tiles_jit_warmup")
         else:
             link_ptx(_EMPTY_PTX, "tiles_jit_warmup")
@@ -207,12 +295,13 @@ class LoadedKernel:
     without one from `ptx`, which the driver's JIT then compiles as it loads."""
 
     def __init__(self, cubin: Optional[bytes], name: str, shared: int, ptx: Optional[str] = None):
-        init()
-        if shared > 48 * 1024 and shared > _state["max_shared"]:
+        limit = _device(current_device())["max_shared"]
+        if shared > 48 * 1024 and shared > limit:
             from ..errors import OutOfResources
 
-            raise OutOfResources(shared, _state["max_shared"], "shared memory", name)
+            raise OutOfResources(shared, limit, "shared memory", name)
         self._cubin = cubin
+        self.context = current_context()
         image = cubin if cubin is not None else ptx.encode()
         self.module, self.function, self.n_regs, self.n_spills = _call(_native().cuda_load, image, name, shared,
                                                                        cubin is None)
@@ -261,13 +350,12 @@ def stream_function():
     return getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def current_stream() -> int:
-    """Torch's current stream when torch is in use, else the legacy default stream."""
-    import sys
-
+def current_stream(device: Any = None) -> int:
+    """Torch's current stream (of `device`, else of the current device) when torch is in use,
+    else the legacy default stream."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        return torch.cuda.current_stream().cuda_stream
+        return torch.cuda.current_stream(device).cuda_stream
     return 0
 
 
@@ -301,13 +389,29 @@ NO_GPU_PROPERTIES = {"max_shared_mem": 232448, "max_num_regs": 65536, "multiproc
 class _Utils:
     def get_device_properties(self, device: Any = None) -> dict:
         """The properties Triton reports: `multiprocessor_count`, `max_shared_mem`,
-        `max_num_regs`, `warpSize`, clocks and bus width."""
+        `max_num_regs`, `warpSize`, clocks and bus width, of `device` (an index or a torch
+        device; the current device by default)."""
         if not available():
             return dict(NO_GPU_PROPERTIES)
         t = _native()
+        dev = _device_index(device)
+        _device(dev)  # a clear error for a device that is not there
         keys = ("max_shared_mem", "max_num_regs", "multiprocessor_count", "warpSize", "sm_clock_rate",
                 "mem_clock_rate", "mem_bus_width", "max_threads_per_sm")
-        return {k: _call(t.cuda_device_attribute, t.CUDA_DEVICE_ATTRIBUTES[k]) for k in keys}
+        return {k: _call(t.cuda_device_attribute, t.CUDA_DEVICE_ATTRIBUTES[k], dev) for k in keys}
+
+
+def _device_index(device: Any) -> int:
+    """A device given as an index, a torch device or `"cuda:1"`; None: the current one."""
+    if device is None:
+        return current_device()
+    index = getattr(device, "index", device)
+    if index is None:  # torch.device("cuda")
+        return current_device()
+    if isinstance(index, str):
+        index = index.rpartition(":")[2] if ":" in index else None
+        return current_device() if index is None else int(index)
+    return int(index)
 
 
 class ActiveDriver:
@@ -337,14 +441,15 @@ class ActiveDriver:
         return torch.device("cpu")
 
     def get_current_device(self) -> int:
-        return 0
+        """The device kernels launch on: torch's current device where torch set it (the
+        current context's), else `set_current_device`'s, else 0."""
+        return current_device() if available() else 0
 
     def set_current_device(self, device: int) -> None:
-        if int(device) != 0:
-            raise LaunchError("tiles runs on device 0 only")
+        set_current_device(device)
 
     def get_current_stream(self, device: Any = None) -> int:
-        return current_stream()
+        return current_stream(device)
 
     def get_device_interface(self):
         import torch

@@ -1043,7 +1043,11 @@ class JITFunction(KernelInterface):
         `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow, arch, ftz,
         f32_default)`; `arch` (Triton's option, or `knobs.runtime.override_arch`) compiles for
         another GPU than this one."""
+        from . import driver
+
         arch = arch_target(opts.get("arch") or env_setting("OVERRIDE_ARCH"))
+        if arch is None and driver.targets_differ():
+            arch = driver.default_target()  # GPUs of several kinds: this device's own
         if int(opts.get("num_ctas") or 1) > 1:
             _check_clusters(arch)
         return (key, num_warps, num_stages) + _code_options(self.debugging(opts.get("debug")), opts, arch)
@@ -1112,6 +1116,8 @@ class JITFunction(KernelInterface):
         gpu = driver.available()
         target = _target(arch, gpu)
         limit = driver.shared_limit()
+        # The context (device) of the launch that asked: a pool thread loads the module there.
+        ctx = driver.current_context() if gpu else None
 
         def front(stages: int):
             return compiler._front(self, signature, constexprs, target=target, num_warps=num_warps,
@@ -1137,7 +1143,8 @@ class JITFunction(KernelInterface):
             compiled = fit_shared_memory(build, num_stages, limit, self.__name__)
             if gpu:
                 # PTX -> cubin and the module's load on this thread too (the pool's, when
-                # submitted; the driver's calls run without the GIL).
+                # submitted; the driver's calls run without the GIL), in the asking context.
+                driver.use_context(ctx)
                 compiled.load()
             return _Specialization(compiled, packers, slots)
 
@@ -1283,12 +1290,14 @@ class JITFunction(KernelInterface):
     def device_caches(self) -> Dict[int, Tuple[Dict[Any, Any], Dict[Any, Any], Any, Any, Any]]:
         """Triton's per-device caches, for reading what was compiled (`kernel.device_caches[0][0]`
         maps each specialisation's key to its compiled kernel, whose `asm` holds the PTX): a
-        snapshot, on device 0 (tiles runs there)."""
+        snapshot, the same under every device index: one compile serves every device of its
+        target, each loading it on first use."""
         from . import driver
 
         kernels = _CompiledKernels(self, {key: spec.compiled for key, spec in list(self.cache.items())
                                           if isinstance(spec, _Specialization)})
-        return {0: (kernels, {}, driver.active.get_current_target(), None, None)}
+        entry = (kernels, {}, driver.active.get_current_target(), None, None)
+        return {d: entry for d in range(max(1, driver.device_count()))}
 
     def _forget(self, keys: Optional[List[Any]] = None) -> None:
         """Drops compiled specialisations (all, or those under `keys`): the next launch of one
