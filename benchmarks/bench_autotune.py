@@ -1,8 +1,10 @@
 """The first call of an autotuned matmul in a fresh process with an empty cache: every config is
 compiled, then timed, then the fastest runs. tiles compiles the configs ahead of the timing on
-its compile pool's threads (`TILES_AUTOTUNE_COMPILE_AHEAD`, on by default); the same with it
-off (each config compiled at its first timed launch, one after another, as Triton does); and
-Triton, in one run.
+its compile pool's threads (`TILES_AUTOTUNE_COMPILE_AHEAD`, on by default) and screens them,
+timing in full only those within 1.5x of the fastest (`TILES_AUTOTUNE_SCREEN`); the same
+without the screen; with neither (each config compiled at its first timed launch, one after
+another, and every config timed, as Triton does); and Triton, in one run. Each case also
+records the config it chose.
 
 Two timings per case: with the autotuner's default timing (warm-up 25 ms, 100 ms of runs per
 config), and with 1 ms of each, where the compiles are most of the time.
@@ -46,16 +48,19 @@ torch.cuda.synchronize()
 t1 = time.perf_counter()
 ref = x.float() @ y.float()
 assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
-print(f"{{(t1 - t0) * 1e3:.1f}}")
+c = tuned.best_config
+print(f"{{(t1 - t0) * 1e3:.1f}} {{c.kwargs['BLOCK_SIZE_M']}}x{{c.kwargs['BLOCK_SIZE_N']}}x{{c.kwargs['BLOCK_SIZE_K']}}"
+      f"w{{c.num_warps}}s{{c.num_stages}}")
 '''
 
 
-def first_call(mod: str, warmup: int, rep: int, ahead: bool = True) -> float:
-    """ms from the launch to the result, in a fresh process with empty caches
-    (`bench_runtime.fresh_process`)."""
+def first_call(mod: str, warmup: int, rep: int, ahead: bool = True, screen: bool = True):
+    """(ms from the launch to the result, the chosen config), in a fresh process with empty
+    caches (`bench_runtime.fresh_process`)."""
     src = FIRST_CALL.format(mod=mod, here=HERE, configs=CONFIGS, warmup=warmup, rep=rep)
-    env = {"TILES_AUTOTUNE_COMPILE_AHEAD": "1" if ahead else "0"}
-    return float(fresh_process(src, tempfile.mkdtemp(), env, timeout=300).split()[-1])
+    env = {"TILES_AUTOTUNE_COMPILE_AHEAD": "1" if ahead else "0", "TILES_AUTOTUNE_SCREEN": None if screen else "0"}
+    ms, chosen = fresh_process(src, tempfile.mkdtemp(), env, timeout=300).split()[-2:]
+    return float(ms), chosen
 
 
 def main():
@@ -64,15 +69,17 @@ def main():
     ap.add_argument("--runs", type=int, default=3, help="fresh processes per case (median)")
     a = ap.parse_args()
     res = {"configs": CONFIGS, "cpu_cores": os.cpu_count()}
-    cases = [("tiles", "tiles", True), ("tiles_one_by_one", "tiles", False), ("triton", "triton", True)]
+    cases = [("tiles", "tiles", True, True), ("tiles_no_screen", "tiles", True, False),
+             ("tiles_one_by_one", "tiles", False, False), ("triton", "triton", True, False)]
     for timing, (warmup, rep) in (("default", (25, 100)), ("short", (1, 1))):
-        for name, mod, ahead in cases:
-            runs = [first_call(mod, warmup, rep, ahead) for _ in range(a.runs)]
-            res[f"{name}_{timing}_ms"] = statistics.median(runs)
-            res[f"{name}_{timing}_runs"] = runs
-        print(f"{len(CONFIGS)} configs, timing {timing} (warm-up {warmup} ms, {rep} ms of runs): tiles "
-              f"{res[f'tiles_{timing}_ms']:.0f} ms, one by one {res[f'tiles_one_by_one_{timing}_ms']:.0f} ms, "
-              f"Triton {res[f'triton_{timing}_ms']:.0f} ms")
+        for name, mod, ahead, screen in cases:
+            runs = [first_call(mod, warmup, rep, ahead, screen) for _ in range(a.runs)]
+            res[f"{name}_{timing}_ms"] = statistics.median(ms for ms, _ in runs)
+            res[f"{name}_{timing}_runs"] = [ms for ms, _ in runs]
+            res[f"{name}_{timing}_chosen"] = [c for _, c in runs]
+        print(f"{len(CONFIGS)} configs, timing {timing} (warm-up {warmup} ms, {rep} ms of runs): "
+              + ", ".join(f"{name} {res[f'{name}_{timing}_ms']:.0f} ms ({' '.join(res[f'{name}_{timing}_chosen'])})"
+                          for name, *_ in cases), flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

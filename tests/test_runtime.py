@@ -727,6 +727,83 @@ class _CachingTuner(Autotuner):
         return super().run(*args, **kwargs)
 
 
+@tiles.autotune(configs=[tiles.Config({"BLOCK": 256, "SPIN": s}) for s in (1, 64, 2, 256)], key=["n"])
+@tiles.jit
+def _spin_tuned(x_ptr, out_ptr, n, BLOCK: tl.constexpr, SPIN: tl.constexpr):
+    # SPIN rounds of the same work: configs of known relative cost.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for _ in range(SPIN):
+        acc = acc * 0.5 + tl.sqrt(x * x + 1.0)
+    tl.store(out_ptr + offs, acc, mask=m)
+
+
+def test_autotune_screens_out_configs_far_slower_than_the_fastest(cache_dir, monkeypatch):
+    # The screen's estimates decide which configs get do_bench's full timing: those within
+    # TILES_AUTOTUNE_SCREEN (1.5) times the fastest; the choice is among them.
+    from tiles.runtime import jit
+
+    cfgs = _spin_tuned.configs
+    screened = {1: 1.0, 64: 40.0, 2: 1.4, 256: float("inf")}  # SPIN=256 "fails"
+    full = {1: 1.1, 2: 1.05, 64: 44.0, 256: float("inf")}
+    timed = []
+
+    def bench(self, cfg, args, kwargs, grid, nargs, quick=False):
+        if quick:
+            return screened[cfg.kwargs["SPIN"]]
+        timed.append(cfg.kwargs["SPIN"])
+        return full[cfg.kwargs["SPIN"]]
+
+    monkeypatch.setattr(type(_spin_tuned), "_bench", bench)
+    monkeypatch.setattr(type(_spin_tuned), "_compile_ahead", lambda self, *a: None)
+    monkeypatch.setattr(jit, "interpreting", lambda fn: False)
+    _spin_tuned.cache.clear()
+    _spin_tuned.nargs = {}
+    cfg = _spin_tuned._choose((None, None, 1000), {}, (4,), {"n": 1000})
+    assert timed == [1, 2] and cfg.kwargs["SPIN"] == 2  # the full timing decides between the two
+    assert {c.kwargs["SPIN"]: t for c, t in _spin_tuned.configs_timings.items()} == {
+        1: 1.1, 64: 40.0, 2: 1.05, 256: float("inf")}
+    # Off (Triton's way): every config that works is timed in full.
+    timed.clear()
+    monkeypatch.setenv("TILES_AUTOTUNE_SCREEN", "0")
+    _spin_tuned._choose((None, None, 2000), {}, (4,), {"n": 2000})  # a new key
+    assert timed == [1, 64, 2, 256]
+    monkeypatch.setenv("TILES_AUTOTUNE_SCREEN", "0.5")
+    with pytest.raises(ValueError, match="TILES_AUTOTUNE_SCREEN"):
+        _spin_tuned._choose((None, None, 3000), {}, (4,), {"n": 3000})
+    assert len(cfgs) == 4
+
+
+@pytest.mark.gpu
+def test_autotune_screen_keeps_the_fastest_config_on_the_gpu(rng, cache_dir, monkeypatch):
+    import torch
+
+    from tiles import testing
+
+    full_runs = []
+    real = testing.do_bench
+
+    def counting(fn, *a, **kw):
+        full_runs.append(1)
+        return real(fn, *a, **kw)
+
+    monkeypatch.setattr(testing, "do_bench", counting)
+    n = 1 << 20
+    x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
+    out = torch.empty_like(x)
+    _spin_tuned.cache.clear()
+    _spin_tuned[lambda m: (triton_cdiv(n, m["BLOCK"]),)](x, out, n)
+    chosen = _spin_tuned.best_config.kwargs["SPIN"]
+    assert chosen in (1, 2) and len(full_runs) == 2  # SPIN=64 and 256 screened out
+    ref = np.zeros(n, np.float32)
+    xs = x.cpu().numpy()
+    for _ in range(chosen):
+        ref = ref * 0.5 + np.sqrt(xs * xs + 1.0)
+    np.testing.assert_allclose(out.cpu().numpy(), ref, rtol=1e-5)
+
+
 def test_autotuner_subclasses_see_tritons_surface(dev, cache_dir):
     configs = [tiles.Config({"BLOCK": 64}, num_warps=2), tiles.Config({"BLOCK": 128}, num_warps=4)]
     timed = []

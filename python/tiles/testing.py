@@ -78,6 +78,33 @@ def do_bench(fn: Callable, warmup: int = 25, rep: int = 100, grad_to_none=None, 
     return _summarise(times, quantiles, return_mode)
 
 
+def _screen(fn: Callable, runs: int = 5) -> float:
+    """A quick estimate of `fn`'s time in ms: one run to warm up, then the median of `runs`
+    runs, each timed with events after an L2 flush, as `do_bench` times its runs (with far
+    fewer of them). The autotuner screens its configs with it. Without a GPU: the host clock."""
+    from .runtime.jit import env_flag
+
+    torch = _torch()
+    fn()
+    if torch is None or env_flag("INTERPRET"):
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for i in range(runs):
+        cache.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
 class Benchmark:
     """One benchmark of a `perf_report`: x values × lines."""
 

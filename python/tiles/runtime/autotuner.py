@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..errors import AutotunerError, OutOfResources
-from .jit import KernelInterface
+from .jit import KernelInterface, env_setting
 
 
 class Config:
@@ -58,6 +58,23 @@ def _printing() -> bool:
     from .jit import env_flag
 
     return env_flag("PRINT_AUTOTUNING")
+
+
+def _screen_ratio() -> float:
+    """`TILES_AUTOTUNE_SCREEN`: how many times slower than the fastest config a config may
+    screen and still be timed in full (default 1.5); 0 (or off) times every config."""
+    v = env_setting("AUTOTUNE_SCREEN")
+    if v is None:
+        return 1.5
+    if v.strip().lower() in ("", "0", "off", "false", "no", "n"):
+        return 0.0
+    try:
+        ratio = float(v)
+    except ValueError:
+        raise ValueError(f"TILES_AUTOTUNE_SCREEN={v!r}: expected a ratio such as 1.5, or 0 for off") from None
+    if ratio < 1:
+        raise ValueError(f"TILES_AUTOTUNE_SCREEN={v!r}: a ratio below 1 would time no config")
+    return ratio
 
 
 def _key_part(v: Any) -> Any:
@@ -224,8 +241,10 @@ class Autotuner(KernelInterface):
             configs = sorted(configs, key=lambda c: est[c])[:top_k]
         return configs
 
-    def _bench(self, cfg: Config, args, kwargs, grid, nargs) -> float:
-        from ..testing import do_bench
+    def _bench(self, cfg: Config, args, kwargs, grid, nargs, quick: bool = False) -> float:
+        """`cfg`'s time in ms (`inf` where it fails to compile or launch): `do_bench`'s (or the
+        user's `do_bench`), or with `quick` the screen's estimate (`testing._screen`)."""
+        from ..testing import _screen, do_bench
 
         conflicts = set(cfg.kwargs) & set(kwargs)
         if conflicts:
@@ -247,6 +266,8 @@ class Autotuner(KernelInterface):
 
         _tuning.active = True
         try:
+            if quick:
+                return _screen(call)
             bench = self.user_do_bench or (
                 lambda f, quantiles=None: do_bench(f, warmup=self.num_warmups, rep=self.num_reps, quantiles=(0.5,)))
             t = bench(call, quantiles=(0.5, 0.2, 0.8))
@@ -315,13 +336,13 @@ class Autotuner(KernelInterface):
             return cfg
         t0 = time.perf_counter()
         self._compile_ahead(pruned, args, kwargs, grid)
-        timings = {}
-        for c in pruned:
+        timings, contenders = self._screen(pruned, args, kwargs, grid)
+        for c in contenders:
             timings[c] = self._bench(c, args, kwargs, grid, self.nargs)
             if _printing():
                 print(f"tiles autotune: {self.__name__} [{c}]: {timings[c]:.4f} ms", file=sys.stderr)
         self.bench_time = time.perf_counter() - t0
-        ok = {c: t for c, t in timings.items() if t != float("inf")}
+        ok = {c: timings[c] for c in contenders if timings[c] != float("inf")}
         if not ok:
             raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
         cfg = builtins.min(ok, key=ok.get)
@@ -333,6 +354,34 @@ class Autotuner(KernelInterface):
             print(f"tiles autotune: {self.__name__} key {stable_key}: chose [{cfg}] after "
                   f"{self.bench_time:.2f} s", file=sys.stderr)
         return cfg
+
+    def _screen(self, configs: List[Config], args, kwargs, grid):
+        """Screens `configs` before the full timing: each runs a few times (`testing._screen`),
+        and only those within `TILES_AUTOTUNE_SCREEN` times (1.5 by default) of the fastest
+        go on to `do_bench`'s timing, which then chooses among them. A config that slow in
+        the screen does not win the full timing, and the full timing of each config is most
+        of a first call's autotuning (125 ms a config by default). Returns (timings so far:
+        each screened-out config's estimate, `inf` for failures; the configs to time). Not
+        with a user's `do_bench`, for two configs or fewer, or in the interpreter;
+        `TILES_AUTOTUNE_SCREEN=0` times every config, as Triton does."""
+        from .jit import interpreting
+
+        ratio = _screen_ratio()
+        if not ratio or self.user_do_bench is not None or len(configs) <= 2:
+            return {}, list(configs)
+        base = self._jit_function()
+        if base is None or interpreting(base):  # host-clock timings: nothing worth screening
+            return {}, list(configs)
+        screens = {c: self._bench(c, args, kwargs, grid, self.nargs, quick=True) for c in configs}
+        inf = float("inf")
+        best = builtins.min(screens.values())
+        timings = {c: t for c, t in screens.items() if t == inf or t > ratio * best}
+        if _printing():
+            for c, t in timings.items():
+                if t != inf:
+                    print(f"tiles autotune: {self.__name__} [{c}]: screened out at {t:.4f} ms "
+                          f"(the fastest screened {best:.4f} ms)", file=sys.stderr)
+        return timings, [c for c in configs if c not in timings]
 
     def _compiles_ahead(self, configs: List[Config]) -> bool:
         """Whether `configs` compile all at once on the compile pool's threads: this thread runs
