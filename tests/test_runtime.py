@@ -748,10 +748,11 @@ def test_autotune_screens_out_configs_far_slower_than_the_fastest(cache_dir, mon
     cfgs = _spin_tuned.configs
     screened = {1: 1.0, 64: 40.0, 2: 1.4, 256: float("inf")}  # SPIN=256 "fails"
     full = {1: 1.1, 2: 1.05, 64: 44.0, 256: float("inf")}
-    timed = []
+    timed, screens = [], []
 
-    def bench(self, cfg, args, kwargs, grid, nargs, quick=False):
+    def bench(self, cfg, args, kwargs, grid, nargs, quick=False, warmup_ms=0.0):
         if quick:
+            screens.append((cfg.kwargs["SPIN"], warmup_ms))
             return screened[cfg.kwargs["SPIN"]]
         timed.append(cfg.kwargs["SPIN"])
         return full[cfg.kwargs["SPIN"]]
@@ -763,6 +764,8 @@ def test_autotune_screens_out_configs_far_slower_than_the_fastest(cache_dir, mon
     _spin_tuned.nargs = {}
     cfg = _spin_tuned._choose((None, None, 1000), {}, (4,), {"n": 1000})
     assert timed == [1, 2] and cfg.kwargs["SPIN"] == 2  # the full timing decides between the two
+    # The first screen warms the GPU up; the one over the margin is screened twice.
+    assert screens == [(1, 10.0), (64, 0.0), (2, 0.0), (256, 0.0), (64, 0.0)]
     assert {c.kwargs["SPIN"]: t for c, t in _spin_tuned.configs_timings.items()} == {
         1: 1.1, 64: 40.0, 2: 1.05, 256: float("inf")}
     # Off (Triton's way): every config that works is timed in full.

@@ -78,10 +78,11 @@ def do_bench(fn: Callable, warmup: int = 25, rep: int = 100, grad_to_none=None, 
     return _summarise(times, quantiles, return_mode)
 
 
-def _screen(fn: Callable, runs: int = 5) -> float:
-    """A quick estimate of `fn`'s time in ms: one run to warm up, then the median of `runs`
-    runs, each timed with events after an L2 flush, as `do_bench` times its runs (with far
-    fewer of them). The autotuner screens its configs with it. Without a GPU: the host clock."""
+def _screen(fn: Callable, runs: int = 5, warmup_ms: float = 0.0) -> float:
+    """A quick estimate of `fn`'s time in ms, a lower bound: after one run (or runs for about
+    `warmup_ms`, to bring an idle GPU to its clocks), the fastest of `runs` runs, each timed
+    with events after an L2 flush, as `do_bench` times its runs (with far fewer of them). The
+    autotuner screens its configs with it. Without a GPU: the host clock."""
     from .runtime.jit import env_flag
 
     torch = _torch()
@@ -92,7 +93,13 @@ def _screen(fn: Callable, runs: int = 5) -> float:
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+        return min(times)
+    if warmup_ms > 0:
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < warmup_ms:
+            for _ in range(10):
+                fn()
+            torch.cuda.synchronize()
     cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
@@ -102,7 +109,7 @@ def _screen(fn: Callable, runs: int = 5) -> float:
         fn()
         ends[i].record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return min(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 class Benchmark:
