@@ -727,7 +727,7 @@ class _CachingTuner(Autotuner):
         return super().run(*args, **kwargs)
 
 
-@tiles.autotune(configs=[tiles.Config({"BLOCK": 256, "SPIN": s}) for s in (1, 64, 2, 256)], key=["n"])
+@tiles.autotune(configs=[tiles.Config({"BLOCK": 256, "SPIN": s}) for s in (1, 256, 2, 1024)], key=["n"])
 @tiles.jit
 def _spin_tuned(x_ptr, out_ptr, n, BLOCK: tl.constexpr, SPIN: tl.constexpr):
     # SPIN rounds of the same work: configs of known relative cost.
@@ -746,8 +746,8 @@ def test_autotune_screens_out_configs_far_slower_than_the_fastest(cache_dir, mon
     from tiles.runtime import jit
 
     cfgs = _spin_tuned.configs
-    screened = {1: 1.0, 64: 40.0, 2: 1.4, 256: float("inf")}  # SPIN=256 "fails"
-    full = {1: 1.1, 2: 1.05, 64: 44.0, 256: float("inf")}
+    screened = {1: 1.0, 256: 40.0, 2: 1.4, 1024: float("inf")}  # SPIN=1024 "fails"
+    full = {1: 1.1, 2: 1.05, 256: 44.0, 1024: float("inf")}
     timed, screens = [], []
 
     def bench(self, cfg, args, kwargs, grid, nargs, quick=False, warmup_ms=0.0):
@@ -765,14 +765,14 @@ def test_autotune_screens_out_configs_far_slower_than_the_fastest(cache_dir, mon
     cfg = _spin_tuned._choose((None, None, 1000), {}, (4,), {"n": 1000})
     assert timed == [1, 2] and cfg.kwargs["SPIN"] == 2  # the full timing decides between the two
     # The first screen warms the GPU up; the one over the margin is screened twice.
-    assert screens == [(1, 10.0), (64, 0.0), (2, 0.0), (256, 0.0), (64, 0.0)]
+    assert screens == [(1, 10.0), (256, 0.0), (2, 0.0), (1024, 0.0), (256, 0.0)]
     assert {c.kwargs["SPIN"]: t for c, t in _spin_tuned.configs_timings.items()} == {
-        1: 1.1, 64: 40.0, 2: 1.05, 256: float("inf")}
+        1: 1.1, 256: 40.0, 2: 1.05, 1024: float("inf")}
     # Off (Triton's way): every config that works is timed in full.
     timed.clear()
     monkeypatch.setenv("TILES_AUTOTUNE_SCREEN", "0")
     _spin_tuned._choose((None, None, 2000), {}, (4,), {"n": 2000})  # a new key
-    assert timed == [1, 64, 2, 256]
+    assert timed == [1, 256, 2, 1024]
     monkeypatch.setenv("TILES_AUTOTUNE_SCREEN", "0.5")
     with pytest.raises(ValueError, match="TILES_AUTOTUNE_SCREEN"):
         _spin_tuned._choose((None, None, 3000), {}, (4,), {"n": 3000})
@@ -793,13 +793,14 @@ def test_autotune_screen_keeps_the_fastest_config_on_the_gpu(rng, cache_dir, mon
         return real(fn, *a, **kw)
 
     monkeypatch.setattr(testing, "do_bench", counting)
-    n = 1 << 20
+    n = 1 << 24  # SPIN=1 and 2 take about the memory's time; 256 and 1024 many times it
     x = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).cuda()
     out = torch.empty_like(x)
     _spin_tuned.cache.clear()
     _spin_tuned[lambda m: (triton_cdiv(n, m["BLOCK"]),)](x, out, n)
     chosen = _spin_tuned.best_config.kwargs["SPIN"]
-    assert chosen in (1, 2) and len(full_runs) == 2  # SPIN=64 and 256 screened out
+    timings = {c.kwargs["SPIN"]: t for c, t in _spin_tuned.configs_timings.items()}
+    assert chosen in (1, 2) and len(full_runs) == 2, timings  # SPIN=256 and 1024 screened out
     ref = np.zeros(n, np.float32)
     xs = x.cpu().numpy()
     for _ in range(chosen):
