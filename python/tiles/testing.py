@@ -94,12 +94,13 @@ def _screen(fn: Callable, runs: int = 5, warmup_ms: float = 0.0) -> float:
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
         return min(times)
-    if warmup_ms > 0:
-        t0 = time.perf_counter()
+    if warmup_ms > 0:  # batches of 1, 2, 4, ... runs: a slow config runs about once
+        t0, batch = time.perf_counter(), 1
         while (time.perf_counter() - t0) * 1e3 < warmup_ms:
-            for _ in range(10):
+            for _ in range(batch):
                 fn()
             torch.cuda.synchronize()
+            batch *= 2
     cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]

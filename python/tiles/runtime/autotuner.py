@@ -373,8 +373,9 @@ class Autotuner(KernelInterface):
         them. A config that slow in the screen does not win the full timing, and the full
         timing of each config is most of a first call's autotuning (125 ms a config by
         default). Returns (timings so far: each screened-out config's estimate, `inf` for
-        failures; the configs to time). Not with a user's `do_bench`, for two configs or fewer, or in the interpreter;
-        `TILES_AUTOTUNE_SCREEN=0` times every config, as Triton does."""
+        failures; the configs to time). Not with a user's `do_bench`, for two configs or
+        fewer, or in the interpreter; `TILES_AUTOTUNE_SCREEN=0` times every config, as Triton
+        does."""
         from .jit import interpreting
 
         ratio = _screen_ratio()
