@@ -49,6 +49,7 @@ class FakeCuda:
         return len(self.caps)
 
     def cuda_primary_context(self, device=0):
+        self._check(device)
         self.retained.append(device)
         return 1000 + device
 
@@ -62,9 +63,13 @@ class FakeCuda:
     def cuda_set_current(self, ctx):
         self.tls.ctx = ctx
 
+    def _check(self, device):  # as the native module refuses a device that is not there
+        n = len(self.caps)
+        if not 0 <= device < n:
+            raise RuntimeError(f"no CUDA device {device}: this machine has {n} (0 to {n - 1})")
+
     def cuda_device_attribute(self, which, device=0):
-        if not 0 <= device < len(self.caps):
-            raise RuntimeError("cuDeviceGet failed: CUDA_ERROR_INVALID_DEVICE")
+        self._check(device)
         a = self.CUDA_DEVICE_ATTRIBUTES
         if which == a["cc_major"]:
             return self.caps[device][0]

@@ -42,14 +42,8 @@ def do_bench(fn: Callable, warmup: int = 25, rep: int = 100, grad_to_none=None, 
         t0 = time.perf_counter()
         fn()
         est = max((time.perf_counter() - t0) * 1e3, 1e-3)
-        n = max(1, min(int(rep / est), 100))
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return _summarise(times, quantiles, return_mode)
-    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+        return _summarise(_timed_runs(fn, max(1, min(int(rep / est), 100))), quantiles, return_mode)
+    cache = _l2_flusher(torch)
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -61,11 +55,29 @@ def do_bench(fn: Callable, warmup: int = 25, rep: int = 100, grad_to_none=None, 
     torch.cuda.synchronize()
     est = max(start.elapsed_time(end) / 5, 1e-4)
     n_warmup, n_repeat = max(1, int(warmup / est)), max(1, int(rep / est))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
     for _ in range(n_warmup):
         fn()
-    for i in range(n_repeat):
+    return _summarise(_timed_runs(fn, n_repeat, torch, cache, grad_to_none), quantiles, return_mode)
+
+
+def _l2_flusher(torch):
+    """A 256 MB buffer whose `zero_()` evicts the L2 cache between timed runs."""
+    return torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+
+
+def _timed_runs(fn: Callable, n: int, torch=None, cache=None, grad_to_none=None) -> List[float]:
+    """The ms of each of `n` runs of `fn`: with `torch`, CUDA events around each run, after
+    zeroing `cache` (`_l2_flusher`) and the gradients of `grad_to_none`; else the host clock."""
+    if torch is None:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
         if grad_to_none is not None:
             for x in grad_to_none:
                 x.grad = None
@@ -74,43 +86,24 @@ def do_bench(fn: Callable, warmup: int = 25, rep: int = 100, grad_to_none=None, 
         fn()
         ends[i].record()
     torch.cuda.synchronize()
-    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return _summarise(times, quantiles, return_mode)
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
 def _screen(fn: Callable, runs: int = 5, warmup_ms: float = 0.0) -> float:
     """A quick estimate of `fn`'s time in ms, a lower bound: after one run (or runs for about
-    `warmup_ms`, to bring an idle GPU to its clocks), the fastest of `runs` runs, each timed
-    with events after an L2 flush, as `do_bench` times its runs (with far fewer of them). The
-    autotuner screens its configs with it. Without a GPU: the host clock."""
-    from .runtime.jit import env_flag
-
+    `warmup_ms`, to bring an idle GPU to its clocks), the fastest of `runs` runs timed as
+    `do_bench` times its runs (`_timed_runs`, with far fewer of them). The autotuner screens
+    its configs with it."""
     torch = _torch()
     fn()
-    if torch is None or env_flag("INTERPRET"):
-        times = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return min(times)
-    if warmup_ms > 0:  # batches of 1, 2, 4, ... runs: a slow config runs about once
+    if torch is not None and warmup_ms > 0:  # batches of 1, 2, 4, ... runs: a slow config runs about once
         t0, batch = time.perf_counter(), 1
         while (time.perf_counter() - t0) * 1e3 < warmup_ms:
             for _ in range(batch):
                 fn()
             torch.cuda.synchronize()
             batch *= 2
-    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    for i in range(runs):
-        cache.zero_()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return min(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return min(_timed_runs(fn, runs, torch, _l2_flusher(torch) if torch is not None else None))
 
 
 class Benchmark:

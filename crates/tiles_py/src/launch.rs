@@ -138,6 +138,9 @@ struct Entry {
     shared: u32,
     slots: Vec<(usize, Slot)>,
     compiled: Py<PyAny>,
+    /// The device of the context it was learned under (the key holds the context): whose
+    /// torch stream a launch takes.
+    device: i32,
 }
 
 /// One parameter's declaration.
@@ -538,7 +541,7 @@ impl Dispatcher {
         };
         // The parameters' values are packed under the lock, from the entry's own slot list.
         let mut storage: Vec<u64>;
-        let (function, threads, shared, compiled) = {
+        let (function, threads, shared, compiled, device) = {
             let entries = self
                 .entries
                 .lock()
@@ -553,7 +556,13 @@ impl Dispatcher {
                 };
                 storage[k] = w;
             }
-            (e.function, e.threads, e.shared, e.compiled.clone_ref(py))
+            (
+                e.function,
+                e.threads,
+                e.shared,
+                e.compiled.clone_ref(py),
+                e.device,
+            )
         };
         let Some(g) = self.grid(py, grid, args, kwargs)? else {
             return Ok(None);
@@ -562,12 +571,7 @@ impl Dispatcher {
             return Ok(Some(compiled));
         }
         let stream: u64 = match &self.stream_fn {
-            Some(f) => {
-                let Ok(Some(device)) = crate::cuda::current_device() else {
-                    return Ok(None);
-                };
-                f.bind(py).call1((device,))?.extract()?
-            }
+            Some(f) => f.bind(py).call1((device,))?.extract()?,
             None => 0,
         };
         // `compiled` keeps the function's module loaded.
@@ -646,6 +650,9 @@ impl Dispatcher {
         let Some(bound) = self.bind(py, args, kwargs)? else {
             return Ok(false);
         };
+        let Ok(Some(device)) = crate::cuda::current_device() else {
+            return Ok(false);
+        };
         let mut s = Vec::with_capacity(slots.len());
         for (i, kind) in slots {
             let Some(slot) = Slot::parse(&kind) else {
@@ -666,6 +673,7 @@ impl Dispatcher {
                 shared,
                 slots: s,
                 compiled,
+                device,
             },
         );
         Ok(true)

@@ -188,6 +188,14 @@ class Autotuner(KernelInterface):
             _restore(kwargs[name], saved)
         self.restore_copies = {}
 
+    def _runs_compiled(self) -> bool:
+        """Whether the tuned kernel runs compiled on the GPU (a JITFunction, not interpreted):
+        what compiling ahead and screening are for."""
+        from .jit import interpreting
+
+        base = self._jit_function()
+        return base is not None and not interpreting(base)
+
     def _jit_function(self):
         """The JITFunction under this tuner's wrappers (heuristics, another tuner), if any."""
         from .jit import JITFunction
@@ -376,13 +384,8 @@ class Autotuner(KernelInterface):
         failures; the configs to time). Not with a user's `do_bench`, for two configs or
         fewer, or in the interpreter; `TILES_AUTOTUNE_SCREEN=0` times every config, as Triton
         does."""
-        from .jit import interpreting
-
         ratio = _screen_ratio()
-        if not ratio or self.user_do_bench is not None or len(configs) <= 2:
-            return {}, list(configs)
-        base = self._jit_function()
-        if base is None or interpreting(base):  # host-clock timings: nothing worth screening
+        if not ratio or self.user_do_bench is not None or len(configs) <= 2 or not self._runs_compiled():
             return {}, list(configs)
         # The first config runs for 10 ms first: an idle GPU's clocks would make it look slow.
         screens = {c: self._bench(c, args, kwargs, grid, self.nargs, quick=True, warmup_ms=10.0 if i == 0 else 0.0)
@@ -412,13 +415,12 @@ class Autotuner(KernelInterface):
         config, in the interpreter, inside the caller's own AsyncCompileMode (which has the
         compiles already), or with `TILES_AUTOTUNE_COMPILE_AHEAD=0`."""
         from . import async_compile
-        from .jit import env_setting, env_true, interpreting
+        from .jit import env_true
 
         switch = env_setting("AUTOTUNE_COMPILE_AHEAD")
         if len(configs) < 2 or async_compile.active_mode() is not None or (switch is not None and not env_true(switch)):
             return False
-        base = self._jit_function()
-        return base is not None and not interpreting(base)
+        return self._runs_compiled()
 
     def _compile_all(self, configs: List[Config], args, kwargs, nargs: Optional[Dict[str, Any]] = None) -> list:
         """`fn.warmup` of each config, on the compile pool (`_compiles_ahead`): the compiled

@@ -56,23 +56,28 @@ def _start() -> int:
     return n
 
 
+def _attribute(name: str, device: int) -> int:
+    """A device's `CUDA_DEVICE_ATTRIBUTES[name]` (the native call refuses a device that is
+    not there, naming how many there are); makes no context."""
+    t = _native()
+    return _call(t.cuda_device_attribute, t.CUDA_DEVICE_ATTRIBUTES[name], device)
+
+
+def _capability(device: int) -> Tuple[int, int]:
+    return _attribute("cc_major", device), _attribute("cc_minor", device)
+
+
 def _device(device: int) -> dict:
     """Device `device`'s primary context (retained once) and the properties tiles reads."""
     d = _devices.get(device)
     if d is None:
-        n = _start()
-        if not 0 <= device < n:
-            raise LaunchError(f"no CUDA device {device}: this machine has {n}")
+        _start()
         with _lock:
             d = _devices.get(device)
             if d is None:
-                t = _native()
-                a = t.CUDA_DEVICE_ATTRIBUTES
-                ctx = _call(t.cuda_primary_context, device)
-                major = _call(t.cuda_device_attribute, a["cc_major"], device)
-                minor = _call(t.cuda_device_attribute, a["cc_minor"], device)
-                smem = _call(t.cuda_device_attribute, a["max_shared_mem"], device)
-                d = _devices[device] = {"ctx": ctx, "capability": (major, minor), "max_shared": smem}
+                capability, smem = _capability(device), _attribute("max_shared_mem", device)
+                ctx = _call(_native().cuda_primary_context, device)
+                d = _devices[device] = {"ctx": ctx, "capability": capability, "max_shared": smem}
     return d
 
 
@@ -132,11 +137,7 @@ def targets_differ() -> bool:
     v = _state.get("mixed")
     if v is None:
         try:
-            t = _native()
-            a = t.CUDA_DEVICE_ATTRIBUTES
-            caps = {(_call(t.cuda_device_attribute, a["cc_major"], d), _call(t.cuda_device_attribute, a["cc_minor"], d))
-                    for d in range(_start())}
-            v = len(caps) > 1
+            v = len({_capability(d) for d in range(_start())}) > 1
         except LaunchError:
             v = False
         _state["mixed"] = v
@@ -393,12 +394,10 @@ class _Utils:
         device; the current device by default)."""
         if not available():
             return dict(NO_GPU_PROPERTIES)
-        t = _native()
         dev = _device_index(device)
-        _device(dev)  # a clear error for a device that is not there
         keys = ("max_shared_mem", "max_num_regs", "multiprocessor_count", "warpSize", "sm_clock_rate",
                 "mem_clock_rate", "mem_bus_width", "max_threads_per_sm")
-        return {k: _call(t.cuda_device_attribute, t.CUDA_DEVICE_ATTRIBUTES[k], dev) for k in keys}
+        return {k: _attribute(k, dev) for k in keys}
 
 
 def _device_index(device: Any) -> int:
