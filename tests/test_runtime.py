@@ -871,15 +871,40 @@ def test_do_bench_and_perf_report(tmp_path, monkeypatch):
     q = tiles.testing.do_bench(lambda: None, rep=5, quantiles=[0.5, 0.2, 0.8])
     assert len(q) == 3
 
-    @tiles.testing.perf_report(tiles.testing.Benchmark(x_names=["n"], x_vals=[1, 2, 4], line_arg="p",
-                                                       line_vals=[1, 2], line_names=["one", "two"],
-                                                       plot_name="demo", args={}))
-    def bench(n, p):
-        return float(n * p)
+    # Triton's report: run() returns None unless asked for the table; columns "<line> (<ylabel>)";
+    # extra keywords of run() reach the function; (value, min, max) results keep the value.
+    rng = np.random.default_rng()
+    scale = float(rng.uniform(1, 3))
+    bench_runs = tiles.testing.Benchmark(x_names=["n"], x_vals=[1, 2, 4], line_arg="p", line_vals=[1, 2],
+                                         line_names=["one", "two"], plot_name="demo", args={"s": scale},
+                                         ylabel="GB/s")
 
-    rows = bench.run(save_path=str(tmp_path), print_data=True)
-    assert rows == [[1, 1.0, 2.0], [2, 2.0, 4.0], [4, 4.0, 8.0]]
-    assert (tmp_path / "demo.csv").read_text().startswith("n,one,two")
+    @tiles.testing.perf_report(bench_runs)
+    def bench(n, p, s, extra):
+        v = n * p * s + extra
+        return (v, v - 1, v + 1) if p == 2 else v
+
+    assert bench.run(save_path=str(tmp_path), extra=0.5) is None
+    df = bench.run(print_data=True, return_df=True, extra=0.5)
+    assert list(df.columns) == ["n", "one (GB/s)", "two (GB/s)"]
+    np.testing.assert_allclose(list(df["two (GB/s)"]), [2 * scale * n + 0.5 for n in (1, 2, 4)])
+    csv = (tmp_path / "demo.csv").read_text().splitlines()
+    assert csv[0] == "n,one (GB/s),two (GB/s)" and csv[1] == f"1,{scale + 0.5:.6f},{2 * scale + 0.5:.6f}"
+    assert "demo.png" in (tmp_path / "results.html").read_text()
+    two = tiles.testing.perf_report([bench_runs, bench_runs])(bench.fn).run(return_df=True, extra=0.0)
+    assert len(two) == 2 and len(two[1]) == 3
+
+    # diff_col: with one x name and one line, the line less the x value (Triton's "Diff").
+    diff = tiles.testing.perf_report(tiles.testing.Benchmark(
+        x_names=["n"], x_vals=[3, 5], line_arg="p", line_vals=[2], line_names=["v"], plot_name="d", args={}))(
+        lambda n, p: float(n * p)).run(return_df=True, diff_col=True)
+    assert list(diff["Diff"]) == [3.0, 5.0]
+    # do_bench's quantiles interpolate between ranks, as numpy's.
+    times = list(rng.uniform(0, 1, 11))
+    got = tiles.testing._summarise(times, [0.5, 0.2, 0.83], "mean")
+    np.testing.assert_allclose(got, np.quantile(times, [0.5, 0.2, 0.83]))
+    with pytest.raises(ValueError, match="return_mode"):
+        tiles.testing.do_bench(lambda: None, return_mode="avg")
 
 
 def test_driver_active_reports_target_and_properties():

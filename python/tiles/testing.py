@@ -18,10 +18,21 @@ def _torch():
         return None
 
 
+def _quantile(s: List[float], q: float) -> float:
+    """The `q` quantile of the sorted `s`, interpolated linearly between ranks (as numpy's and
+    torch's `quantile`, which Triton's `do_bench` follows)."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantiles must be in [0, 1], got {q}")
+    point = q * (len(s) - 1)
+    lo = int(point)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (point - lo) * (s[hi] - s[lo])
+
+
 def _summarise(times: List[float], quantiles, return_mode: str):
     if quantiles is not None:
         s = sorted(times)
-        out = [s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))] for q in quantiles]
+        out = [_quantile(s, q) for q in quantiles]
         return out[0] if len(out) == 1 else out
     if return_mode == "all":
         return times
@@ -35,6 +46,8 @@ def do_bench(fn: Callable, warmup: int = 25, rep: int = 100, grad_to_none=None, 
     Without a GPU (the interpreter) it times with the host clock."""
     from .runtime.jit import env_flag
 
+    if return_mode not in ("min", "max", "mean", "median", "all"):
+        raise ValueError(f"return_mode must be one of min, max, mean, median, all; got {return_mode!r}")
     torch = _torch()
     interpret = env_flag("INTERPRET")
     if torch is None or interpret:
@@ -107,7 +120,8 @@ def _screen(fn: Callable, runs: int = 5, warmup_ms: float = 0.0) -> float:
 
 
 class Benchmark:
-    """One benchmark of a `perf_report`: x values × lines."""
+    """One benchmark of a `perf_report`: x values × lines. `x_vals` holds one value a row (for
+    every name of `x_names`) or a tuple a row (one value a name)."""
 
     def __init__(self, x_names: Sequence[str], x_vals: Sequence[Any], line_arg: str, line_vals: Sequence[Any],
                  line_names: Sequence[str], plot_name: str, args: Optional[Dict[str, Any]] = None,
@@ -119,61 +133,151 @@ class Benchmark:
         self.xlabel, self.ylabel, self.x_log, self.y_log, self.styles = xlabel, ylabel, x_log, y_log, styles
 
 
+class _Table:
+    """The rows of a report where pandas is not installed: columns by name (`t["n"]`), `columns`,
+    `to_string()` and `to_csv()`, the part of a DataFrame reports are read with."""
+
+    def __init__(self, columns: List[str], rows: List[List[Any]]):
+        self.columns, self.rows = list(columns), [list(r) for r in rows]
+
+    def __getitem__(self, name: str) -> List[Any]:
+        i = self.columns.index(name)
+        return [r[i] for r in self.rows]
+
+    def __setitem__(self, name: str, values: Sequence[Any]) -> None:
+        self.columns.append(name)
+        for r, v in zip(self.rows, values):
+            r.append(v)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def shape(self):
+        return (len(self.rows), len(self.columns))
+
+    def to_string(self) -> str:
+        cells = [[""] + self.columns] + [[str(i)] + [f"{v:.6g}" if isinstance(v, float) else str(v) for v in r]
+                                          for i, r in enumerate(self.rows)]
+        widths = [max(len(c[j]) for c in cells) for j in range(len(cells[0]))]
+        return "\n".join(" ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)
+
+    def to_csv(self, path: str, float_format: str = "%.6f", index: bool = False) -> None:
+        def cell(v):
+            return float_format % v if isinstance(v, float) else str(v)
+
+        with open(path, "w") as f:
+            f.write(",".join(self.columns) + "\n")
+            for r in self.rows:
+                f.write(",".join(cell(v) for v in r) + "\n")
+
+
+def _frame(columns: List[str], rows: List[List[Any]]):
+    try:
+        import pandas as pd
+    except ImportError:
+        return _Table(columns, rows)
+    return pd.DataFrame(rows, columns=columns)
+
+
 class Mark:
+    """A `perf_report`: `run()` calls the function once per x value and line, and prints,
+    plots and saves the results as Triton's reports do (column `"<line> (<ylabel>)"`)."""
+
     def __init__(self, fn: Callable, benchmarks):
         self.fn = fn
         self.benchmarks = benchmarks
 
-    def _run(self, bench: Benchmark, save_path: str, show_plots: bool, print_data: bool):
-        rows = []
+    def _run(self, bench: Benchmark, save_path: str, show_plots: bool, print_data: bool, diff_col: bool = False,
+             save_precision: int = 6, **kwargs):
+        x_names = list(bench.x_names)
+        means = [f"{name} ({bench.ylabel})" for name in bench.line_names]
+        rows, lows, highs = [], [], []
         for x in bench.x_vals:
-            xs = x if isinstance(x, (list, tuple)) else [x] * len(bench.x_names)
-            row = list(xs)
+            xs = list(x) if isinstance(x, (list, tuple)) else [x] * len(x_names)
+            if len(xs) != len(x_names):
+                raise ValueError(f"Expected {len(x_names)} values, got {x}")
+            row, low, high = list(xs), [], []
             for line in bench.line_vals:
-                kw = dict(zip(bench.x_names, xs), **{bench.line_arg: line}, **bench.args)
-                r = self.fn(**kw)
-                row.append(r[0] if isinstance(r, (list, tuple)) else r)
+                r = self.fn(**dict(zip(x_names, xs)), **{bench.line_arg: line}, **bench.args, **kwargs)
+                # A function returns a value, or (value, min, max): the plot shades min to max.
+                if isinstance(r, (list, tuple)) and len(r) == 3:
+                    row.append(r[0])
+                    low.append(r[1])
+                    high.append(r[2])
+                else:
+                    row.append(r)
+                    low.append(None)
+                    high.append(None)
             rows.append(row)
-        header = list(bench.x_names) + list(bench.line_names)
+            lows.append(low)
+            highs.append(high)
+        if bench.plot_name:
+            self._plot(bench, x_names, rows, lows, highs, means, save_path, show_plots)
+        df = _frame(x_names + means, rows)
+        if diff_col and len(x_names) + len(means) == 2:  # as Triton: the second column less the first
+            df["Diff"] = [r[1] - r[0] for r in rows]
         if print_data:
             print(bench.plot_name + ":")
-            print("\t".join(header))
-            for r in rows:
-                print("\t".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r))
+            print(df.to_string())
+        if save_path:
+            df.to_csv(os.path.join(save_path, f"{bench.plot_name}.csv"), float_format=f"%.{save_precision}f",
+                      index=False)
+        return df
+
+    def _plot(self, bench: Benchmark, x_names, rows, lows, highs, means, save_path: str, show_plots: bool):
+        try:
+            import matplotlib
+
+            if not show_plots:
+                matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:  # the table is still printed and saved
+            return
+        fig, ax = plt.subplots()
+        xs = [r[0] for r in rows]  # the first x name is the plot's axis
+        for i, label in enumerate(means):
+            color = bench.styles[i][0] if bench.styles else None
+            style = bench.styles[i][1] if bench.styles else None
+            ax.plot(xs, [r[len(x_names) + i] for r in rows], label=label, color=color, ls=style)
+            lo, hi = [lw[i] for lw in lows], [h[i] for h in highs]
+            if all(v is not None for v in lo + hi):
+                ax.fill_between(xs, [float(v) for v in lo], [float(v) for v in hi], alpha=0.15, color=color)
+        ax.legend()
+        ax.set_xlabel(bench.xlabel or x_names[0])
+        ax.set_ylabel(bench.ylabel)
+        ax.set_xscale("log" if bench.x_log else "linear")
+        ax.set_yscale("log" if bench.y_log else "linear")
+        if show_plots:
+            plt.show()
         if save_path:
             os.makedirs(save_path, exist_ok=True)
-            with open(os.path.join(save_path, f"{bench.plot_name}.csv"), "w") as f:
-                f.write(",".join(header) + "\n")
-                for r in rows:
-                    f.write(",".join(str(v) for v in r) + "\n")
-            try:
-                import matplotlib
+            fig.savefig(os.path.join(save_path, f"{bench.plot_name}.png"))
+        plt.close(fig)
 
-                matplotlib.use("Agg")
-                import matplotlib.pyplot as plt
-
-                fig, ax = plt.subplots()
-                xs = [r[0] for r in rows]
-                for i, name in enumerate(bench.line_names):
-                    ax.plot(xs, [r[len(bench.x_names) + i] for r in rows], label=name)
-                ax.set_xlabel(bench.xlabel or bench.x_names[0])
-                ax.set_ylabel(bench.ylabel)
-                if bench.x_log:
-                    ax.set_xscale("log")
-                if bench.y_log:
-                    ax.set_yscale("log")
-                ax.legend()
-                ax.set_title(bench.plot_name)
-                fig.savefig(os.path.join(save_path, f"{bench.plot_name}.png"))
-                plt.close(fig)
-            except ImportError:
-                pass
-        return rows
-
-    def run(self, show_plots: bool = False, print_data: bool = False, save_path: str = "", return_df: bool = False):
-        benches = self.benchmarks if isinstance(self.benchmarks, (list, tuple)) else [self.benchmarks]
-        results = [self._run(b, save_path, show_plots, print_data) for b in benches]
-        return results[0] if len(results) == 1 else results
+    def run(self, show_plots: bool = False, print_data: bool = False, save_path: str = "", return_df: bool = False,
+            **kwargs):
+        """Runs each benchmark; with `save_path`, writes `<plot_name>.csv`, `.png` and a
+        `results.html` showing the plots; returns the tables with `return_df` (a pandas
+        DataFrame each where pandas is installed). Other keywords go to the function."""
+        single = isinstance(self.benchmarks, Benchmark)
+        benches = [self.benchmarks] if single else list(self.benchmarks)
+        if save_path:
+            os.makedirs(save_path, exist_ok=True)
+        tables = []
+        try:
+            for b in benches:
+                tables.append(self._run(b, save_path, show_plots, print_data, **kwargs))
+        finally:
+            if save_path:
+                with open(os.path.join(save_path, "results.html"), "w") as html:
+                    html.write("<html><body>\n")
+                    for b in benches[:len(tables)]:
+                        html.write(f'<image src="{b.plot_name}.png"/>\n')
+                    html.write("</body></html>\n")
+        if return_df:
+            return tables[0] if single else tables
+        return None
 
 
 def perf_report(benchmarks):
