@@ -637,7 +637,7 @@ def test_autotune_skips_failing_configs_and_keeps_the_choice(dev, cache_dir, cap
     assert "skipping config [BLOCK: 100" in err and "chose [" in err
     if dev.mode == "gpu":
         # Compiled ahead of the timing, each config once: the timed and chosen launches found
-        # the compiles of the same specialisations (the one that fails is left to its launch).
+        # the compiles of the same specialisations (the one that fails is not launched).
         assert len(jit_fn.cache) == 2
     assert tuned_kernel.best_config.kwargs["BLOCK"] in (64, 256)
     np.testing.assert_allclose(dev.get(od), 2 * x, rtol=1e-6)  # reset_to_zero kept the benchmarks out
@@ -665,11 +665,12 @@ def backend_threads(monkeypatch):
 def test_autotune_compiles_its_configs_ahead_on_the_pool(cache_dir, backend_threads, monkeypatch):
     # Before timing, the tuner compiles every config it will time at once: the frontends on
     # this thread, the rest on the compile pool's threads. A config that fails to compile
-    # (BLOCK=100: arange needs a power of two) is left to its timed launch.
+    # (BLOCK=100: arange needs a power of two) comes back reported and timed inf.
     jit_fn = tuned_kernel.fn.fn
     jit_fn.cache.clear()
     x = tiles.MockTensor(tl.float32, [300])
-    tuned_kernel._compile_ahead(tuned_kernel.configs, (x, x, 300), {}, (3,))
+    failed = tuned_kernel._compile_ahead(tuned_kernel.configs, (x, x, 300), {}, (3,))
+    assert failed == {tuned_kernel.configs[0]: float("inf")}
     assert len(backend_threads) == 2 and all(t.startswith("tiles-compile") for t in backend_threads)
     assert len(jit_fn.cache) == 2
     # Nothing ahead with one config, or when switched off.
@@ -678,6 +679,31 @@ def test_autotune_compiles_its_configs_ahead_on_the_pool(cache_dir, backend_thre
     monkeypatch.setenv("TILES_AUTOTUNE_COMPILE_AHEAD", "0")
     tuned_kernel._compile_ahead(tuned_kernel.configs, (x, x, 300), {}, (3,))
     assert len(backend_threads) == 2 and not jit_fn.cache
+
+
+def test_autotune_times_no_config_that_failed_to_compile_ahead(cache_dir, backend_threads, capfd, monkeypatch):
+    # A config that failed to compile ahead is neither screened nor timed (whose launches
+    # compiled it a second time): its one report comes from the compile ahead, and it keeps
+    # inf among the timings.
+    from tiles.runtime import jit
+
+    x = tiles.MockTensor(tl.float32, [300])
+    timed = []
+    monkeypatch.setattr(type(tuned_kernel), "_bench", lambda self, cfg, *a, quick=False, **k:
+                        timed.append((cfg.kwargs["BLOCK"], quick)) or {64: 2.0, 256: 1.0}[cfg.kwargs["BLOCK"]])
+    monkeypatch.setattr(jit, "interpreting", lambda fn: False)
+    tuned_kernel.fn.fn.cache.clear()
+    tuned_kernel.cache.clear()
+    tuned_kernel.nargs = {"x_ptr": x, "out_ptr": np.ones(4, np.float32), "n": 300}  # the hooks' view
+    try:
+        cfg = tuned_kernel._choose((x, x, 300), {}, (3,), dict(tuned_kernel.nargs))
+    finally:
+        tuned_kernel.nargs = None
+    assert cfg.kwargs["BLOCK"] == 256 and 100 not in [b for b, _ in timed]
+    assert sorted(timed) == [(64, False), (256, False)]  # two left: timed in full, not screened
+    assert {c.kwargs["BLOCK"]: t for c, t in tuned_kernel.configs_timings.items()}[100] == float("inf")
+    assert capfd.readouterr().err.count("skipping config [BLOCK: 100") == 1
+    tuned_kernel.cache.clear()
 
 
 @tiles.autotune(configs=[tiles.Config({"BLOCK": 64}, num_warps=2), tiles.Config({"BLOCK": 256}),
@@ -758,7 +784,7 @@ def test_autotune_screens_out_configs_far_slower_than_the_fastest(cache_dir, mon
         return full[cfg.kwargs["SPIN"]]
 
     monkeypatch.setattr(type(_spin_tuned), "_bench", bench)
-    monkeypatch.setattr(type(_spin_tuned), "_compile_ahead", lambda self, *a: None)
+    monkeypatch.setattr(type(_spin_tuned), "_compile_ahead", lambda self, *a: {})
     monkeypatch.setattr(jit, "interpreting", lambda fn: False)
     _spin_tuned.cache.clear()
     _spin_tuned.nargs = {}

@@ -290,20 +290,24 @@ class Autotuner(KernelInterface):
             t = bench(call, quantiles=(0.5, 0.2, 0.8))
             return float(t[0] if isinstance(t, (list, tuple)) else t)
         except Exception as e:  # a config that does not compile or launch is skipped, not fatal
-            # Configs beyond the GPU's resources or failing a static_assert are skipped quietly,
-            # as Triton does; others (or all, with TILES_PRINT_AUTOTUNING=1) are reported.
-            from ..errors import CompileTimeAssertionFailure
-
-            out_of_resources = isinstance(e, OutOfResources) or "out of resource" in str(e).lower()
-            if _printing() or not (out_of_resources or isinstance(e, CompileTimeAssertionFailure)):
-                msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
-                if not _printing():  # one line: where (a compile error's first line) and why (its last)
-                    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
-                    msg = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
-                print(msg, file=sys.stderr)
-            return float("inf")
+            return self._skip(cfg, e)
         finally:
             _tuning.active = False
+
+    def _skip(self, cfg: Config, e: Exception) -> float:
+        """Reports a config that failed to compile or launch and returns its time, `inf`.
+        Configs beyond the GPU's resources or failing a static_assert are skipped quietly, as
+        Triton does; others (or all, with TILES_PRINT_AUTOTUNING=1) are reported."""
+        from ..errors import CompileTimeAssertionFailure
+
+        out_of_resources = isinstance(e, OutOfResources) or "out of resource" in str(e).lower()
+        if _printing() or not (out_of_resources or isinstance(e, CompileTimeAssertionFailure)):
+            msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
+            if not _printing():  # one line: where (a compile error's first line) and why (its last)
+                lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+                msg = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
+            print(msg, file=sys.stderr)
+        return float("inf")
 
     def _key(self, all_args: Dict[str, Any]):
         """Triton's key: the `key` arguments' values, then every argument's dtype (on every
@@ -352,8 +356,9 @@ class Autotuner(KernelInterface):
                 print(f"tiles autotune: {self.__name__} key {stable_key}: cached choice [{cfg}]", file=sys.stderr)
             return cfg
         t0 = time.perf_counter()
-        self._compile_ahead(pruned, args, kwargs, grid)
-        timings, contenders = self._screen(pruned, args, kwargs, grid)
+        failed = self._compile_ahead(pruned, args, kwargs, grid)
+        timings, contenders = self._screen([c for c in pruned if c not in failed], args, kwargs, grid)
+        timings.update(failed)
         for c in contenders:
             timings[c] = self._bench(c, args, kwargs, grid, self.nargs)
             if _printing():
@@ -449,13 +454,20 @@ class Autotuner(KernelInterface):
                 out.append(e)
         return out
 
-    def _compile_ahead(self, configs: List[Config], args, kwargs, grid) -> None:
+    def _compile_ahead(self, configs: List[Config], args, kwargs, grid) -> Dict[Config, float]:
         """Compiles the configs about to be timed all at once before timing any
         (`_compiles_ahead`); each would otherwise compile at its first timed launch, one after
-        another, as in Triton. The timed launches then find them compiled. A config that fails
-        here is left to its timed launch, which compiles it again and reports it as before."""
-        if self._compiles_ahead(configs):
-            self._compile_all(configs, args, dict(kwargs, grid=grid), nargs=self.nargs or {})
+        another, as in Triton. The timed launches then find them compiled. Returns the configs
+        that failed to compile (a compile error, a failed static_assert, too many resources),
+        reported and timed `inf` without a second compile; a config that fails otherwise is left
+        to its timed launch, which reports it as before."""
+        from ..errors import CompilationError, PTXASError
+
+        if not self._compiles_ahead(configs):
+            return {}
+        out = self._compile_all(configs, args, dict(kwargs, grid=grid), nargs=self.nargs or {})
+        return {c: self._skip(c, r) for c, r in zip(configs, out)
+                if isinstance(r, (CompilationError, OutOfResources, PTXASError))}
 
     def warmup(self, *args, **kwargs):
         """Compiles every config that pruning keeps for these arguments, without launching or
