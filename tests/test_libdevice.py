@@ -1,6 +1,8 @@
 """libdevice's functions (`tiles.language.extra.libdevice`), written with tiles' ops: against
 numpy in float64, in both modes, fp32 and fp64, on random inputs over each function's domain."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -62,9 +64,17 @@ def _math(name):
     return np.vectorize(getattr(math, name))
 
 
+@functools.lru_cache(maxsize=None)
+def _leggauss(n):
+    """Gauss-Legendre nodes and weights on [-1, 1], computed once per n (an eigenvalue problem:
+    the Bessel references call for them per element, and 16 processes solving it at once on
+    threaded BLAS ran for minutes)."""
+    return np.polynomial.legendre.leggauss(n)
+
+
 def _gauss(lo, hi, n=256):
     """Gauss-Legendre nodes and weights on [lo, hi] (columns broadcast against inputs)."""
-    t, w = np.polynomial.legendre.leggauss(n)
+    t, w = _leggauss(n)
     return (hi - lo) / 2 * t[:, None] + (hi + lo) / 2, (hi - lo) / 2 * w[:, None]
 
 
@@ -83,7 +93,7 @@ def _bessel_y(nu):
         t, w = _gauss(0.0, np.pi)
         first = (w * np.sin(x[None, :] * np.sin(t) - nu * t)).sum(0)
         top = np.arcsinh(60.0 / x) + 1.0  # e^(-x sinh t) < e^-60 past it
-        u, v = np.polynomial.legendre.leggauss(256)
+        u, v = _leggauss(256)
         s, ws = (u[:, None] + 1) / 2 * top[None, :], v[:, None] / 2 * top[None, :]
         second = (ws * (np.exp(nu * s) + (-1) ** nu * np.exp(-nu * s)) * np.exp(-x[None, :] * np.sinh(s))).sum(0)
         return (first - second) / np.pi
