@@ -649,7 +649,17 @@ impl Assigner<'_> {
                     self.demand_operands(op, l);
                     return;
                 }
-                let l = self.first_demand_or_default(r);
+                let mut l = self.first_demand_or_default(r);
+                if self.is_shared_operand(l) {
+                    // `wgmma` reads its `b` from shared memory, and every warp along M needs all
+                    // of it: computed in the operand layout, each element would be computed once
+                    // per warp (an fp8 key tile dequantised before `dot` took 4x the converts and
+                    // spilled). Computed where its source lives, it is stored once, at the dot.
+                    l = self.source_layout(r).unwrap_or_else(|| {
+                        let shape = self.func.ty(r).shape;
+                        self.default_layout(shape)
+                    });
+                }
                 self.decided.set(r, Some(l));
                 if is_cheap(&kind) {
                     self.rematerialize(op, r, l);
@@ -659,15 +669,51 @@ impl Assigner<'_> {
         }
     }
 
+    /// Whether `l` is the `b` operand layout of a warpgroup (`wgmma`) dot, which the dot reads
+    /// from shared memory.
+    fn is_shared_operand(&self, l: LayoutId) -> bool {
+        matches!(&self.func.layouts[l], Layout::DotOperand { op_idx: 1, parent, .. }
+            if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3))
+    }
+
+    /// The layout of the anchored load that `v` is computed from element by element (through
+    /// casts and arithmetic with splats or constants), if there is one.
+    fn source_layout(&self, v: Value) -> Option<LayoutId> {
+        let mut v = v;
+        for _ in 0..32 {
+            let ValueDef::Result(op, _) = self.func.values[v].def else {
+                return None;
+            };
+            let data = &self.func.ops[op];
+            if matches!(data.kind, OpKind::Load(_)) {
+                return self.anchors.get(&op).map(|a| a.0);
+            }
+            if !data.kind.is_elementwise() {
+                return None;
+            }
+            // The tile operand that is not a broadcast scalar.
+            let is_uniform = |o: Value| match self.func.values[o].def {
+                ValueDef::Result(d, _) => {
+                    matches!(self.func.ops[d].kind, OpKind::Splat | OpKind::Constant(_))
+                }
+                ValueDef::Arg(..) => false,
+            };
+            v = *data.operands.iter().find(|&&o| !is_uniform(o))?;
+        }
+        None
+    }
+
     /// Recomputes `op` once for every other layout its result is demanded in.
     fn rematerialize(&mut self, op: Op, r: Value, primary: LayoutId) {
         let Some(mut demands) = self.demands.get(&r).cloned() else {
             return;
         };
+        // Not into a warpgroup dot's `b` operand layout: that copy would be computed once per
+        // warp along M, and the dot stores it to shared memory all the same.
         let mut others: Vec<LayoutId> = demands
             .iter()
             .map(|d| d.0)
-            .filter(|&l| l != primary)
+            .filter(|&l| l != primary && !self.is_shared_operand(l))
             .collect();
         others.dedup();
         others.sort();

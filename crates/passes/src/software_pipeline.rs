@@ -189,7 +189,10 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
                 OpKind::Permute { perm } => perm[0] == 1 && perm[1] == 0,
                 _ => false,
             };
-            let cr = func.ops[cvt].results[0];
+            // A user without a result (a store, a yield) reads the load in its own right.
+            let Some(&cr) = func.ops[cvt].results.first() else {
+                return false;
+            };
             // Tensor-core operands, and CUDA-core ones (blocked parent: fp32 "ieee" dots).
             let to_dot_operand = matches!(func.layout_of(cr), Some(Layout::DotOperand { .. }));
             let dot_users = users_of(cr).iter().all(|&u| {
