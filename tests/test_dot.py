@@ -1153,3 +1153,74 @@ def test_wgmma_sass_leaves_in_flight_registers_alone(ptxas, name, kernel, sig, c
     sass = sass_of(ptxas, nvdisasm, k.asm["ptx"])
     assert "HGMMA" in sass
     assert hazards(sass) == []
+
+
+@tiles.jit
+def dequant_b_matmul_kernel(a_ptr, b_ptr, s_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_K: tl.constexpr, B_FP8: tl.constexpr, ASM: tl.constexpr = False):
+    # int8 (or fp8) weights dequantised in the loop, per output column, before the dot (as
+    # vLLM's w8a16 MoE and fp8-KV attention do).
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    scale = tl.load(s_ptr + rn, mask=rn < N, other=0.0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = k * BLOCK_K + rk
+        a = tl.load(a_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0)
+        if B_FP8:
+            b = b.to(tl.float32)
+        if ASM:  # the rounding to fp16 in inline PTX
+            b = tl.inline_asm_elementwise("cvt.rn.f16.f32 $0, $1;", "=h,f", [b.to(tl.float32) * scale[None, :]],
+                                          dtype=tl.float16, is_pure=True, pack=1)
+        else:
+            b = (b.to(tl.float32) * scale[None, :]).to(tl.float16)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("b_fp8,asm", [(False, False), (True, False), (False, True)])
+def test_dot_of_dequantised_b(dev, rng, b_fp8, asm):
+    # A dot's `b` computed in the loop from narrower loads and a per-column scale.
+    M, N, K = 70, 96, 200
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    if b_fp8:
+        import ml_dtypes
+
+        b = (rng.standard_normal((K, N)) * 4).astype(ml_dtypes.float8_e4m3fn)
+    else:
+        b = rng.integers(-127, 128, (K, N)).astype(np.int8)
+    s = (rng.random(N) / 32 + 1 / 64).astype(np.float32)
+    c = dev.put(np.full((M, N), np.nan, np.float32))
+    dequant_b_matmul_kernel[(tiles.cdiv(M, 64), tiles.cdiv(N, 64))](dev.put(a), dev.put(b), dev.put(s), c, M, N, K,
+                                                                 BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, B_FP8=b_fp8,
+                                                                 ASM=asm)
+    w = (b.astype(np.float64) * s[None, :]).astype(np.float16).astype(np.float64)
+    ref = a.astype(np.float64) @ w
+    np.testing.assert_allclose(dev.get(c), ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("b_fp8,asm", [(False, False), (True, False), (False, True)])
+def test_dequantised_b_converts_once_on_warpgroups(ptxas, b_fp8, asm):
+    # On sm_90a wgmma reads `b` from shared memory: the casts and the scaling run in the load's
+    # layout (a #dot_op operand layout would repeat them in every warp along M), and one
+    # convert_layout of the fp16 tile feeds the dot. No spills.
+    from test_compile import assemble
+
+    k = tiles.compile(dequant_b_matmul_kernel,
+                      signature={"a_ptr": "*fp16", "b_ptr": "*fp8e4nv" if b_fp8 else "*i8", "s_ptr": "*fp32",
+                                 "c_ptr": "*fp32", "M": "i32", "N": "i32:16", "K": "i32:16"},
+                      constexprs={"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "B_FP8": b_fp8, "ASM": asm},
+                      specialization={"a_ptr": 16, "b_ptr": 16, "s_ptr": 16, "c_ptr": 16}, target="sm_90a",
+                      num_warps=4)
+    tir = k.asm["tir_opt"]
+    ids = dict(line.split(" = ", 1) for line in tir.splitlines() if line.startswith("#"))
+    operand_b = {i for i, text in ids.items() if "opIdx = 1" in text and "versionMajor = 3" in text}
+    assert operand_b, "a warpgroup dot"
+    for line in tir.splitlines():
+        if " = cast " in line or " = mul " in line or " = inline_asm" in line:
+            assert not any(line.rstrip().split(" loc(")[0].endswith(f"{i}>") for i in operand_b), line
+    report = assemble(ptxas, k.asm["ptx"], "sm_90a")
+    assert "0 bytes spill stores" in report, report

@@ -578,6 +578,18 @@ impl Assigner<'_> {
                     return;
                 }
                 let mut l = self.first_demand_or_default(r);
+                if self.is_shared_operand(l) {
+                    // As for elementwise ops: not once per warp along M (`visit_op`'s last arm).
+                    let source = self.func.ops[op]
+                        .operands
+                        .iter()
+                        .find(|&&o| !self.func.ty(o).is_scalar())
+                        .and_then(|&o| self.source_layout(o));
+                    l = source.unwrap_or_else(|| {
+                        let shape = self.func.ty(r).shape;
+                        self.default_layout(shape)
+                    });
+                }
                 let run = self.func.layouts[l].contiguous_dim().map_or(1, |(_, n)| n);
                 if pack > 1 && run < pack as u32 {
                     let shape = self.func.ty(r).shape;
