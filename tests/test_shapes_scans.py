@@ -195,3 +195,65 @@ def test_rank_above_8_is_a_clear_error():
 
     with pytest.raises(tiles.CompilationError, match="rank"):
         tiles.compile(too_deep, signature={"x_ptr": "*fp32"})
+
+
+@tiles.jit
+def unpack_nibbles_kernel(q_ptr, s_ptr, out_ptr, R: tl.constexpr, C: tl.constexpr):
+    # Eight 4-bit values a 32-bit word, unpacked by interleaving the words thrice (a join and a
+    # reshape each) and shifting each copy by its own amount, then split back into halves and
+    # rejoined: the shape ops of 4-bit weight dequantisation.
+    rr = tl.arange(0, R)
+    rc = tl.arange(0, C)
+    q = tl.load(q_ptr + rr[:, None] * C + rc[None, :])
+    w = tl.interleave(q, q)
+    w = tl.interleave(w, w)
+    w = tl.interleave(w, w)
+    order = ((tl.arange(0, 2) * 4)[None, :] + tl.arange(0, 4)[:, None]).reshape(8)
+    shifts = tl.reshape(tl.broadcast_to(order[None, :] * 4, (R * C, 8)), (R, C * 8))
+    v = (w >> shifts) & 0xF
+    lo, hi = tl.split(tl.reshape(v, (R, C * 4, 2)))
+    v = tl.reshape(tl.join(hi, lo), (R, C * 8))
+    scale = tl.load(s_ptr + tl.arange(0, C * 8))
+    y = (v.to(tl.float32) * scale[None, :]).to(tl.float16)
+    tl.store(out_ptr + rr[:, None] * (C * 8) + tl.arange(0, C * 8)[None, :], y)
+
+
+def _unpack_nibbles_ref(q, s):
+    order = [0, 4, 1, 5, 2, 6, 3, 7]
+    u = q.astype(np.int64) & 0xFFFFFFFF
+    v = np.zeros((q.shape[0], q.shape[1] * 8), np.int64)
+    for j in range(8):
+        v[:, j::8] = (u >> (order[j] * 4)) & 0xF
+    v = v.reshape(q.shape[0], -1, 2)[:, :, ::-1].reshape(q.shape[0], -1)  # halves swapped
+    return (v.astype(np.float32) * s[None, :]).astype(np.float16)  # rounded from fp32, as the kernel
+
+
+@pytest.mark.parametrize("in_registers", ["0", "1"])
+def test_unpacking_shape_ops(dev, rng, monkeypatch, in_registers):
+    # TILES_SHAPE_OPS_IN_REGISTERS=1: the joins, splits and reshapes whose elements stay in their
+    # threads take no shared memory (the interpreter runs the same semantics either way).
+    monkeypatch.setenv("TILES_SHAPE_OPS_IN_REGISTERS", in_registers)
+    R, C = 32, 16
+    q = rng.integers(-2**31, 2**31, (R, C), dtype=np.int64).astype(np.int32)
+    s = (rng.random(C * 8) + 0.5).astype(np.float32)
+    out = dev.put(np.zeros((R, C * 8), np.float16))
+    unpack_nibbles_kernel[(1,)](dev.put(q), dev.put(s), out, R=R, C=C)
+    np.testing.assert_array_equal(dev.get(out), _unpack_nibbles_ref(q, s))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_unpacking_shape_ops_in_registers_assemble(ptxas, monkeypatch, target):
+    # With the switch on, the three interleaves, the split and the join move nothing through
+    # shared memory (only the shifts' reshape of a broadcast does), and ptxas takes the PTX.
+    def ptx(flag):
+        monkeypatch.setenv("TILES_SHAPE_OPS_IN_REGISTERS", flag)
+        k = tiles.compile(unpack_nibbles_kernel, signature={"q_ptr": "*i32", "s_ptr": "*fp32", "out_ptr": "*fp16"},
+                          constexprs={"R": 32, "C": 16}, specialization={"q_ptr": 16, "s_ptr": 16, "out_ptr": 16},
+                          target=target, num_warps=4)
+        return k.asm["ptx"]
+
+    off, on = ptx("0"), ptx("1")
+    assert on.count("bar.sync") * 4 <= off.count("bar.sync"), (on.count("bar.sync"), off.count("bar.sync"))
+    assert on.count("st.shared") * 2 <= off.count("st.shared")
+    report = assemble(ptxas, on, target)
+    assert "0 bytes spill stores" in report, report

@@ -150,8 +150,66 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(out)
     }
 
+    /// The results of a shape op assembled from its operands' registers, where every result
+    /// element sits in the thread that holds it already ([`tile_ir::layout::shape_op_gather`]);
+    /// `None` where data must move between threads, or with `TILES_SHAPE_OPS_IN_REGISTERS`
+    /// unset (off until it has run on a GPU).
+    fn shape_op_in_registers(&mut self, op: Op) -> R<Option<Vec<Vec<BasicValueEnum<'ctx>>>>> {
+        if !passes::shape_ops_in_registers() {
+            return Ok(None);
+        }
+        let data = self.func.ops[op].clone();
+        let layout = |v: Value| self.func.ty(v).layout.map(|l| &self.func.layouts[l]);
+        let Some(srcs) = data
+            .operands
+            .iter()
+            .map(|&v| layout(v))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return Ok(None);
+        };
+        let sdims = self.func.ty(data.operands[0]).shape.dims().to_vec();
+        let mut gathers = Vec::with_capacity(data.results.len());
+        for (k, &r) in data.results.iter().enumerate() {
+            let Some(dst) = layout(r) else {
+                return Ok(None);
+            };
+            let ddims = self.func.ty(r).shape.dims().to_vec();
+            let g = tile_ir::layout::shape_op_gather(
+                &data.kind,
+                &srcs,
+                &sdims,
+                dst,
+                &ddims,
+                k as u32,
+                self.func.num_warps,
+            );
+            match g {
+                Some(g) => gathers.push(g),
+                None => return Ok(None),
+            }
+        }
+        let regs: Vec<Vec<BasicValueEnum<'ctx>>> = data
+            .operands
+            .iter()
+            .map(|&v| self.get(v).cloned())
+            .collect::<R<_>>()?;
+        Ok(Some(
+            gathers
+                .into_iter()
+                .map(|g| g.into_iter().map(|(s, j)| regs[s][j]).collect())
+                .collect(),
+        ))
+    }
+
     pub fn lower_shape_op(&mut self, op: Op) -> R<()> {
         let data = self.func.ops[op].clone();
+        if let Some(out) = self.shape_op_in_registers(op)? {
+            for (r, v) in data.results.iter().zip(out) {
+                self.vals.insert(*r, v);
+            }
+            return Ok(());
+        }
         let src = *self.func.ty(data.operands[0]);
         let dst = *self.func.ty(data.results[0]);
         let elem = src.elem;

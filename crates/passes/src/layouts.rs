@@ -620,6 +620,15 @@ impl Assigner<'_> {
                     let l = self.first_demand_or_default(r);
                     self.decided.set(r, Some(l));
                 }
+                // Operands asked for a layout in which each result element is already in its
+                // thread, where one exists: the op then moves no data (codegen checks again).
+                if crate::shape_ops_in_registers() {
+                    if let Some(ol) = self.register_local_operand_layout(op) {
+                        for (i, v) in self.func.ops[op].operands.clone().into_iter().enumerate() {
+                            self.demand(v, ol, op, i);
+                        }
+                    }
+                }
             }
             OpKind::Yield | OpKind::Return => {}
             OpKind::Dot { .. } => {
@@ -679,6 +688,99 @@ impl Assigner<'_> {
                 self.demand_operands(op, l);
             }
         }
+    }
+
+    /// For a `join` whose result holds the new last dimension in each thread's registers, a
+    /// `split` (the reverse), or a `reshape` that merges or splits the last dimension within
+    /// each thread's run of registers: the operand layout with which the op moves no data
+    /// (checked with [`tile_ir::layout::shape_op_gather`]).
+    fn register_local_operand_layout(&mut self, op: Op) -> Option<LayoutId> {
+        let data = self.func.ops[op].clone();
+        let r = data.results[0];
+        let rl = (*self.decided.get(r))?;
+        let Layout::Blocked(b) = self.func.layouts[rl].clone() else {
+            return None;
+        };
+        let src = self.func.ty(data.operands[0]).shape;
+        let dst = self.func.ty(r).shape;
+        let (sd, dd) = (src.dims().to_vec(), dst.dims().to_vec());
+        let last = dd.len() - 1;
+        // A new innermost dimension of `k` elements, all in each thread.
+        let widen = |b: &BlockedLayout, k: u32| {
+            let mut n = b.clone();
+            n.size_per_thread.push(k);
+            n.threads_per_warp.push(1);
+            n.warps_per_cta.push(1);
+            let rank = n.order.len() as u32;
+            n.order.insert(0, rank);
+            n
+        };
+        // The innermost dimension dropped (it must be whole in each thread).
+        let narrow = |b: &BlockedLayout| {
+            let d = b.order.len() - 1;
+            (b.order[0] as usize == d && b.threads_per_warp[d] == 1 && b.warps_per_cta[d] == 1)
+                .then(|| {
+                    let mut n = b.clone();
+                    n.size_per_thread.pop();
+                    n.threads_per_warp.pop();
+                    n.warps_per_cta.pop();
+                    n.order.remove(0);
+                    n
+                })
+        };
+        let candidate = match data.kind {
+            OpKind::Join => narrow(&b)?,
+            OpKind::Split => widen(&b, 2),
+            OpKind::Reshape if sd.len() == dd.len() + 1 && sd[..last] == dd[..last] => {
+                // [.., n, k] -> [.., n * k]: each thread's run along the last dimension splits.
+                let k = *sd.last()?;
+                if b.order[0] as usize != last || b.size_per_thread[last] % k != 0 {
+                    return None;
+                }
+                let mut n = b.clone();
+                n.size_per_thread[last] /= k;
+                widen(&n, k)
+            }
+            OpKind::Reshape
+                if dd.len() == sd.len() + 1 && dd[..sd.len() - 1] == sd[..sd.len() - 1] =>
+            {
+                // [.., n * k] -> [.., n, k]: the whole new dimension in each thread, merged.
+                let k = dd[last];
+                let mut n = narrow(&b)?;
+                if b.size_per_thread[last] != k {
+                    return None;
+                }
+                let d = n.order.len() - 1;
+                if n.order[0] as usize != d {
+                    return None;
+                }
+                n.size_per_thread[d] *= k;
+                n
+            }
+            _ => return None,
+        };
+        let ol = self.func.intern_layout(Layout::Blocked(candidate));
+        let srcs: Vec<&Layout> = data
+            .operands
+            .iter()
+            .map(|_| &self.func.layouts[ol])
+            .collect();
+        let ok = data.results.iter().enumerate().all(|(k, &res)| {
+            let l = self.decided.get(res).map(|l| &self.func.layouts[l]);
+            l.is_some_and(|l| {
+                tile_ir::layout::shape_op_gather(
+                    &data.kind,
+                    &srcs,
+                    &sd,
+                    l,
+                    &dd,
+                    k as u32,
+                    self.num_warps,
+                )
+                .is_some()
+            })
+        });
+        ok.then_some(ol)
     }
 
     /// Whether `l` is the `b` operand layout of a warpgroup (`wgmma`) dot, which the dot reads

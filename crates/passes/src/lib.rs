@@ -19,3 +19,11 @@ pub mod simplify;
 pub mod software_pipeline;
 
 pub use pipeline::{run_pass, run_pipeline, PassError, PipelineOptions, RunPassError, PASS_NAMES};
+
+/// Whether shape ops (`permute`, `reshape`, `join`, `split`) whose elements stay in their
+/// threads are assembled from registers instead of through shared memory, and layout
+/// assignment asks their operands for layouts that allow it (`TILES_SHAPE_OPS_IN_REGISTERS=1`;
+/// off until it has run on a GPU). Read on every use, so a process may switch it.
+pub fn shape_ops_in_registers() -> bool {
+    std::env::var("TILES_SHAPE_OPS_IN_REGISTERS").is_ok_and(|v| v == "1")
+}

@@ -661,9 +661,206 @@ impl fmt::Display for Layout {
     }
 }
 
+/// The coordinates of every element a thread holds, register by register, for a tile of
+/// `shape` in `layout` on `num_warps` warps: `out[warp * 32 + lane][register]`. This is the
+/// code generator's model: a thread's offset along each dimension from its lane and warp
+/// ([`Layout::thread_maps`], wrapped into the tile where the layout covers more than it), plus
+/// each register's offset ([`Layout::register_offsets`]). `None` where an offset would leave
+/// the tile (the model does not cover that layout).
+pub fn thread_coords(layout: &Layout, shape: &[u32], num_warps: u32) -> Option<Vec<Vec<Vec<u32>>>> {
+    if layout.rank() != shape.len() {
+        return None;
+    }
+    let regs = layout.register_offsets(shape);
+    let (kept, _) = layout.thread_maps();
+    let term = |m: &DimThreadMap, id: u32, lane: bool| {
+        let (shift, mask, mul) = if lane {
+            (m.lane_shift, m.lane_mask, m.lane_mul)
+        } else {
+            (m.warp_shift, m.warp_mask, m.warp_mul)
+        };
+        ((id >> shift) & mask) * mul
+    };
+    let mut out = Vec::with_capacity((num_warps * 32) as usize);
+    for warp in 0..num_warps {
+        for lane in 0..32u32 {
+            let mut base = Vec::with_capacity(shape.len());
+            for (d, m) in kept.iter().enumerate() {
+                let size = shape[d];
+                let raw = term(m, lane, true) + term(m, warp, false);
+                let covered = (m.lane_mask + 1) * m.lane_mul + m.warp_mask * m.warp_mul;
+                base.push(if covered > size {
+                    raw & (size.max(1) - 1)
+                } else {
+                    raw
+                });
+            }
+            let mut coords = Vec::with_capacity(regs.len());
+            for r in &regs {
+                let c: Vec<u32> = base.iter().zip(r).map(|(&t, &o)| t + o).collect();
+                if c.iter().zip(shape).any(|(&x, &n)| x >= n) {
+                    return None;
+                }
+                coords.push(c);
+            }
+            out.push(coords);
+        }
+    }
+    Some(out)
+}
+
+/// For each register of a `dst` tile, the source and register holding the same element in
+/// the same thread, when one register of one source serves in every thread (a shape op that
+/// moves no data between threads); `None` otherwise. `element(c)` names the source tile and
+/// the coordinates there of the `dst` element at `c`.
+pub fn register_gather(
+    dst: (&Layout, &[u32]),
+    srcs: &[(&Layout, &[u32])],
+    num_warps: u32,
+    element: impl Fn(&[u32]) -> (usize, Vec<u32>),
+) -> Option<Vec<(usize, usize)>> {
+    let dst_coords = thread_coords(dst.0, dst.1, num_warps)?;
+    let mut held: Vec<Vec<std::collections::HashMap<Vec<u32>, usize>>> =
+        Vec::with_capacity(srcs.len());
+    for &(l, shape) in srcs {
+        let coords = thread_coords(l, shape, num_warps)?;
+        held.push(
+            coords
+                .into_iter()
+                .map(|regs| regs.into_iter().enumerate().map(|(i, c)| (c, i)).collect())
+                .collect(),
+        );
+    }
+    let nregs = dst_coords.first().map_or(0, |t| t.len());
+    let mut out: Vec<Option<(usize, usize)>> = vec![None; nregs];
+    for (t, regs) in dst_coords.iter().enumerate() {
+        for (i, c) in regs.iter().enumerate() {
+            let (s, sc) = element(c);
+            let &j = held.get(s)?.get(t)?.get(&sc)?;
+            match out[i] {
+                None => out[i] = Some((s, j)),
+                Some(prev) if prev == (s, j) => {}
+                Some(_) => return None,
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// [`register_gather`] for a shape op (`permute`, `reshape`, `join`, `split`): result
+/// `result` (0, or 1 for a split's second half) in layout `dst` from the operands in `srcs`
+/// (all of one shape, `src_shape`). `None` for other ops, or where data must move.
+pub fn shape_op_gather(
+    kind: &crate::OpKind,
+    srcs: &[&Layout],
+    src_shape: &[u32],
+    dst: &Layout,
+    dst_shape: &[u32],
+    result: u32,
+    num_warps: u32,
+) -> Option<Vec<(usize, usize)>> {
+    use crate::OpKind;
+    let row_major = |shape: &[u32]| {
+        let mut st = vec![1u32; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            st[d] = st[d + 1] * shape[d + 1];
+        }
+        st
+    };
+    let operands: Vec<(&Layout, &[u32])> = srcs.iter().map(|&l| (l, src_shape)).collect();
+    match kind {
+        OpKind::Permute { perm } => register_gather((dst, dst_shape), &operands, num_warps, |c| {
+            let mut sc = vec![0; c.len()];
+            for (i, &x) in c.iter().enumerate() {
+                sc[perm[i] as usize] = x;
+            }
+            (0, sc)
+        }),
+        OpKind::Reshape => {
+            let (ss, ds) = (row_major(src_shape), row_major(dst_shape));
+            register_gather((dst, dst_shape), &operands, num_warps, |c| {
+                let mut flat: u32 = c.iter().zip(&ds).map(|(&x, &s)| x * s).sum();
+                let sc = ss
+                    .iter()
+                    .map(|&s| {
+                        let x = flat / s;
+                        flat %= s;
+                        x
+                    })
+                    .collect();
+                (0, sc)
+            })
+        }
+        OpKind::Join => register_gather((dst, dst_shape), &operands, num_warps, |c| {
+            let n = c.len() - 1;
+            (c[n] as usize, c[..n].to_vec())
+        }),
+        OpKind::Split => register_gather((dst, dst_shape), &operands, num_warps, |c| {
+            let mut sc = c.to_vec();
+            sc.push(result);
+            (0, sc)
+        }),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_join_along_registers_moves_nothing() {
+        // [64, 32] tiles joined into [64, 32, 2] whose new dimension lies in each thread's
+        // registers: element (i, j, t) is register k of operand t wherever (i, j) is.
+        let src = BlockedLayout {
+            size_per_thread: vec![1, 4],
+            threads_per_warp: vec![4, 8],
+            warps_per_cta: vec![4, 1],
+            order: vec![1, 0],
+        };
+        let dst = BlockedLayout {
+            size_per_thread: vec![1, 4, 2],
+            threads_per_warp: vec![4, 8, 1],
+            warps_per_cta: vec![4, 1, 1],
+            order: vec![2, 1, 0],
+        };
+        let (s, d) = (Layout::Blocked(src.clone()), Layout::Blocked(dst));
+        let g = register_gather(
+            (&d, &[64, 32, 2]),
+            &[(&s, &[64, 32]), (&s, &[64, 32])],
+            4,
+            |c| (c[2] as usize, c[..2].to_vec()),
+        )
+        .expect("in registers");
+        let regs = s.register_offsets(&[64, 32]);
+        let dregs = d.register_offsets(&[64, 32, 2]);
+        assert_eq!(g.len(), 2 * regs.len());
+        for (i, &(t, j)) in g.iter().enumerate() {
+            assert_eq!(dregs[i][2] as usize, t);
+            assert_eq!(dregs[i][..2], regs[j][..]);
+        }
+        // Merging the joined dimension into its neighbour: [64, 32, 2] -> [64, 64] with
+        // twice the elements per thread along it, also register for register.
+        let merged = Layout::Blocked(BlockedLayout {
+            size_per_thread: vec![1, 8],
+            threads_per_warp: vec![4, 8],
+            warps_per_cta: vec![4, 1],
+            order: vec![1, 0],
+        });
+        let m = register_gather((&merged, &[64, 64]), &[(&d, &[64, 32, 2])], 4, |c| {
+            (0, vec![c[0], c[1] / 2, c[1] % 2])
+        })
+        .expect("a renaming");
+        assert_eq!(m.len(), 32);
+        // The same data spread over other threads cannot be had from registers.
+        let other = Layout::Blocked(BlockedLayout::default_for(&[64, 64], 4, &[0, 1], 1));
+        assert!(
+            register_gather((&other, &[64, 64]), &[(&d, &[64, 32, 2])], 4, |c| {
+                (0, vec![c[0], c[1] / 2, c[1] % 2])
+            })
+            .is_none()
+        );
+    }
 
     #[test]
     fn default_1d_layout_covers_the_tile_once() {
