@@ -201,14 +201,10 @@ class Mark:
             for line in bench.line_vals:
                 r = self.fn(**dict(zip(x_names, xs)), **{bench.line_arg: line}, **bench.args, **kwargs)
                 # A function returns a value, or (value, min, max): the plot shades min to max.
-                if isinstance(r, (list, tuple)) and len(r) == 3:
-                    row.append(r[0])
-                    low.append(r[1])
-                    high.append(r[2])
-                else:
-                    row.append(r)
-                    low.append(None)
-                    high.append(None)
+                v, lo, hi = r if isinstance(r, (list, tuple)) and len(r) == 3 else (r, None, None)
+                row.append(v)
+                low.append(lo)
+                high.append(hi)
             rows.append(row)
             lows.append(low)
             highs.append(high)
@@ -250,8 +246,7 @@ class Mark:
         ax.set_yscale("log" if bench.y_log else "linear")
         if show_plots:
             plt.show()
-        if save_path:
-            os.makedirs(save_path, exist_ok=True)
+        if save_path:  # made by run()
             fig.savefig(os.path.join(save_path, f"{bench.plot_name}.png"))
         plt.close(fig)
 

@@ -14,15 +14,8 @@ use crate::lower::{memory_type, Lowering, R};
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue, PointerValue};
 use inkwell::IntPredicate;
+use tile_ir::layout::row_major;
 use tile_ir::{DType, Elem, Op, OpKind, Type, Value};
-
-fn row_major(shape: &[u32]) -> Vec<u32> {
-    let mut s = vec![1u32; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
-}
 
 impl<'ctx> Lowering<'ctx, '_> {
     fn smem_elem(&self, e: Elem) -> (BasicTypeEnum<'ctx>, u32) {

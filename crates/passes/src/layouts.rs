@@ -577,19 +577,13 @@ impl Assigner<'_> {
                 if self.func.ty(r).is_scalar() {
                     return;
                 }
-                let mut l = self.first_demand_or_default(r);
-                if self.is_shared_operand(l) {
-                    // As for elementwise ops: not once per warp along M (`visit_op`'s last arm).
-                    let source = self.func.ops[op]
-                        .operands
-                        .iter()
-                        .find(|&&o| !self.func.ty(o).is_scalar())
-                        .and_then(|&o| self.source_layout(o));
-                    l = source.unwrap_or_else(|| {
-                        let shape = self.func.ty(r).shape;
-                        self.default_layout(shape)
-                    });
-                }
+                // As for elementwise ops (`unshared`), from the first tile operand.
+                let from = self.func.ops[op]
+                    .operands
+                    .iter()
+                    .copied()
+                    .find(|&o| !self.func.ty(o).is_scalar());
+                let mut l = self.unshared(r, from);
                 let run = self.func.layouts[l].contiguous_dim().map_or(1, |(_, n)| n);
                 if pack > 1 && run < pack as u32 {
                     let shape = self.func.ty(r).shape;
@@ -670,17 +664,7 @@ impl Assigner<'_> {
                     self.demand_operands(op, l);
                     return;
                 }
-                let mut l = self.first_demand_or_default(r);
-                if self.is_shared_operand(l) {
-                    // `wgmma` reads its `b` from shared memory, and every warp along M needs all
-                    // of it: computed in the operand layout, each element would be computed once
-                    // per warp (an fp8 key tile dequantised before `dot` took 4x the converts and
-                    // spilled). Computed where its source lives, it is stored once, at the dot.
-                    l = self.source_layout(r).unwrap_or_else(|| {
-                        let shape = self.func.ty(r).shape;
-                        self.default_layout(shape)
-                    });
-                }
+                let l = self.unshared(r, Some(r));
                 self.decided.set(r, Some(l));
                 if is_cheap(&kind) {
                     self.rematerialize(op, r, l);
@@ -781,6 +765,23 @@ impl Assigner<'_> {
             })
         });
         ok.then_some(ol)
+    }
+
+    /// The layout `r` is computed in: its first demand, except a warpgroup dot's `b` operand
+    /// layout. `wgmma` reads its `b` from shared memory, and every warp along M needs all of
+    /// it: computed in the operand layout, each element would be computed once per warp (an
+    /// fp8 key tile dequantised before `dot` took 4x the converts and spilled). It is computed
+    /// where its source lives (`source_layout` from `from`, else the default) and stored once,
+    /// at the dot.
+    fn unshared(&mut self, r: Value, from: Option<Value>) -> LayoutId {
+        let l = self.first_demand_or_default(r);
+        if !self.is_shared_operand(l) {
+            return l;
+        }
+        from.and_then(|v| self.source_layout(v)).unwrap_or_else(|| {
+            let shape = self.func.ty(r).shape;
+            self.default_layout(shape)
+        })
     }
 
     /// Whether `l` is the `b` operand layout of a warpgroup (`wgmma`) dot, which the dot reads

@@ -661,6 +661,15 @@ impl fmt::Display for Layout {
     }
 }
 
+/// The strides, in elements, of a row-major tile of `shape`.
+pub fn row_major(shape: &[u32]) -> Vec<u32> {
+    let mut s = vec![1u32; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
 /// The coordinates of every element a thread holds, register by register, for a tile of
 /// `shape` in `layout` on `num_warps` warps: `out[warp * 32 + lane][register]`. This is the
 /// code generator's model: a thread's offset along each dimension from its lane and warp
@@ -760,13 +769,6 @@ pub fn shape_op_gather(
     num_warps: u32,
 ) -> Option<Vec<(usize, usize)>> {
     use crate::OpKind;
-    let row_major = |shape: &[u32]| {
-        let mut st = vec![1u32; shape.len()];
-        for d in (0..shape.len().saturating_sub(1)).rev() {
-            st[d] = st[d + 1] * shape[d + 1];
-        }
-        st
-    };
     let operands: Vec<(&Layout, &[u32])> = srcs.iter().map(|&l| (l, src_shape)).collect();
     match kind {
         OpKind::Permute { perm } => register_gather((dst, dst_shape), &operands, num_warps, |c| {

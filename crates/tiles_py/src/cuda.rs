@@ -184,18 +184,25 @@ pub fn device_count() -> R<i32> {
     Ok(n)
 }
 
-/// The CUdevice of device ordinal `device`, checked against the device count.
+/// The CUdevice of device ordinal `device` (the device count is read only to explain a
+/// refusal).
 fn device_handle(a: &Api, device: i32) -> R<c_int> {
-    let n = device_count()?;
-    if !(0..n).contains(&device) {
-        return Err(CudaError(format!(
-            "no CUDA device {device}: this machine has {n} (0 to {})",
-            n - 1
-        )));
-    }
     let mut dev = 0;
-    // SAFETY: valid out-pointer; the ordinal is in range.
-    unsafe { check(a, (a.device_get)(&mut dev, device), "cuDeviceGet")? };
+    // SAFETY: plain driver calls with a valid out-pointer; cuDeviceGet checks the ordinal.
+    let r = unsafe {
+        check(a, (a.init)(0), "cuInit")?;
+        (a.device_get)(&mut dev, device)
+    };
+    if r != 0 {
+        let n = device_count()?;
+        if !(0..n).contains(&device) {
+            return Err(CudaError(format!(
+                "no CUDA device {device}: this machine has {n} (0 to {})",
+                n - 1
+            )));
+        }
+        check(a, r, "cuDeviceGet")?;
+    }
     Ok(dev)
 }
 
