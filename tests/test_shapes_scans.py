@@ -230,8 +230,9 @@ def _unpack_nibbles_ref(q, s):
 
 @pytest.mark.parametrize("in_registers", ["0", "1"])
 def test_unpacking_shape_ops(dev, rng, monkeypatch, in_registers):
-    # TILES_SHAPE_OPS_IN_REGISTERS=1: the joins, splits and reshapes whose elements stay in their
-    # threads take no shared memory (the interpreter runs the same semantics either way).
+    # By default (TILES_SHAPE_OPS_IN_REGISTERS=0 turns it off) the joins, splits and reshapes
+    # whose elements stay in their threads take no shared memory (the interpreter runs the
+    # same semantics either way).
     monkeypatch.setenv("TILES_SHAPE_OPS_IN_REGISTERS", in_registers)
     R, C = 32, 16
     q = rng.integers(-2**31, 2**31, (R, C), dtype=np.int64).astype(np.int32)

@@ -145,8 +145,7 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// The results of a shape op assembled from its operands' registers, where every result
     /// element sits in the thread that holds it already ([`tile_ir::layout::shape_op_gather`]);
-    /// `None` where data must move between threads, or with `TILES_SHAPE_OPS_IN_REGISTERS`
-    /// unset (off until it has run on a GPU).
+    /// `None` where data must move between threads, or with `TILES_SHAPE_OPS_IN_REGISTERS=0`.
     fn shape_op_in_registers(&mut self, op: Op) -> R<Option<Vec<Vec<BasicValueEnum<'ctx>>>>> {
         if !passes::shape_ops_in_registers() {
             return Ok(None);

@@ -22,8 +22,8 @@ pub use pipeline::{run_pass, run_pipeline, PassError, PipelineOptions, RunPassEr
 
 /// Whether shape ops (`permute`, `reshape`, `join`, `split`) whose elements stay in their
 /// threads are assembled from registers instead of through shared memory, and layout
-/// assignment asks their operands for layouts that allow it (`TILES_SHAPE_OPS_IN_REGISTERS=1`;
-/// off until it has run on a GPU). Read on every use, so a process may switch it.
+/// assignment asks their operands for layouts that allow it. On unless
+/// `TILES_SHAPE_OPS_IN_REGISTERS=0`. Read on every use, so a process may switch it.
 pub fn shape_ops_in_registers() -> bool {
-    std::env::var("TILES_SHAPE_OPS_IN_REGISTERS").is_ok_and(|v| v == "1")
+    std::env::var("TILES_SHAPE_OPS_IN_REGISTERS").map_or(true, |v| v != "0")
 }
