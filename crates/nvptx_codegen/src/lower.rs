@@ -1007,6 +1007,13 @@ impl<'ctx> Lowering<'ctx, '_> {
                 }
                 self.views.insert(data.results[0], t);
             }
+            OpKind::LocalLoad { buf, .. } => {
+                let slot = self.get(data.operands[0])?[0].into_int_value();
+                let t = self.ring_slot(buf, slot)?;
+                let ty = rty.expect("local_load has a result");
+                let out = self.load_tile(&t, &ty)?;
+                self.set(op, out);
+            }
             OpKind::Atomic(a) => {
                 let out = self.lower_atomic(&data, a)?;
                 self.set(op, out);

@@ -348,6 +348,64 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(tile)
     }
 
+    /// Tile `t` read into registers of type `ty` (its layout's registers, in order): runs of a
+    /// thread's registers that are consecutive along the tile's contiguous dimension, aligned
+    /// in every thread and inside one swizzle chunk, are read with one vector load each.
+    pub fn load_tile(
+        &mut self,
+        t: &SmemTile<'ctx>,
+        ty: &tile_ir::Type,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let geo = self.geometry(ty)?;
+        let c = t.contig;
+        let mut vec = (t.run_limit().min(geo.thread_align[c])).max(1) as usize;
+        while vec > 1 {
+            let ok = geo.regs.len() % vec == 0
+                && geo.regs.chunks(vec).all(|ch| {
+                    ch[0][c] % vec as u32 == 0
+                        && ch.iter().enumerate().all(|(k, x)| {
+                            let mut want = ch[0].clone();
+                            want[c] += k as u32;
+                            *x == want
+                        })
+                });
+            if ok {
+                break;
+            }
+            vec /= 2;
+        }
+        let ptrs =
+            self.smem_ptrs_of_regs(t, &geo, geo.regs.chunks(vec).map(|ch| ch[0].as_slice()))?;
+        let mt = crate::lower::memory_type(self.cx, t.elem);
+        let mut out = Vec::with_capacity(geo.regs.len());
+        for p in ptrs {
+            if vec == 1 {
+                let x = self.b.build_load(mt, p, "ll")?;
+                out.push(if t.elem == DType::I1 {
+                    let x = x.into_int_value();
+                    let zero = x.get_type().const_zero();
+                    self.b
+                        .build_int_compare(inkwell::IntPredicate::NE, x, zero, "i2b")?
+                        .into()
+                } else {
+                    x
+                });
+                continue;
+            }
+            let vt = crate::lower::vector_of(mt, vec as u32);
+            let x = self.b.build_load(vt, p, "ll")?;
+            if let Some(ins) = x.as_instruction_value() {
+                ins.set_alignment(vec as u32 * t.elem.bytes())
+                    .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
+            }
+            let x = x.into_vector_value();
+            for e in 0..vec {
+                out.push(self.b.build_extract_element(x, self.i32(e as u64), "ll")?);
+            }
+        }
+        Ok(out)
+    }
+
     fn to_memory_form(&self, d: DType, x: BasicValueEnum<'ctx>) -> R<BasicValueEnum<'ctx>> {
         Ok(if d == DType::I1 {
             self.b
@@ -591,7 +649,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             let d = &func.ops[op];
             let buf = match d.kind {
                 OpKind::AsyncCopy(a) => a.buf,
-                OpKind::LocalView { buf, .. } => buf,
+                OpKind::LocalView { buf, .. } | OpKind::LocalLoad { buf, .. } => buf,
                 _ => continue,
             };
             let mut ops = vec![op];
@@ -739,7 +797,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     pub fn ring_slot(&mut self, buf: u8, slot: IntValue<'ctx>) -> R<SmemTile<'ctx>> {
         let Some(r) = self.rings.get(&buf).copied() else {
             return self.unsupported(format!(
-                "local_view of ring buffer {buf}, which no async_copy writes"
+                "a read of ring buffer {buf}, which no async_copy writes"
             ));
         };
         let g = self.shared_buffer(self.ring_bytes).as_pointer_value();

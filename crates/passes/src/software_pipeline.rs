@@ -20,8 +20,16 @@
 //! copy. Copies past the end of the loop are masked off (`cp.async` then writes zeros and
 //! reads nothing).
 //!
+//! A load that reaches a dot's `a` or `b` through other ops (int8 weights cast and scaled
+//! before the dot, a bias that a softmax turns into `p`) goes through a ring the same way, and
+//! `local_load` reads its slot back into registers where the load was: in the layout its users
+//! all convert it to when they agree on one (an `mma.sync` operand), else in its own, with a
+//! non-zero `other` selected in where the mask is off (`cp.async` writes zeros there). Such a
+//! load is left out, and the loop kept, when its address cannot be computed ahead.
+//!
 //! Loops are left alone when a copy could not be expressed: stage-0 ops with side effects or
-//! regions, loads with a non-zero `other`, accesses narrower than 4 bytes per thread.
+//! regions, loads dots read directly with a non-zero `other`, accesses narrower than 4 bytes
+//! per thread.
 //!
 //! In a loop it pipelines, the other small loads (no dot reads them; at most 16 registers per
 //! thread) are issued one iteration ahead, into registers the loop carries, unless the loop
@@ -68,7 +76,8 @@ pub fn pipeline_loops(func: &mut Function) -> usize {
         }
         // The loop's other small loads go one iteration ahead in registers; then the plan
         // is made again for the body that has them.
-        let plan = if prefetch_loads(func, op, parent[&op]) > 0 {
+        let planned: HashSet<Op> = first.loads.iter().map(|l| l.load).collect();
+        let plan = if prefetch_loads(func, op, parent[&op], &planned) > 0 {
             match plan(func, op, s) {
                 Some(p) => p,
                 None => continue,
@@ -82,10 +91,28 @@ pub fn pipeline_loops(func: &mut Function) -> usize {
     done
 }
 
+/// How a pipelined load's slot is read.
+#[derive(Clone, PartialEq)]
+enum Read {
+    /// Its users, conversions to dot operands, become views the dots read fragments from.
+    Views(Vec<Op>),
+    /// Registers in the layout of its users, conversions that all agree on one.
+    Converted(Vec<Op>),
+    /// Registers in the load's own layout; a non-zero `other` is selected where the mask is off.
+    Registers,
+}
+
+/// A load pipelined through a ring.
+struct RingLoad {
+    load: Op,
+    read: Read,
+    /// Elements per copy.
+    vector: u8,
+}
+
 /// What pipelining a loop does.
 struct Plan {
-    /// (load, its conversions to dot operands, elements per copy).
-    loads: Vec<(Op, Vec<Op>, u8)>,
+    loads: Vec<RingLoad>,
     /// Stage-0 ops, in body order.
     stage0: Vec<Op>,
     /// Carried values (argument index, counting the induction variable as 0) stage 0 reads,
@@ -148,6 +175,7 @@ fn is_stage0_kind(kind: &OpKind) -> bool {
             OpKind::Constant(_)
                 | OpKind::Splat
                 | OpKind::Broadcast
+                | OpKind::ConvertLayout
                 | OpKind::ExpandDims(_)
                 | OpKind::Arange { .. }
                 | OpKind::ProgramId(_)
@@ -202,26 +230,48 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
             });
             layout_change && to_dot_operand && dot_users && !users_of(cr).is_empty()
         };
-        if us.is_empty() || !us.iter().all(|&u| to_operand(u)) {
+        let zero_other = !m.has_other || is_zero_constant(func, d.operands[2]);
+        let read = if !us.is_empty() && us.iter().all(|&u| to_operand(u)) {
+            Read::Views(us)
+        } else if !feeds_dot(func, &users, r) {
+            continue;
+        } else if let Some(cvts) = one_conversion(func, &us).filter(|_| zero_other) {
+            Read::Converted(cvts)
+        } else {
+            Read::Registers
+        };
+        if !zero_other && read != Read::Registers {
             continue;
         }
-        if m.has_other && !is_zero_constant(func, d.operands[2]) {
-            continue;
-        }
-        let Some(vec) = copy_width(func, op) else {
+        let Some(vector) = copy_width(func, op) else {
             continue;
         };
-        loads.push((op, us, vec));
+        loads.push(RingLoad {
+            load: op,
+            read,
+            vector,
+        });
     }
+    // A load read into registers joins only where its address and mask can be computed ahead;
+    // the loads dots read directly decide for the loop, as before.
+    loads.retain(|l| {
+        let d = &func.ops[l.load];
+        let roots = match d.kind {
+            OpKind::Load(m) if m.masked => vec![d.operands[0], d.operands[1]],
+            _ => vec![d.operands[0]],
+        };
+        matches!(l.read, Read::Views(_))
+            || recomputable(func, body, &roots, Some(yield_op)).is_some()
+    });
     if loads.is_empty() {
         return None;
     }
-    let load_ops: HashSet<Op> = loads.iter().map(|l| l.0).collect();
+    let load_ops: HashSet<Op> = loads.iter().map(|l| l.load).collect();
     // Stage 0: everything the loads' pointers and masks need, and the updates of the carried
     // values among it.
     let mut roots: Vec<Value> = Vec::new();
-    for &(l, _, _) in &loads {
-        let d = &func.ops[l];
+    for l in &loads {
+        let d = &func.ops[l.load];
         roots.push(d.operands[0]);
         if let OpKind::Load(m) = d.kind {
             if m.masked {
@@ -276,6 +326,41 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
         stage0: stage0_ops,
         carried: carried_plan,
     })
+}
+
+/// Whether `v` reaches an operand `a` or `b` of a `dot` of the body through its users (a
+/// dequantised weight, a bias that a softmax turns into attention's `p`).
+fn feeds_dot(func: &Function, users: &HashMap<Value, Vec<Op>>, v: Value) -> bool {
+    let mut seen: HashSet<Op> = HashSet::new();
+    let mut work = vec![v];
+    while let Some(v) = work.pop() {
+        for &u in users.get(&v).into_iter().flatten() {
+            let d = &func.ops[u];
+            if matches!(d.kind, OpKind::Dot { .. }) && d.operands[..2].contains(&v) {
+                return true;
+            }
+            if seen.len() < 512 && seen.insert(u) && !matches!(d.kind, OpKind::Yield) {
+                work.extend_from_slice(&d.results);
+            }
+        }
+    }
+    false
+}
+
+/// The users of a load when every one converts it to the same register layout (a dot operand
+/// of `mma.sync`, say): the slot is then read straight into that layout.
+fn one_conversion(func: &Function, users: &[Op]) -> Option<Vec<Op>> {
+    let first = *users.first()?;
+    let layout = |u: Op| {
+        let d = &func.ops[u];
+        matches!(d.kind, OpKind::ConvertLayout)
+            .then(|| d.results.first().and_then(|&r| func.ty(r).layout))
+            .flatten()
+    };
+    let l = layout(first)?;
+    let in_registers = !matches!(&func.layouts[l], Layout::DotOperand { op_idx: 1, parent, .. }
+        if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3));
+    (in_registers && users.iter().all(|&u| layout(u) == Some(l))).then(|| users.to_vec())
 }
 
 /// Inserts ops at a position of a block, keeping the insertion point after them.
@@ -339,15 +424,15 @@ impl Cursor {
     fn copies(
         &mut self,
         func: &mut Function,
-        loads: &[(Op, Vec<Op>, u8)],
+        loads: &[RingLoad],
         bufs: &[u8],
         stages: u32,
         env: &HashMap<Value, Value>,
         slot: Value,
         valid: Value,
     ) {
-        for (k, &(l, _, vec)) in loads.iter().enumerate() {
-            let d = func.ops[l].clone();
+        for (k, rl) in loads.iter().enumerate() {
+            let d = func.ops[rl.load].clone();
             let ptr = *env.get(&d.operands[0]).unwrap_or(&d.operands[0]);
             let pty = *func.ty(d.operands[0]);
             let mty = Type {
@@ -369,7 +454,7 @@ impl Cursor {
                 buf: bufs[k],
                 stages: stages as u8,
                 masked: true,
-                vector: vec,
+                vector: rl.vector,
                 prefix_mask,
             };
             self.push(func, OpKind::AsyncCopy(attrs), vec![ptr, slot, mask], None);
@@ -495,30 +580,66 @@ fn apply(
         None,
     );
     top.push(func, OpKind::Barrier, vec![], None);
-    // Each load's conversions become views of its slot, where the load was.
-    for (k, (l, cvts, _)) in plan.loads.iter().enumerate() {
-        let mut views = Vec::with_capacity(cvts.len());
-        for &cvt in cvts {
-            let cr = func.ops[cvt].results[0];
-            let ty = *func.ty(cr);
-            let view = func.create_op(
-                OpKind::LocalView {
-                    buf: bufs[k],
-                    stages: stages as u8,
-                    trans: matches!(func.ops[cvt].kind, OpKind::Permute { .. }),
-                },
-                vec![slot_read],
-                &[ty],
-                func.ops[*l].loc,
-            );
-            let vr = func.ops[view].results[0];
-            func.replace_uses(cr, vr);
-            views.push(view);
+    // Each load's conversions become views of its slot, or the slot is read into registers,
+    // where the load was.
+    for (k, rl) in plan.loads.iter().enumerate() {
+        let l = rl.load;
+        let loc = func.ops[l].loc;
+        let (buf, stages) = (bufs[k], stages as u8);
+        let mut reads = Vec::new();
+        let mut replaced: Vec<Op> = Vec::new();
+        match &rl.read {
+            Read::Views(cvts) | Read::Converted(cvts) => {
+                for &cvt in cvts {
+                    let cr = func.ops[cvt].results[0];
+                    let ty = *func.ty(cr);
+                    let kind = match rl.read {
+                        Read::Views(_) => OpKind::LocalView {
+                            buf,
+                            stages,
+                            trans: matches!(func.ops[cvt].kind, OpKind::Permute { .. }),
+                        },
+                        _ => OpKind::LocalLoad { buf, stages },
+                    };
+                    let read = func.create_op(kind, vec![slot_read], &[ty], loc);
+                    let vr = func.ops[read].results[0];
+                    func.replace_uses(cr, vr);
+                    reads.push(read);
+                }
+                replaced.extend_from_slice(cvts);
+            }
+            Read::Registers => {
+                let d = func.ops[l].clone();
+                let r = d.results[0];
+                let ty = *func.ty(r);
+                let read = func.create_op(
+                    OpKind::LocalLoad { buf, stages },
+                    vec![slot_read],
+                    &[ty],
+                    loc,
+                );
+                let mut vr = func.ops[read].results[0];
+                reads.push(read);
+                // cp.async wrote zeros where the mask is off; the load gave `other` there.
+                if let OpKind::Load(m) = d.kind {
+                    if m.masked && m.has_other && !is_zero_constant(func, d.operands[2]) {
+                        let sel = func.create_op(
+                            OpKind::Select,
+                            vec![d.operands[1], vr, d.operands[2]],
+                            &[ty],
+                            loc,
+                        );
+                        vr = func.ops[sel].results[0];
+                        reads.push(sel);
+                    }
+                }
+                func.replace_uses(r, vr);
+            }
         }
         let b = &mut func.blocks[body].ops;
-        let lp = b.iter().position(|o| o == l).expect("load in body");
-        b.splice(lp..=lp, views);
-        b.retain(|o| !cvts.contains(o));
+        let lp = b.iter().position(|&o| o == l).expect("load in body");
+        b.splice(lp..=lp, reads);
+        b.retain(|o| !replaced.contains(o));
     }
     // End of the body: the copies of iteration i + S - 1.
     let ypos = func.blocks[body]
@@ -665,7 +786,7 @@ fn recomputable(
 /// Only loops without stores, atomics or other side effects (a prefetched load must not pass
 /// a store to what it reads), and loads that hold at most `PREFETCH_REGS` registers per thread
 /// (`PREFETCH_REGS_PER_LOOP` for the loop). Returns how many loads were moved.
-fn prefetch_loads(func: &mut Function, for_op: Op, parent: Block) -> usize {
+fn prefetch_loads(func: &mut Function, for_op: Op, parent: Block, planned: &HashSet<Op>) -> usize {
     let body = func.region_block(for_op, 0);
     let mut writes = false;
     for &op in &func.blocks[body].ops {
@@ -691,6 +812,7 @@ fn prefetch_loads(func: &mut Function, for_op: Op, parent: Block) -> usize {
         .iter()
         .copied()
         .filter(|&o| matches!(func.ops[o].kind, OpKind::Load(m) if !m.volatile))
+        .filter(|o| !planned.contains(o))
         .collect();
     for load in candidates {
         let r = func.ops[load].results[0];

@@ -546,7 +546,7 @@ pub enum OpKind {
         precision: DotPrecision,
     },
     /// Starts copying a tile from global memory into slot `slot` of shared ring buffer `buf`
-    /// (`cp.async`): operands `ptr slot [mask]`. The data may be read (by `local_view`) once
+    /// (`cp.async`): operands `ptr slot [mask]`. The data may be read (by `local_view` or `local_load`) once
     /// an `async_wait` has retired its group and a barrier has been passed.
     AsyncCopy(AsyncCopyAttrs),
     /// Closes the group of `async_copy`s issued since the last commit.
@@ -561,6 +561,15 @@ pub enum OpKind {
     LocalView {
         /// The slot read transposed (a `[K, N]` view of a copied `[N, K]` tile).
         trans: bool,
+        /// The ring buffer.
+        buf: u8,
+        /// Slots in the ring.
+        stages: u8,
+    },
+    /// Slot `slot` (operand) of shared ring buffer `buf`, read into registers in the result's
+    /// layout: a pipelined load that something other than a `dot` reads first (a dequantised
+    /// operand's integers, a bias).
+    LocalLoad {
         /// The ring buffer.
         buf: u8,
         /// Slots in the ring.
@@ -642,6 +651,7 @@ impl OpKind {
             OpKind::AsyncCommit => "async_commit",
             OpKind::AsyncWait { .. } => "async_wait",
             OpKind::LocalView { .. } => "local_view",
+            OpKind::LocalLoad { .. } => "local_load",
             OpKind::Barrier => "barrier",
             OpKind::Print { .. } => "print",
             OpKind::Assert { .. } => "assert",

@@ -661,6 +661,10 @@ impl Parser<'_> {
                 stages: self.small(self.attr_int(attrs, "stages", at)?, at)?,
                 trans: flag("trans"),
             },
+            "local_load" => OpKind::LocalLoad {
+                buf: self.small(self.attr_int(attrs, "buf", at)?, at)?,
+                stages: self.small(self.attr_int(attrs, "stages", at)?, at)?,
+            },
             "dot" => {
                 let w = self.attr_word(attrs, "precision", at)?;
                 match DotPrecision::from_name(w) {

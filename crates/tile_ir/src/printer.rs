@@ -129,6 +129,7 @@ fn attrs(func: &Function, kind: &OpKind, rank: usize) -> String {
             " {{buf = {buf}, stages = {stages}{}}}",
             if *trans { ", trans" } else { "" }
         ),
+        OpKind::LocalLoad { buf, stages } => format!(" {{buf = {buf}, stages = {stages}}}"),
         OpKind::Dot { precision } => format!(" {{precision = {}}}", precision.name()),
         OpKind::Scan { axis, reverse } => format!(
             " {{axis = {axis}{}}}",

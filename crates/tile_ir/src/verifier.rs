@@ -102,6 +102,11 @@ impl Verifier<'_> {
                     };
                     (buf, (shape, t.dtype(), stages))
                 }
+                OpKind::LocalLoad { buf, stages } => {
+                    let t = f.ty(d.results[0]);
+                    views.push((op, buf));
+                    (buf, (t.shape, t.dtype(), stages))
+                }
                 _ => continue,
             };
             match seen.get(&buf) {
@@ -130,7 +135,10 @@ impl Verifier<'_> {
             if !written.contains(&buf) {
                 self.err(
                     op,
-                    format!("local_view reads ring buffer {buf}, which nothing writes"),
+                    format!(
+                        "{} reads ring buffer {buf}, which nothing writes",
+                        f.ops[op].kind.name()
+                    ),
                 );
             }
         }
@@ -216,7 +224,7 @@ impl Verifier<'_> {
             OpKind::Fma | OpKind::Select | OpKind::Dot { .. } => expect(3),
             OpKind::AsyncCopy(a) => expect(2 + a.masked as usize),
             OpKind::AsyncCommit | OpKind::AsyncWait { .. } => expect(0),
-            OpKind::LocalView { .. } => expect(1),
+            OpKind::LocalView { .. } | OpKind::LocalLoad { .. } => expect(1),
             OpKind::Load(m) => expect(1 + m.masked as usize + m.has_other as usize),
             OpKind::Store(m) => expect(2 + m.masked as usize),
             OpKind::For { .. } => n >= 3,
@@ -491,6 +499,13 @@ impl Verifier<'_> {
         if let OpKind::LocalView { .. } = kind {
             if !matches!(self.layout(results[0]), Some(Layout::DotOperand { .. })) {
                 self.err(op, "local_view gives a #dot_op tile".into());
+            }
+        }
+        if let OpKind::LocalLoad { .. } = kind {
+            let shared = matches!(self.layout(results[0]), Some(Layout::DotOperand { op_idx: 1, parent, .. })
+                if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3));
+            if self.layout(results[0]).is_none() || shared {
+                self.err(op, "local_load gives a register tile with a layout".into());
             }
         }
         if let OpKind::AsyncCopy(a) = kind {
@@ -848,12 +863,17 @@ pub(crate) fn type_rule(f: &Function, op: Op) -> Option<String> {
             })
         }
         K::AsyncCommit | K::AsyncWait { .. } => None,
-        K::LocalView { stages, .. } => {
+        K::LocalView { stages, .. } | K::LocalLoad { stages, .. } => {
             let ok = ops[0] == Type::num(D::I32)
                 && res[0].shape.rank() == 2
                 && !res[0].elem.is_ptr()
                 && stages >= 1;
-            (!ok).then(|| "local_view takes an i32 slot and gives a 2-D numeric tile".into())
+            (!ok).then(|| {
+                format!(
+                    "{} takes an i32 slot and gives a 2-D numeric tile",
+                    data.kind.name()
+                )
+            })
         }
         K::Yield | K::Return | K::Barrier | K::Print { .. } => None,
     }
