@@ -454,6 +454,88 @@ impl<'ctx> Lowering<'ctx, '_> {
         }
     }
 
+    /// `cvt.rn.f16x2.{e4m3x2,e5m2x2}` of two fp8 values packed in 16 bits (`hi` in the upper
+    /// byte): the two fp16 values, exactly (sm_90+).
+    fn cvt_f16x2_from_fp8(
+        &self,
+        s: DType,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+    ) -> R<[FloatValue<'ctx>; 2]> {
+        let b = &self.b;
+        let i16t = self.cx.i16_type();
+        let lo = b.build_int_z_extend(lo, i16t, "f8")?;
+        let hi = b.build_int_z_extend(hi, i16t, "f8")?;
+        let hi = b.build_left_shift(hi, i16t.const_int(8, false), "f8")?;
+        let packed = b.build_or(lo, hi, "f8")?;
+        let kind = if s == DType::F8E4M3 {
+            "e4m3x2"
+        } else {
+            "e5m2x2"
+        };
+        let Some(w) = self.asm(
+            self.cx.i32_type().into(),
+            &format!("cvt.rn.f16x2.{kind} $0, $1;"),
+            "=r,h",
+            &[packed.into()],
+            false,
+        )?
+        else {
+            return self.internal("asm returned nothing");
+        };
+        let w = w.into_int_value();
+        let half = |x: IntValue<'ctx>| -> R<FloatValue<'ctx>> {
+            let t = b.build_int_truncate(x, i16t, "h")?;
+            Ok(b.build_bit_cast(t, self.cx.f16_type(), "h")?
+                .into_float_value())
+        };
+        let up = b.build_right_shift(w, w.get_type().const_int(16, false), false, "h")?;
+        Ok([half(w)?, half(up)?])
+    }
+
+    /// Whether `cast` (an op) converts a tile of fp8 numbers in hardware, two registers per
+    /// instruction ([`Self::cast_pairs_from_fp8`]).
+    pub fn pairs_from_fp8(&mut self, cast: &tile_ir::OpData) -> R<bool> {
+        let (from, to) = (
+            self.func.ty(cast.operands[0]),
+            self.func.ty(cast.results[0]),
+        );
+        let (Elem::Num(s), Elem::Num(t)) = (from.elem, to.elem) else {
+            return Ok(false);
+        };
+        if !(self.fp8_cvt() && s.is_fp8() && !t.is_fp8()) {
+            return Ok(false);
+        }
+        let ty = *to;
+        let n = self.nregs(&ty)?;
+        Ok(n >= 2 && self.get(cast.operands[0])?.len() == n)
+    }
+
+    /// Converts fp8 registers two at a time to fp16 (`cvt.rn.f16x2.e4m3x2`), then to `to`.
+    pub fn cast_pairs_from_fp8(
+        &mut self,
+        from: Elem,
+        to: Elem,
+        regs: &[BasicValueEnum<'ctx>],
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let Elem::Num(s) = from else {
+            return self.internal("fp8 pairs of a non-number");
+        };
+        let f16 = Elem::Num(DType::F16);
+        let mut out = Vec::with_capacity(regs.len());
+        for pair in regs.chunks(2) {
+            if pair.len() == 1 {
+                out.push(self.cast(from, to, pair[0])?);
+                continue;
+            }
+            let (lo, hi) = (pair[0].into_int_value(), pair[1].into_int_value());
+            for h in self.cvt_f16x2_from_fp8(s, lo, hi)? {
+                out.push(self.cast(f16, to, h.into())?);
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether `cast` (an op) converts a tile of numbers to fp8 in hardware, two registers
     /// per instruction ([`Self::cast_pairs_to_fp8`]).
     pub fn pairs_to_fp8(&mut self, cast: &tile_ir::OpData) -> R<bool> {
@@ -533,7 +615,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             // fp8 converts through fp16 (exact from fp8; one rounding into it).
             let f16 = Elem::Num(DType::F16);
             if s.is_fp8() {
-                let h = self.fp8_to_f16(s, v.into_int_value())?;
+                let x = v.into_int_value();
+                let h = if self.fp8_cvt() {
+                    self.cvt_f16x2_from_fp8(s, x, x)?[0]
+                } else {
+                    self.fp8_to_f16(s, x)?
+                };
                 return self.cast(f16, to, h.into());
             }
             let h = self.cast(from, f16, v)?;

@@ -494,13 +494,13 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
-    /// Writes tile `src` to the shared scratch buffer at each element's row-major index (rows
-    /// of 128 bytes or more padded by 16 bytes, so column-wise accesses spread over the banks;
-    /// runs of registers contiguous along the last dimension as one vector of up to 16
-    /// bytes), after a barrier where a previous user may still read the buffer. Returns the
-    /// buffer, its element type and each dimension's stride in elements; readers need a
-    /// barrier first.
-    fn write_row_major(&mut self, src: Value) -> R<Staged<'ctx>> {
+    /// Writes tile `src` to the shared scratch buffer at each element's row-major index, with
+    /// dimension `fast` (the last by default) moved innermost: rows of 128 bytes or more
+    /// padded by 16 bytes, so column-wise accesses spread over the banks; runs of registers
+    /// contiguous along `fast` as one vector of up to 16 bytes. After a barrier where a
+    /// previous user may still read the buffer. Returns the buffer, its element type and each
+    /// dimension's stride in elements; readers need a barrier first.
+    fn write_row_major(&mut self, src: Value, fast: Option<usize>) -> R<Staged<'ctx>> {
         let sty = *self.func.ty(src);
         let regs = self.get(src)?.clone();
         let (et, ebytes): (BasicTypeEnum, u32) = match sty.elem {
@@ -510,24 +510,30 @@ impl<'ctx> Lowering<'ctx, '_> {
         let dtype = sty.elem.dtype();
         let shape = sty.shape.dims().to_vec();
         let rank = shape.len();
+        let fast = fast.unwrap_or(rank.saturating_sub(1));
+        // Dimensions from the outermost in: row-major order with `fast` moved last.
+        let order: Vec<usize> = (0..rank)
+            .filter(|&d| d != fast)
+            .chain((rank > 0).then_some(fast))
+            .collect();
         let pad = match rank {
             0 | 1 => 0,
-            _ if shape[rank - 1] * ebytes >= 128 => 16 / ebytes,
+            _ if shape[fast] * ebytes >= 128 => 16 / ebytes,
             _ => 0,
         };
         let mut strides = vec![1u32; rank];
-        for d in (0..rank.saturating_sub(1)).rev() {
-            let row = if d + 1 == rank - 1 {
-                shape[d + 1] + pad
+        let mut total = 1u32;
+        for (k, &d) in order.iter().enumerate().rev() {
+            strides[d] = total;
+            total *= if k + 1 == rank {
+                shape[d] + pad
             } else {
-                shape[d + 1]
+                shape[d]
             };
-            strides[d] = strides[d + 1] * row;
         }
-        let total = if rank == 0 { 1 } else { strides[0] * shape[0] };
         let smem = self.shared_scratch(total * ebytes)?;
         let sg = self.geometry(&sty)?;
-        let vs = widest_run(&sg.regs, rank, dtype.is_some(), ebytes);
+        let vs = widest_run(&sg.regs, fast, dtype.is_some(), ebytes);
         self.fence_before_shared_write()?;
         let sb = self.row_major_base(&sg.thread, &strides, None)?;
         for (k, chunk) in sg.regs.chunks(vs).enumerate() {
@@ -587,18 +593,34 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// dimension. Like every user of the shared buffer, it starts with a barrier (the previous
     /// user's reads are done) and needs none at the end.
     pub fn convert_layout(&mut self, src: Value, rty: &Type) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let sty = *self.func.ty(src);
+        let dtype = sty.elem.dtype();
+        let rank = sty.shape.rank();
+        // Storage runs along the dimension where the two layouts' vectors are widest together
+        // (the last unless another is wider: a K-contiguous fp8 tile on its way to an mma
+        // operand moves in 16- and 2-byte vectors instead of bytes).
+        let eb = match sty.elem {
+            Elem::Ptr(_) => 8,
+            Elem::Num(d) => d.bytes(),
+        };
+        let (sg, rg) = (self.geometry(&sty)?, self.geometry(rty)?);
+        let width = |d: usize| {
+            widest_run(&sg.regs, d, dtype.is_some(), eb)
+                + widest_run(&rg.regs, d, dtype.is_some(), eb)
+        };
+        let last = rank.saturating_sub(1);
+        let fast = (0..rank)
+            .rev()
+            .max_by_key(|&d| (width(d), d == last))
+            .unwrap_or(last);
         let Staged {
             smem,
             et,
             ebytes,
             strides,
-        } = self.write_row_major(src)?;
-        let sty = *self.func.ty(src);
-        let dtype = sty.elem.dtype();
-        let rank = sty.shape.rank();
+        } = self.write_row_major(src, Some(fast))?;
         self.barrier_sync()?;
-        let rg = self.geometry(rty)?;
-        let vl = widest_run(&rg.regs, rank, dtype.is_some(), ebytes);
+        let vl = widest_run(&rg.regs, fast, dtype.is_some(), ebytes);
         let rb = self.row_major_base(&rg.thread, &strides, None)?;
         let mut out = Vec::with_capacity(rg.regs.len());
         for chunk in rg.regs.chunks(vl) {
@@ -655,7 +677,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let Staged {
             smem, et, strides, ..
-        } = self.write_row_major(src)?;
+        } = self.write_row_major(src, None)?;
         let dtype = self.func.ty(src).elem.dtype();
         let idx_ty = *self.func.ty(index);
         let idx_regs = self.get(index)?.clone();
@@ -716,20 +738,20 @@ fn row_major_offset(c: &[u32], strides: &[u32], skip: Option<usize>) -> u64 {
         .sum()
 }
 
-/// The widest vector (at most 16 bytes) of registers contiguous and aligned along the last
-/// dimension, in which a tile with these register coordinates can move.
-fn widest_run(regs: &[Vec<u32>], rank: usize, numeric: bool, ebytes: u32) -> usize {
-    if rank == 0 || !numeric {
+/// The widest vector (at most 16 bytes) of registers contiguous and aligned along dimension
+/// `fast`, in which a tile with these register coordinates can move.
+fn widest_run(regs: &[Vec<u32>], fast: usize, numeric: bool, ebytes: u32) -> usize {
+    if regs.first().is_none_or(|c| c.len() <= fast) || !numeric {
         return 1;
     }
     let mut v = (16 / ebytes).max(1) as usize;
     while v > 1 {
         let ok = regs.len().is_multiple_of(v)
             && regs.chunks(v).all(|ch| {
-                ch[0][rank - 1] % v as u32 == 0
+                ch[0][fast] % v as u32 == 0
                     && ch.iter().enumerate().all(|(k, c)| {
                         let mut want = ch[0].clone();
-                        want[rank - 1] += k as u32;
+                        want[fast] += k as u32;
                         *c == want
                     })
             });
