@@ -606,3 +606,41 @@ def test_bf16_scans_and_extrema_run_in_fp32(dev, rng):
     # Compiled, the dtypes hold too (the kernel's static_asserts).
     tiles.compile(bf16_promotions_kernel, signature={"x_ptr": "*bf16", "y_ptr": "*bf16", "out_ptr": "*fp32"},
                   constexprs={"BLOCK": n})
+
+
+@tiles.jit
+def int8_widen_kernel(x_ptr, f16_ptr, f32_ptr, bf16_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(f16_ptr + offs, x.to(tl.float16))
+    tl.store(f32_ptr + offs, x.to(tl.float32))
+    tl.store(bf16_ptr + offs, x.to(tl.bfloat16))
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.uint8])
+def test_int8_widening_is_exact_for_every_value(dev, dt):
+    # Every 8-bit integer, four to a word: tiles widens without a conversion instruction
+    # (bytes placed under an fp16 exponent, the offset subtracted), exactly.
+    import ml_dtypes
+
+    x = np.arange(256, dtype=np.uint8).view(dt)
+    outs = [dev.put(np.zeros(256, t)) for t in (np.float16, np.float32, ml_dtypes.bfloat16)]
+    int8_widen_kernel[(1,)](dev.put(x), *outs, BLOCK=256)
+    for o in outs:
+        got = dev.get(o).astype(np.float64)
+        np.testing.assert_array_equal(got, x.astype(np.float64))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_int8_widening_assembles_without_conversions(ptxas, target):
+    from test_compile import assemble
+
+    for name in ("i8", "u8"):
+        k = tiles.compile(int8_widen_kernel, signature={"x_ptr": f"*{name}", "f16_ptr": "*fp16", "f32_ptr": "*fp32",
+                                                        "bf16_ptr": "*bf16"},
+                          constexprs={"BLOCK": 256}, specialization={p: 16 for p in ("x_ptr", "f16_ptr", "f32_ptr",
+                                                                                      "bf16_ptr")},
+                          target=target, num_warps=1)
+        ptx = k.asm["ptx"]
+        assert "prmt.b32" in ptx and "cvt.rn.f16.s" not in ptx and "cvt.rn.f16.u" not in ptx, ptx
+        assemble(ptxas, ptx, target)

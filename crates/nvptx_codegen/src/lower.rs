@@ -1020,6 +1020,13 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             OpKind::Assert { .. } => self.lower_assert(&data)?,
             OpKind::Yield => return self.internal("yield outside a region"),
+            OpKind::Cast if self.quads_from_int8(&data)? => {
+                let from = self.func.ty(data.operands[0]).elem;
+                let to = rty.expect("casts have a result").elem;
+                let regs = self.get(data.operands[0])?.clone();
+                let out = self.cast_quads_from_int8(from, to, &regs)?;
+                self.set(op, out);
+            }
             OpKind::Cast if self.pairs_from_fp8(&data)? => {
                 let from = self.func.ty(data.operands[0]).elem;
                 let to = rty.expect("casts have a result").elem;

@@ -5,7 +5,7 @@
 use crate::lower::{dtype_type, memory_type, Lowering, R};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::intrinsics::Intrinsic;
-use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, VectorType};
 use inkwell::values::{
     BasicMetadataValueEnum, BasicValue, BasicValueEnum, CallSiteValue, FastMathFlags, FloatValue,
     IntValue,
@@ -491,6 +491,81 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let up = b.build_right_shift(w, w.get_type().const_int(16, false), false, "h")?;
         Ok([half(w)?, half(up)?])
+    }
+
+    /// Whether `cast` (an op) widens 8-bit integers to a float four registers at a time
+    /// ([`Self::cast_quads_from_int8`]).
+    pub fn quads_from_int8(&mut self, cast: &tile_ir::OpData) -> R<bool> {
+        let (from, to) = (
+            self.func.ty(cast.operands[0]),
+            self.func.ty(cast.results[0]),
+        );
+        let (Elem::Num(s), Elem::Num(t)) = (from.elem, to.elem) else {
+            return Ok(false);
+        };
+        if !(self.x2_cvt() && matches!(s, DType::I8 | DType::U8) && t.is_float() && !t.is_fp8()) {
+            return Ok(false);
+        }
+        let ty = *to;
+        let n = self.nregs(&ty)?;
+        Ok(n >= 4 && self.get(cast.operands[0])?.len() == n)
+    }
+
+    /// 8-bit integers to floats, four at a time, without a conversion instruction: the four
+    /// bytes (offset by 128 if signed) become the low bytes of four fp16 values whose high byte
+    /// is 0x64, i.e. 1024 + byte (one byte permute per pair), and one `sub.f16x2` per pair
+    /// takes 1024 (+128) off, exactly. fp16 is exact for every 8-bit integer, so other float
+    /// types follow from it.
+    pub fn cast_quads_from_int8(
+        &mut self,
+        from: Elem,
+        to: Elem,
+        regs: &[BasicValueEnum<'ctx>],
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let signed = from == Elem::Num(DType::I8);
+        let f16 = Elem::Num(DType::F16);
+        let i8t = self.cx.i8_type();
+        let f16t = self.cx.f16_type();
+        let v4 = i8t.vec_type(4);
+        let magic = VectorType::const_vector(&[i8t.const_int(0x64, false); 4]);
+        let bias = if signed { 1152.0 } else { 1024.0 };
+        let sub = VectorType::const_vector(&[f16t.const_float(bias); 2]);
+        let mut halves = Vec::with_capacity(regs.len());
+        for quad in regs.chunks(4) {
+            if quad.len() < 4 {
+                for &x in quad {
+                    halves.push(self.cast(from, f16, x)?.into_float_value());
+                }
+                continue;
+            }
+            let mut w = v4.get_undef();
+            for (k, &x) in quad.iter().enumerate() {
+                w = self
+                    .b
+                    .build_insert_element(w, x.into_int_value(), self.i32(k as u64), "q")?;
+            }
+            if signed {
+                let flip = VectorType::const_vector(&[i8t.const_int(0x80, false); 4]);
+                w = self.b.build_xor(w, flip, "q")?;
+            }
+            for pair in [[0u64, 4, 1, 4], [2, 4, 3, 4]] {
+                let mask = VectorType::const_vector(&pair.map(|i| self.i32(i)));
+                let bytes = self.b.build_shuffle_vector(w, magic, mask, "q")?;
+                let h2 = self
+                    .b
+                    .build_bit_cast(bytes, f16t.vec_type(2), "q")?
+                    .into_vector_value();
+                let h2 = self.b.build_float_sub(h2, sub, "q")?;
+                for e in 0..2 {
+                    let h = self.b.build_extract_element(h2, self.i32(e), "q")?;
+                    halves.push(h.into_float_value());
+                }
+            }
+        }
+        halves
+            .into_iter()
+            .map(|h| self.cast(f16, to, h.into()))
+            .collect()
     }
 
     /// Whether `cast` (an op) converts a tile of fp8 numbers in hardware, two registers per
