@@ -588,9 +588,9 @@ impl<'ctx> Lowering<'ctx, '_> {
     }
 
     /// Moves a tile to another layout through shared memory: every thread writes its elements
-    /// at their row-major index ([`Self::write_row_major`]), then reads the elements the new
-    /// layout gives it, in vectors of up to 16 bytes where its registers run along the last
-    /// dimension. Like every user of the shared buffer, it starts with a barrier (the previous
+    /// at their row-major index with one dimension moved innermost ([`Self::write_row_major`]),
+    /// then reads the elements the new layout gives it, in vectors of up to 16 bytes where its
+    /// registers run along that dimension. Like every user of the shared buffer, it starts with a barrier (the previous
     /// user's reads are done) and needs none at the end.
     pub fn convert_layout(&mut self, src: Value, rty: &Type) -> R<Vec<BasicValueEnum<'ctx>>> {
         let sty = *self.func.ty(src);
