@@ -27,6 +27,10 @@
 //! non-zero `other` selected in where the mask is off (`cp.async` writes zeros there). Such a
 //! load is left out, and the loop kept, when its address cannot be computed ahead.
 //!
+//! In a loop that writes nothing, stage 0 may itself load: a paged attention's block index,
+//! which K's and V's addresses need. Such a load moves ahead whole (only stage 0 and the
+//! pipelined loads read it), masked off for iterations past the loop's end.
+//!
 //! Loops are left alone when a copy could not be expressed: stage-0 ops with side effects or
 //! regions, loads dots read directly with a non-zero `other`, accesses narrower than 4 bytes
 //! per thread.
@@ -76,7 +80,13 @@ pub fn pipeline_loops(func: &mut Function) -> usize {
         }
         // The loop's other small loads go one iteration ahead in registers; then the plan
         // is made again for the body that has them.
-        let planned: HashSet<Op> = first.loads.iter().map(|l| l.load).collect();
+        // (Loads the copies' addresses need move ahead with them.)
+        let planned: HashSet<Op> = first
+            .loads
+            .iter()
+            .map(|l| l.load)
+            .chain(first.stage0.iter().copied())
+            .collect();
         let plan = if prefetch_loads(func, op, parent[&op], &planned) > 0 {
             match plan(func, op, s) {
                 Some(p) => p,
@@ -198,6 +208,18 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
         }
     }
     let users_of = |v: Value| users.get(&v).cloned().unwrap_or_default();
+    let read_only = !ops.iter().any(|&op| {
+        let mut writes = false;
+        func.walk_op(op, |o| {
+            let k = &func.ops[o].kind;
+            writes |= k.has_side_effects()
+                && !matches!(
+                    k,
+                    OpKind::Yield | OpKind::For { .. } | OpKind::If | OpKind::While
+                );
+        });
+        writes
+    });
     // Candidate loads.
     let mut loads = Vec::new();
     for &op in &ops {
@@ -261,7 +283,7 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
             _ => vec![d.operands[0]],
         };
         matches!(l.read, Read::Views(_))
-            || recomputable(func, body, &roots, Some(yield_op)).is_some()
+            || recomputable(func, body, &roots, Some(yield_op), read_only).is_some()
     });
     if loads.is_empty() {
         return None;
@@ -279,7 +301,22 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
             }
         }
     }
-    let (stage0_ops, carried) = recomputable(func, body, &roots, Some(yield_op))?;
+    // In a loop that writes nothing, stage 0 may load too (a paged attention's block index):
+    // when only stage 0 and the pipelined loads read such a load, it moves ahead whole.
+    let mut found = recomputable(func, body, &roots, Some(yield_op), read_only);
+    if let Some((ops0, _)) = &found {
+        let set: HashSet<Op> = ops0.iter().copied().collect();
+        let moves_whole = |o: &Op| {
+            !matches!(func.ops[*o].kind, OpKind::Load(_))
+                || users_of(func.ops[*o].results[0])
+                    .iter()
+                    .all(|u| set.contains(u) || load_ops.contains(u))
+        };
+        if !ops0.iter().all(moves_whole) {
+            found = recomputable(func, body, &roots, Some(yield_op), false);
+        }
+    }
+    let (stage0_ops, carried) = found?;
     let stage0: HashSet<Op> = stage0_ops.iter().copied().collect();
     // A carried value is advanced in place when only stage 0 (and its own update) reads it
     // and the loop's result for it is unused; otherwise a copy is carried ahead.
@@ -400,16 +437,50 @@ impl Cursor {
 
     /// Clones the stage-0 ops with `env` mapping their inputs; returns the mapping extended by
     /// the clones' results.
-    fn clone_ops(&mut self, func: &mut Function, ops: &[Op], env: &mut HashMap<Value, Value>) {
+    ///
+    /// A load among them (`valid` given) reads only when `valid` holds: the iteration it
+    /// serves may be past the loop's end.
+    fn clone_ops(
+        &mut self,
+        func: &mut Function,
+        ops: &[Op],
+        env: &mut HashMap<Value, Value>,
+        valid: Option<Value>,
+    ) {
         for &o in ops {
             let d = func.ops[o].clone();
-            let operands = d
+            let mut operands: Vec<Value> = d
                 .operands
                 .iter()
                 .map(|v| *env.get(v).unwrap_or(v))
                 .collect();
+            let mut kind = d.kind;
+            if let (OpKind::Load(mut m), Some(valid)) = (d.kind, valid) {
+                let pty = *func.ty(operands[0]);
+                let mty = Type {
+                    elem: Elem::Num(DType::I1),
+                    ..pty
+                };
+                let v = if pty.shape.rank() == 0 {
+                    valid
+                } else {
+                    self.push(func, OpKind::Splat, vec![valid], Some(mty))
+                };
+                if m.masked {
+                    operands[1] = self.push(
+                        func,
+                        OpKind::Binary(BinaryOp::And),
+                        vec![operands[1], v],
+                        Some(mty),
+                    );
+                } else {
+                    m.masked = true;
+                    operands.insert(1, v);
+                }
+                kind = OpKind::Load(m);
+            }
             let tys: Vec<Type> = d.results.iter().map(|&r| *func.ty(r)).collect();
-            let new = func.create_op(d.kind, operands, &tys, d.loc);
+            let new = func.create_op(kind, operands, &tys, d.loc);
             func.blocks[self.block].ops.insert(self.pos, new);
             self.pos += 1;
             for (i, &r) in d.results.iter().enumerate() {
@@ -532,7 +603,7 @@ fn apply(
         for (&k, &v) in &values {
             env.insert(args[k], v);
         }
-        cur.clone_ops(func, &plan.stage0, &mut env);
+        cur.clone_ops(func, &plan.stage0, &mut env, Some(valid));
         let slot = cur.int(func, j as i64, DType::I32);
         cur.copies(func, &plan.loads, &bufs, stages, &env, slot, valid);
         for (&k, v) in values.iter_mut() {
@@ -676,7 +747,7 @@ fn apply(
     for (&k, &a) in &ahead_arg {
         env.insert(args[k], a);
     }
-    end.clone_ops(func, &plan.stage0, &mut env);
+    end.clone_ops(func, &plan.stage0, &mut env, Some(valid));
     end.copies(func, &plan.loads, &bufs, stages, &env, slot_write, valid);
     let one = end.int(func, 1, DType::I32);
     let s_c = end.int(func, stages as i64, DType::I32);
@@ -734,13 +805,14 @@ const PREFETCH_REGS_PER_LOOP: usize = 32;
 
 /// The body's top-level ops that compute `roots` from the loop's arguments and values defined
 /// outside it (in body order), and the carried arguments (index >= 1) they read; None if one of
-/// them may not be recomputed for another iteration (side effects, regions, loads, dots).
-/// With `through` (the body's yield), a carried argument's update joins them too.
+/// them may not be recomputed for another iteration (side effects, regions, dots; loads unless
+/// `loads`). With `through` (the body's yield), a carried argument's update joins them too.
 fn recomputable(
     func: &Function,
     body: Block,
     roots: &[Value],
     through: Option<Op>,
+    loads: bool,
 ) -> Option<(Vec<Op>, HashSet<usize>)> {
     let in_body: HashSet<Op> = func.blocks[body].ops.iter().copied().collect();
     let mut found: HashSet<Op> = HashSet::new();
@@ -753,7 +825,8 @@ fn recomputable(
                     continue;
                 }
                 let d = &func.ops[o];
-                if !is_stage0_kind(&d.kind) || !d.regions.is_empty() {
+                let load = loads && matches!(d.kind, OpKind::Load(m) if !m.volatile);
+                if !(is_stage0_kind(&d.kind) || load) || !d.regions.is_empty() {
                     return None;
                 }
                 found.insert(o);
@@ -849,7 +922,7 @@ fn prefetch_loads(func: &mut Function, for_op: Op, parent: Block, planned: &Hash
             continue;
         }
         let operands = func.ops[load].operands.clone();
-        let Some((addr_ops, carried)) = recomputable(func, body, &operands, None) else {
+        let Some((addr_ops, carried)) = recomputable(func, body, &operands, None, false) else {
             continue;
         };
         let mut carried: Vec<usize> = carried.into_iter().collect();
@@ -891,7 +964,7 @@ fn apply_prefetch(
     // The load of the iteration `env` describes, masked off unless `valid`.
     let issue =
         |cur: &mut Cursor, func: &mut Function, env: &mut HashMap<Value, Value>, valid: Value| {
-            cur.clone_ops(func, addr_ops, env);
+            cur.clone_ops(func, addr_ops, env, None);
             let get = |v: Value| *env.get(&v).unwrap_or(&v);
             let v = if pty.shape.rank() == 0 {
                 valid
