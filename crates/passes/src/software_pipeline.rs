@@ -24,8 +24,9 @@
 //! before the dot, a bias that a softmax turns into `p`) goes through a ring the same way, and
 //! `local_load` reads its slot back into registers where the load was: in the layout its users
 //! all convert it to when they agree on one (an `mma.sync` operand), else in its own, with a
-//! non-zero `other` selected in where the mask is off (`cp.async` writes zeros there). Such a
-//! load is left out, and the loop kept, when its address cannot be computed ahead.
+//! non-zero `other` selected in where the mask is off (`cp.async` writes zeros there). Only
+//! in loops that write nothing; such a load is left out, and the loop kept, when its address
+//! cannot be computed ahead.
 //!
 //! In a loop that writes nothing, stage 0 may itself load: a paged attention's block index,
 //! which K's and V's addresses need. Such a load moves ahead whole (only stage 0 and the
@@ -255,7 +256,9 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
         let zero_other = !m.has_other || is_zero_constant(func, d.operands[2]);
         let read = if !us.is_empty() && us.iter().all(|&u| to_operand(u)) {
             Read::Views(us)
-        } else if !feeds_dot(func, &users, r) {
+        } else if !read_only || !feeds_dot(func, &users, r) {
+            // (Moving more loads ahead of a loop's own stores could read what an earlier
+            // iteration had not yet written.)
             continue;
         } else if let Some(cvts) = one_conversion(func, &us).filter(|_| zero_other) {
             Read::Converted(cvts)
