@@ -1020,25 +1020,12 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             OpKind::Assert { .. } => self.lower_assert(&data)?,
             OpKind::Yield => return self.internal("yield outside a region"),
-            OpKind::Cast if self.quads_from_int8(&data)? => {
+            OpKind::Cast if self.grouped_cast(&data)?.is_some() => {
+                let kind = self.grouped_cast(&data)?.expect("checked by the guard");
                 let from = self.func.ty(data.operands[0]).elem;
                 let to = rty.expect("casts have a result").elem;
                 let regs = self.get(data.operands[0])?.clone();
-                let out = self.cast_quads_from_int8(from, to, &regs)?;
-                self.set(op, out);
-            }
-            OpKind::Cast if self.pairs_from_fp8(&data)? => {
-                let from = self.func.ty(data.operands[0]).elem;
-                let to = rty.expect("casts have a result").elem;
-                let regs = self.get(data.operands[0])?.clone();
-                let out = self.cast_pairs_from_fp8(from, to, &regs)?;
-                self.set(op, out);
-            }
-            OpKind::Cast if self.pairs_to_fp8(&data)? => {
-                let from = self.func.ty(data.operands[0]).elem;
-                let to = rty.expect("casts have a result").elem;
-                let regs = self.get(data.operands[0])?.clone();
-                let out = self.cast_pairs_to_fp8(from, to, &regs)?;
+                let out = self.cast_grouped(kind, from, to, &regs)?;
                 self.set(op, out);
             }
             _ if data.kind.is_elementwise() || matches!(data.kind, OpKind::Fma) => {

@@ -493,22 +493,46 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok([half(w)?, half(up)?])
     }
 
-    /// Whether `cast` (an op) widens 8-bit integers to a float four registers at a time
-    /// ([`Self::cast_quads_from_int8`]).
-    pub fn quads_from_int8(&mut self, cast: &tile_ir::OpData) -> R<bool> {
+    /// How `cast` (an op) converts its tile registers a group at a time, if it does: to fp8
+    /// and from fp8 in hardware, two per instruction (sm_90+); from 8-bit integers, four at a
+    /// time without a conversion instruction (sm_80+).
+    pub fn grouped_cast(&mut self, cast: &tile_ir::OpData) -> R<Option<GroupedCast>> {
         let (from, to) = (
             self.func.ty(cast.operands[0]),
             self.func.ty(cast.results[0]),
         );
         let (Elem::Num(s), Elem::Num(t)) = (from.elem, to.elem) else {
-            return Ok(false);
+            return Ok(None);
         };
-        if !(self.x2_cvt() && matches!(s, DType::I8 | DType::U8) && t.is_float() && !t.is_fp8()) {
-            return Ok(false);
-        }
+        let kind = if self.hw_to_fp8(s, t) && s.is_float() {
+            GroupedCast::ToFp8
+        } else if self.fp8_cvt() && s.is_fp8() && !t.is_fp8() {
+            GroupedCast::FromFp8
+        } else if self.x2_cvt() && matches!(s, DType::I8 | DType::U8) && t.is_float() && !t.is_fp8()
+        {
+            GroupedCast::FromInt8
+        } else {
+            return Ok(None);
+        };
         let ty = *to;
         let n = self.nregs(&ty)?;
-        Ok(n >= 4 && self.get(cast.operands[0])?.len() == n)
+        let whole = self.get(cast.operands[0])?.len() == n;
+        Ok((whole && n >= kind.group()).then_some(kind))
+    }
+
+    /// The registers of a [`GroupedCast`].
+    pub fn cast_grouped(
+        &mut self,
+        kind: GroupedCast,
+        from: Elem,
+        to: Elem,
+        regs: &[BasicValueEnum<'ctx>],
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        match kind {
+            GroupedCast::ToFp8 => self.cast_pairs_to_fp8(from, to, regs),
+            GroupedCast::FromFp8 => self.cast_pairs_from_fp8(from, to, regs),
+            GroupedCast::FromInt8 => self.cast_quads_from_int8(from, to, regs),
+        }
     }
 
     /// 8-bit integers to floats, four at a time, without a conversion instruction: the four
@@ -516,7 +540,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// is 0x64, i.e. 1024 + byte (one byte permute per pair), and one `sub.f16x2` per pair
     /// takes 1024 (+128) off, exactly. fp16 is exact for every 8-bit integer, so other float
     /// types follow from it.
-    pub fn cast_quads_from_int8(
+    fn cast_quads_from_int8(
         &mut self,
         from: Elem,
         to: Elem,
@@ -568,26 +592,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             .collect()
     }
 
-    /// Whether `cast` (an op) converts a tile of fp8 numbers in hardware, two registers per
-    /// instruction ([`Self::cast_pairs_from_fp8`]).
-    pub fn pairs_from_fp8(&mut self, cast: &tile_ir::OpData) -> R<bool> {
-        let (from, to) = (
-            self.func.ty(cast.operands[0]),
-            self.func.ty(cast.results[0]),
-        );
-        let (Elem::Num(s), Elem::Num(t)) = (from.elem, to.elem) else {
-            return Ok(false);
-        };
-        if !(self.fp8_cvt() && s.is_fp8() && !t.is_fp8()) {
-            return Ok(false);
-        }
-        let ty = *to;
-        let n = self.nregs(&ty)?;
-        Ok(n >= 2 && self.get(cast.operands[0])?.len() == n)
-    }
-
     /// Converts fp8 registers two at a time to fp16 (`cvt.rn.f16x2.e4m3x2`), then to `to`.
-    pub fn cast_pairs_from_fp8(
+    fn cast_pairs_from_fp8(
         &mut self,
         from: Elem,
         to: Elem,
@@ -611,29 +617,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(out)
     }
 
-    /// Whether `cast` (an op) converts a tile of numbers to fp8 in hardware, two registers
-    /// per instruction ([`Self::cast_pairs_to_fp8`]).
-    pub fn pairs_to_fp8(&mut self, cast: &tile_ir::OpData) -> R<bool> {
-        let (from, to) = (
-            self.func.ty(cast.operands[0]),
-            self.func.ty(cast.results[0]),
-        );
-        let (Elem::Num(s), Elem::Num(t)) = (from.elem, to.elem) else {
-            return Ok(false);
-        };
-        if !self.hw_to_fp8(s, t) || !s.is_float() {
-            return Ok(false);
-        }
-        let ty = *to;
-        let n = self.nregs(&ty)?;
-        Ok(n >= 2 && self.get(cast.operands[0])?.len() == n)
-    }
-
     /// Converts registers to fp8 two at a time (`cvt.rn.satfinite.e4m3x2.f32 d, hi, lo`: one
     /// instruction and one rounding from fp32 per pair, where the per-element form converts a
     /// value against itself and keeps one byte). The pair's bytes come apart again as values;
     /// packing them next to each other (staging, stores) folds back into the pair.
-    pub fn cast_pairs_to_fp8(
+    fn cast_pairs_to_fp8(
         &mut self,
         from: Elem,
         to: Elem,
@@ -886,4 +874,24 @@ pub(crate) fn is_collective(template: &str) -> bool {
     ]
     .iter()
     .any(|k| template.contains(k))
+}
+
+/// A cast lowered a group of registers at a time ([`Lowering::grouped_cast`]).
+#[derive(Clone, Copy)]
+pub enum GroupedCast {
+    /// To fp8, two per `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`.
+    ToFp8,
+    /// From fp8, two per `cvt.rn.f16x2.{e4m3x2,e5m2x2}`.
+    FromFp8,
+    /// From 8-bit integers, four per two byte permutes and two `sub.f16x2`.
+    FromInt8,
+}
+
+impl GroupedCast {
+    fn group(self) -> usize {
+        match self {
+            GroupedCast::FromInt8 => 4,
+            _ => 2,
+        }
+    }
 }

@@ -744,14 +744,20 @@ fn widest_run(regs: &[Vec<u32>], fast: usize, numeric: bool, ebytes: u32) -> usi
     if regs.first().is_none_or(|c| c.len() <= fast) || !numeric {
         return 1;
     }
-    let mut v = (16 / ebytes).max(1) as usize;
+    contiguous_run(regs, fast, (16 / ebytes).max(1) as usize)
+}
+
+/// The longest run, `max` halved until it fits, such that the registers split into runs of
+/// that many consecutive elements along dimension `dim`, each starting at a multiple of it.
+pub(crate) fn contiguous_run(regs: &[Vec<u32>], dim: usize, max: usize) -> usize {
+    let mut v = max.max(1);
     while v > 1 {
         let ok = regs.len().is_multiple_of(v)
             && regs.chunks(v).all(|ch| {
-                ch[0][fast] % v as u32 == 0
+                ch[0][dim] % v as u32 == 0
                     && ch.iter().enumerate().all(|(k, c)| {
                         let mut want = ch[0].clone();
-                        want[fast] += k as u32;
+                        want[dim] += k as u32;
                         *c == want
                     })
             });

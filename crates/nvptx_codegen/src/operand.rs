@@ -314,22 +314,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         let geo = self.geometry(&ty)?;
         let regs = self.get(v)?.clone();
         // The widest run of registers that is contiguous, aligned and inside one chunk.
-        let mut vec = run.min(swz.vec).max(1) as usize;
-        while vec > 1 {
-            let ok = geo.regs.len() % vec == 0
-                && geo.regs.chunks(vec).all(|ch| {
-                    ch[0][contig] % vec as u32 == 0
-                        && ch.iter().enumerate().all(|(k, c)| {
-                            let mut want = ch[0].clone();
-                            want[contig] += k as u32;
-                            *c == want
-                        })
-                });
-            if ok {
-                break;
-            }
-            vec /= 2;
-        }
+        let vec = crate::memory::contiguous_run(&geo.regs, contig, run.min(swz.vec) as usize);
         let word_bits = d.bits() * vec as u32;
         let ptrs =
             self.smem_ptrs_of_regs(&tile, &geo, geo.regs.chunks(vec).map(|ch| ch[0].as_slice()))?;
@@ -358,22 +343,11 @@ impl<'ctx> Lowering<'ctx, '_> {
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let geo = self.geometry(ty)?;
         let c = t.contig;
-        let mut vec = (t.run_limit().min(geo.thread_align[c])).max(1) as usize;
-        while vec > 1 {
-            let ok = geo.regs.len() % vec == 0
-                && geo.regs.chunks(vec).all(|ch| {
-                    ch[0][c] % vec as u32 == 0
-                        && ch.iter().enumerate().all(|(k, x)| {
-                            let mut want = ch[0].clone();
-                            want[c] += k as u32;
-                            *x == want
-                        })
-                });
-            if ok {
-                break;
-            }
-            vec /= 2;
-        }
+        let vec = crate::memory::contiguous_run(
+            &geo.regs,
+            c,
+            t.run_limit().min(geo.thread_align[c]) as usize,
+        );
         let ptrs =
             self.smem_ptrs_of_regs(t, &geo, geo.regs.chunks(vec).map(|ch| ch[0].as_slice()))?;
         let mt = crate::lower::memory_type(self.cx, t.elem);
