@@ -1185,9 +1185,12 @@ def dequant_b_matmul_kernel(a_ptr, b_ptr, s_ptr, c_ptr, M, N, K, BLOCK_M: tl.con
 
 
 @pytest.mark.parametrize("b_fp8,asm", [(False, False), (True, False), (False, True)])
-def test_dot_of_dequantised_b(dev, rng, b_fp8, asm):
-    # A dot's `b` computed in the loop from narrower loads and a per-column scale.
-    M, N, K = 70, 96, 200
+@pytest.mark.parametrize("K", [200, 512])
+def test_dot_of_dequantised_b(dev, rng, b_fp8, asm, K):
+    # A dot's `b` computed in the loop from narrower loads and a per-column scale. With K a
+    # multiple of 16 the loads are pipelined (the weights through a ring read back into
+    # registers), 16 iterations.
+    M, N = 70, 96
     a = rng.standard_normal((M, K)).astype(np.float16)
     if b_fp8:
         import ml_dtypes
@@ -1363,5 +1366,7 @@ def test_dequantised_b_converts_once_on_warpgroups(ptxas, b_fp8, asm):
     for line in tir.splitlines():
         if " = cast " in line or " = mul " in line or " = inline_asm" in line:
             assert not any(line.rstrip().split(" loc(")[0].endswith(f"{i}>") for i in operand_b), line
+    # The loads are pipelined (K a multiple of 16), the int8 one read back into registers.
+    assert " = local_load " in tir
     report = assemble(ptxas, k.asm["ptx"], "sm_90a")
     assert "0 bytes spill stores" in report, report
