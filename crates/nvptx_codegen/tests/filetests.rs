@@ -60,6 +60,24 @@ fn check(path: &Path, text: &str) -> Result<(), String> {
         };
     }
     let out = result.map_err(|e| format!("{}: {e}", path.display()))?;
+    // Printed IR (after any passes) parses back to itself and verifies: the text format is how
+    // Rust services exchange it.
+    if out.starts_with("kernel @") {
+        let again = tile_ir::parse(&out)
+            .map_err(|e| format!("{}: output does not parse: {e}\n{out}", path.display()))?;
+        if let Err(e) = tile_ir::verify(&again) {
+            return Err(format!(
+                "{}: output does not verify: {e:?}\n{out}",
+                path.display()
+            ));
+        }
+        if again.to_string().trim_end() != out.trim_end() {
+            return Err(format!(
+                "{}: output does not print back the same\n{out}",
+                path.display()
+            ));
+        }
+    }
     let lines: Vec<&str> = out.lines().collect();
     let mut pos = 0usize; // the next line to search from
     let mut last: Option<usize> = None;

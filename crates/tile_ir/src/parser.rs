@@ -793,9 +793,14 @@ impl Parser<'_> {
         self.skip_ws();
         let at = self.pos;
         let name = self.ident()?;
+        // An op's operands are on its own line: `barrier` followed by `%3 = ...` has none.
+        let eol = self.s[self.pos..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(self.s.len(), |n| self.pos + n);
         let attrs = self.attrs()?;
         let mut operands = Vec::new();
-        if self.peek() == Some(b'%') {
+        if self.peek() == Some(b'%') && self.pos < eol {
             loop {
                 operands.push(self.lookup()?);
                 if !self.eat(",") {
@@ -983,6 +988,38 @@ mod tests {
         assert!(crate::verify(&f).is_ok());
         let bad = parse(&text.replace("runs = [16]", "runs = [128]")).unwrap();
         assert!(crate::verify(&bad).is_err());
+    }
+
+    #[test]
+    fn local_load_round_trip() {
+        let text = "kernel @k(%0: *i8 {name = \"p\", divisibility = 16}) num_warps = 4 {\n  \
+                    %1 = splat %0 : <64x64x*i8, #0>\n  \
+                    %2 = constant {value = 0} : i32\n  \
+                    async_copy {buf = 0, stages = 2, vector = 16} %1, %2\n  \
+                    async_commit\n  \
+                    async_wait {pending = 0}\n  \
+                    barrier\n  \
+                    %3 = local_load {buf = 0, stages = 2} %2 : <64x64xi8, #0>\n  \
+                    return\n}\n\
+                    #0 = #blocked<{sizePerThread = [1, 16], threadsPerWarp = [8, 4], \
+                    warpsPerCTA = [4, 1], order = [1, 0]}>\n";
+        let f = parse(text).unwrap();
+        assert!(crate::verify(&f).is_ok(), "{:?}", crate::verify(&f));
+        let printed = f.to_string();
+        assert!(
+            printed.contains("local_load {buf = 0, stages = 2}"),
+            "{printed}"
+        );
+        assert_eq!(parse(&printed).unwrap().to_string(), printed);
+        // A ring nothing writes, and a register read of a ring of another shape, are refused.
+        let unwritten = parse(&text.replace("local_load {buf = 0", "local_load {buf = 1")).unwrap();
+        assert!(crate::verify(&unwritten).is_err());
+        let reshaped = parse(&text.replace(
+            "%3 = local_load {buf = 0, stages = 2} %2 : <64x64xi8, #0>",
+            "%3 = local_load {buf = 0, stages = 2} %2 : <64x32xi8, #0>",
+        ))
+        .unwrap();
+        assert!(crate::verify(&reshaped).is_err());
     }
 
     #[test]
