@@ -291,22 +291,25 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
     if loads.is_empty() {
         return None;
     }
-    let load_ops: HashSet<Op> = loads.iter().map(|l| l.load).collect();
     // Stage 0: everything the loads' pointers and masks need, and the updates of the carried
     // values among it.
-    let mut roots: Vec<Value> = Vec::new();
-    for l in &loads {
-        let d = &func.ops[l.load];
-        roots.push(d.operands[0]);
-        if let OpKind::Load(m) = d.kind {
-            if m.masked {
-                roots.push(d.operands[1]);
+    let roots_of = |loads: &[RingLoad]| -> Vec<Value> {
+        let mut roots = Vec::new();
+        for l in loads {
+            let d = &func.ops[l.load];
+            roots.push(d.operands[0]);
+            if let OpKind::Load(m) = d.kind {
+                if m.masked {
+                    roots.push(d.operands[1]);
+                }
             }
         }
-    }
+        roots
+    };
     // In a loop that writes nothing, stage 0 may load too (a paged attention's block index):
     // when only stage 0 and the pipelined loads read such a load, it moves ahead whole.
-    let mut found = recomputable(func, body, &roots, Some(yield_op), read_only);
+    let mut load_ops: HashSet<Op> = loads.iter().map(|l| l.load).collect();
+    let mut found = recomputable(func, body, &roots_of(&loads), Some(yield_op), read_only);
     if let Some((ops0, _)) = &found {
         let set: HashSet<Op> = ops0.iter().copied().collect();
         let moves_whole = |o: &Op| {
@@ -316,7 +319,23 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
                     .all(|u| set.contains(u) || load_ops.contains(u))
         };
         if !ops0.iter().all(moves_whole) {
-            found = recomputable(func, body, &roots, Some(yield_op), false);
+            // Without loads in stage 0: the loads read into registers that needed one stay.
+            loads.retain(|l| {
+                matches!(l.read, Read::Views(_))
+                    || recomputable(
+                        func,
+                        body,
+                        &roots_of(std::slice::from_ref(l)),
+                        Some(yield_op),
+                        false,
+                    )
+                    .is_some()
+            });
+            if loads.is_empty() {
+                return None;
+            }
+            load_ops = loads.iter().map(|l| l.load).collect();
+            found = recomputable(func, body, &roots_of(&loads), Some(yield_op), false);
         }
     }
     let (stage0_ops, carried) = found?;
