@@ -209,18 +209,7 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
         }
     }
     let users_of = |v: Value| users.get(&v).cloned().unwrap_or_default();
-    let read_only = !ops.iter().any(|&op| {
-        let mut writes = false;
-        func.walk_op(op, |o| {
-            let k = &func.ops[o].kind;
-            writes |= k.has_side_effects()
-                && !matches!(
-                    k,
-                    OpKind::Yield | OpKind::For { .. } | OpKind::If | OpKind::While
-                );
-        });
-        writes
-    });
+    let read_only = !has_effects(func, body);
     // Candidate loads.
     let mut loads = Vec::new();
     for &op in &ops {
@@ -277,35 +266,37 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
             vector,
         });
     }
-    // A load read into registers joins only where its address and mask can be computed ahead;
-    // the loads dots read directly decide for the loop, as before.
-    loads.retain(|l| {
-        let d = &func.ops[l.load];
-        let roots = match d.kind {
-            OpKind::Load(m) if m.masked => vec![d.operands[0], d.operands[1]],
-            _ => vec![d.operands[0]],
-        };
-        matches!(l.read, Read::Views(_))
-            || recomputable(func, body, &roots, Some(yield_op), read_only).is_some()
-    });
-    if loads.is_empty() {
-        return None;
-    }
-    // Stage 0: everything the loads' pointers and masks need, and the updates of the carried
-    // values among it.
+    // The pointers and masks of loads.
     let roots_of = |loads: &[RingLoad]| -> Vec<Value> {
         let mut roots = Vec::new();
         for l in loads {
             let d = &func.ops[l.load];
             roots.push(d.operands[0]);
-            if let OpKind::Load(m) = d.kind {
-                if m.masked {
-                    roots.push(d.operands[1]);
-                }
+            if matches!(d.kind, OpKind::Load(m) if m.masked) {
+                roots.push(d.operands[1]);
             }
         }
         roots
     };
+    // A load read into registers joins only where its address and mask can be computed ahead
+    // (with loads among them, `loads`); the loads dots read directly decide for the loop.
+    let computable = |l: &RingLoad, loads: bool| {
+        matches!(l.read, Read::Views(_))
+            || recomputable(
+                func,
+                body,
+                &roots_of(std::slice::from_ref(l)),
+                Some(yield_op),
+                loads,
+            )
+            .is_some()
+    };
+    loads.retain(|l| computable(l, read_only));
+    if loads.is_empty() {
+        return None;
+    }
+    // Stage 0: everything the loads' pointers and masks need, and the updates of the carried
+    // values among it.
     // In a loop that writes nothing, stage 0 may load too (a paged attention's block index):
     // when only stage 0 and the pipelined loads read such a load, it moves ahead whole.
     let mut load_ops: HashSet<Op> = loads.iter().map(|l| l.load).collect();
@@ -320,17 +311,7 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
         };
         if !ops0.iter().all(moves_whole) {
             // Without loads in stage 0: the loads read into registers that needed one stay.
-            loads.retain(|l| {
-                matches!(l.read, Read::Views(_))
-                    || recomputable(
-                        func,
-                        body,
-                        &roots_of(std::slice::from_ref(l)),
-                        Some(yield_op),
-                        false,
-                    )
-                    .is_some()
-            });
+            loads.retain(|l| computable(l, false));
             if loads.is_empty() {
                 return None;
             }
@@ -384,6 +365,23 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
         loads,
         stage0: stage0_ops,
         carried: carried_plan,
+    })
+}
+
+/// Whether an op of `body` (nested ones included) has an effect beyond its results: a store,
+/// an atomic, a barrier, a print (control flow and yields aside).
+fn has_effects(func: &Function, body: Block) -> bool {
+    func.blocks[body].ops.iter().any(|&op| {
+        let mut effects = false;
+        func.walk_op(op, |o| {
+            let k = &func.ops[o].kind;
+            effects |= k.has_side_effects()
+                && !matches!(
+                    k,
+                    OpKind::Yield | OpKind::For { .. } | OpKind::If | OpKind::While
+                );
+        });
+        effects
     })
 }
 
@@ -448,6 +446,31 @@ impl Cursor {
             .unwrap_or(Value(u32::MAX))
     }
 
+    /// `valid` (an i1 scalar) as a mask for the pointer tile `ptr`, and-ed with `mask` when
+    /// given: the access of an iteration that may be past the loop's end.
+    fn and_valid(
+        &mut self,
+        func: &mut Function,
+        ptr: Value,
+        mask: Option<Value>,
+        valid: Value,
+    ) -> Value {
+        let pty = *func.ty(ptr);
+        let mty = Type {
+            elem: Elem::Num(DType::I1),
+            ..pty
+        };
+        let v = if pty.shape.rank() == 0 {
+            valid
+        } else {
+            self.push(func, OpKind::Splat, vec![valid], Some(mty))
+        };
+        match mask {
+            Some(m) => self.push(func, OpKind::Binary(BinaryOp::And), vec![m, v], Some(mty)),
+            None => v,
+        }
+    }
+
     fn int(&mut self, func: &mut Function, v: i64, d: DType) -> Value {
         self.push(
             func,
@@ -478,27 +501,14 @@ impl Cursor {
                 .collect();
             let mut kind = d.kind;
             if let (OpKind::Load(mut m), Some(valid)) = (d.kind, valid) {
-                let pty = *func.ty(operands[0]);
-                let mty = Type {
-                    elem: Elem::Num(DType::I1),
-                    ..pty
-                };
-                let v = if pty.shape.rank() == 0 {
-                    valid
-                } else {
-                    self.push(func, OpKind::Splat, vec![valid], Some(mty))
-                };
+                let mask = m.masked.then(|| operands[1]);
+                let mask = self.and_valid(func, operands[0], mask, valid);
                 if m.masked {
-                    operands[1] = self.push(
-                        func,
-                        OpKind::Binary(BinaryOp::And),
-                        vec![operands[1], v],
-                        Some(mty),
-                    );
+                    operands[1] = mask;
                 } else {
-                    m.masked = true;
-                    operands.insert(1, v);
+                    operands.insert(1, mask);
                 }
+                m.masked = true;
                 kind = OpKind::Load(m);
             }
             let tys: Vec<Type> = d.results.iter().map(|&r| *func.ty(r)).collect();
@@ -527,22 +537,12 @@ impl Cursor {
         for (k, rl) in loads.iter().enumerate() {
             let d = func.ops[rl.load].clone();
             let ptr = *env.get(&d.operands[0]).unwrap_or(&d.operands[0]);
-            let pty = *func.ty(d.operands[0]);
-            let mty = Type {
-                elem: Elem::Num(DType::I1),
-                ..pty
-            };
-            let v = self.push(func, OpKind::Splat, vec![valid], Some(mty));
             let (masked, prefix_mask) = match d.kind {
                 OpKind::Load(m) => (m.masked, m.prefix_mask),
                 _ => (false, false),
             };
-            let mask = if masked {
-                let m = *env.get(&d.operands[1]).unwrap_or(&d.operands[1]);
-                self.push(func, OpKind::Binary(BinaryOp::And), vec![m, v], Some(mty))
-            } else {
-                v
-            };
+            let mask = masked.then(|| *env.get(&d.operands[1]).unwrap_or(&d.operands[1]));
+            let mask = self.and_valid(func, ptr, mask, valid);
             let attrs = AsyncCopyAttrs {
                 buf: bufs[k],
                 stages: stages as u8,
@@ -883,21 +883,7 @@ fn recomputable(
 /// (`PREFETCH_REGS_PER_LOOP` for the loop). Returns how many loads were moved.
 fn prefetch_loads(func: &mut Function, for_op: Op, parent: Block, planned: &HashSet<Op>) -> usize {
     let body = func.region_block(for_op, 0);
-    let mut writes = false;
-    for &op in &func.blocks[body].ops {
-        func.walk_op(op, |o| {
-            let k = &func.ops[o].kind;
-            if k.has_side_effects()
-                && !matches!(
-                    k,
-                    OpKind::Yield | OpKind::For { .. } | OpKind::If | OpKind::While
-                )
-            {
-                writes = true;
-            }
-        });
-    }
-    if writes {
+    if has_effects(func, body) {
         return 0;
     }
     let mut budget = PREFETCH_REGS_PER_LOOP;
@@ -974,41 +960,13 @@ fn apply_prefetch(
     let ivt = *func.ty(lb);
     let loc = func.ops[load].loc;
     let d = func.ops[load].clone();
-    let OpKind::Load(m) = d.kind else {
-        unreachable!("a load")
-    };
     let rty = *func.ty(d.results[0]);
-    let pty = *func.ty(d.operands[0]);
-    let mty = Type {
-        elem: Elem::Num(DType::I1),
-        ..pty
-    };
     // The load of the iteration `env` describes, masked off unless `valid`.
     let issue =
         |cur: &mut Cursor, func: &mut Function, env: &mut HashMap<Value, Value>, valid: Value| {
             cur.clone_ops(func, addr_ops, env, None);
-            let get = |v: Value| *env.get(&v).unwrap_or(&v);
-            let v = if pty.shape.rank() == 0 {
-                valid
-            } else {
-                cur.push(func, OpKind::Splat, vec![valid], Some(mty))
-            };
-            let mask = if m.masked {
-                cur.push(
-                    func,
-                    OpKind::Binary(BinaryOp::And),
-                    vec![get(d.operands[1]), v],
-                    Some(mty),
-                )
-            } else {
-                v
-            };
-            let mut ops = vec![get(d.operands[0]), mask];
-            if m.has_other {
-                ops.push(get(d.operands[2]));
-            }
-            let attrs = tile_ir::MemAttrs { masked: true, ..m };
-            cur.push(func, OpKind::Load(attrs), ops, Some(rty))
+            cur.clone_ops(func, &[load], env, Some(valid));
+            env[&d.results[0]]
         };
     // Before the loop: the first iteration's load.
     let pos = func.blocks[parent]
