@@ -775,20 +775,13 @@ impl Assigner<'_> {
     /// at the dot.
     fn unshared(&mut self, r: Value, from: Option<Value>) -> LayoutId {
         let l = self.first_demand_or_default(r);
-        if !self.is_shared_operand(l) {
+        if !self.func.layouts[l].is_warpgroup_b() {
             return l;
         }
         from.and_then(|v| self.source_layout(v)).unwrap_or_else(|| {
             let shape = self.func.ty(r).shape;
             self.default_layout(shape)
         })
-    }
-
-    /// Whether `l` is the `b` operand layout of a warpgroup (`wgmma`) dot, which the dot reads
-    /// from shared memory.
-    fn is_shared_operand(&self, l: LayoutId) -> bool {
-        matches!(&self.func.layouts[l], Layout::DotOperand { op_idx: 1, parent, .. }
-            if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3))
     }
 
     /// The layout of the anchored load that `v` is computed from element by element (through
@@ -828,7 +821,7 @@ impl Assigner<'_> {
         let mut others: Vec<LayoutId> = demands
             .iter()
             .map(|d| d.0)
-            .filter(|&l| l != primary && !self.is_shared_operand(l))
+            .filter(|&l| l != primary && !self.func.layouts[l].is_warpgroup_b())
             .collect();
         others.dedup();
         others.sort();

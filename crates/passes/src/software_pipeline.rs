@@ -415,9 +415,8 @@ fn one_conversion(func: &Function, users: &[Op]) -> Option<Vec<Op>> {
             .flatten()
     };
     let l = layout(first)?;
-    let in_registers = !matches!(&func.layouts[l], Layout::DotOperand { op_idx: 1, parent, .. }
-        if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3));
-    (in_registers && users.iter().all(|&u| layout(u) == Some(l))).then(|| users.to_vec())
+    (!func.layouts[l].is_warpgroup_b() && users.iter().all(|&u| layout(u) == Some(l)))
+        .then(|| users.to_vec())
 }
 
 /// Inserts ops at a position of a block, keeping the insertion point after them.

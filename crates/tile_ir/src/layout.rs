@@ -323,6 +323,13 @@ impl BlockedLayout {
 }
 
 impl Layout {
+    /// Whether this is the `b` operand layout of a warpgroup (`wgmma`) dot, which the dot reads
+    /// from shared memory: no register tile has it.
+    pub fn is_warpgroup_b(&self) -> bool {
+        matches!(self, Layout::DotOperand { op_idx: 1, parent, .. }
+            if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3))
+    }
+
     /// Number of dimensions of the tiles this layout describes.
     pub fn rank(&self) -> usize {
         match self {

@@ -502,9 +502,7 @@ impl Verifier<'_> {
             }
         }
         if let OpKind::LocalLoad { .. } = kind {
-            let shared = matches!(self.layout(results[0]), Some(Layout::DotOperand { op_idx: 1, parent, .. })
-                if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3));
-            if self.layout(results[0]).is_none() || shared {
+            if self.layout(results[0]).is_none_or(Layout::is_warpgroup_b) {
                 self.err(op, "local_load gives a register tile with a layout".into());
             }
         }
