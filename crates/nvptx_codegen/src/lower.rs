@@ -845,6 +845,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         let data = self.func.ops[op].clone();
         self.cur_line = data.loc.line;
         let rty = data.results.first().map(|&r| *self.func.ty(r));
+        // A cast lowered a group of registers at a time, if it is one.
+        let grouped = match data.kind {
+            OpKind::Cast => self.grouped_cast(&data)?,
+            _ => None,
+        };
         match data.kind {
             OpKind::Constant(c) => {
                 let ty = rty.expect("constants have a result");
@@ -1020,8 +1025,8 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             OpKind::Assert { .. } => self.lower_assert(&data)?,
             OpKind::Yield => return self.internal("yield outside a region"),
-            OpKind::Cast if self.grouped_cast(&data)?.is_some() => {
-                let kind = self.grouped_cast(&data)?.expect("checked by the guard");
+            OpKind::Cast if grouped.is_some() => {
+                let kind = grouped.expect("checked by the guard");
                 let from = self.func.ty(data.operands[0]).elem;
                 let to = rty.expect("casts have a result").elem;
                 let regs = self.get(data.operands[0])?.clone();

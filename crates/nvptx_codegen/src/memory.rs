@@ -590,8 +590,8 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// Moves a tile to another layout through shared memory: every thread writes its elements
     /// at their row-major index with one dimension moved innermost ([`Self::write_row_major`]),
     /// then reads the elements the new layout gives it, in vectors of up to 16 bytes where its
-    /// registers run along that dimension. Like every user of the shared buffer, it starts with a barrier (the previous
-    /// user's reads are done) and needs none at the end.
+    /// registers run along that dimension. Like every user of the shared buffer, it starts with
+    /// a barrier (the previous user's reads are done) and needs none at the end.
     pub fn convert_layout(&mut self, src: Value, rty: &Type) -> R<Vec<BasicValueEnum<'ctx>>> {
         let sty = *self.func.ty(src);
         let dtype = sty.elem.dtype();
@@ -599,10 +599,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         // Storage runs along the dimension where the two layouts' vectors are widest together
         // (the last unless another is wider: a K-contiguous fp8 tile on its way to an mma
         // operand moves in 16- and 2-byte vectors instead of bytes).
-        let eb = match sty.elem {
-            Elem::Ptr(_) => 8,
-            Elem::Num(d) => d.bytes(),
-        };
+        let eb = sty.elem.bytes();
         let (sg, rg) = (self.geometry(&sty)?, self.geometry(rty)?);
         let width = |d: usize| {
             widest_run(&sg.regs, d, dtype.is_some(), eb)

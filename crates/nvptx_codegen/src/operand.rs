@@ -350,32 +350,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         );
         let ptrs =
             self.smem_ptrs_of_regs(t, &geo, geo.regs.chunks(vec).map(|ch| ch[0].as_slice()))?;
-        let mt = crate::lower::memory_type(self.cx, t.elem);
         let mut out = Vec::with_capacity(geo.regs.len());
         for p in ptrs {
-            if vec == 1 {
-                let x = self.b.build_load(mt, p, "ll")?;
-                out.push(if t.elem == DType::I1 {
-                    let x = x.into_int_value();
-                    let zero = x.get_type().const_zero();
-                    self.b
-                        .build_int_compare(inkwell::IntPredicate::NE, x, zero, "i2b")?
-                        .into()
-                } else {
-                    x
-                });
-                continue;
-            }
-            let vt = crate::lower::vector_of(mt, vec as u32);
-            let x = self.b.build_load(vt, p, "ll")?;
-            if let Some(ins) = x.as_instruction_value() {
-                ins.set_alignment(vec as u32 * t.elem.bytes())
-                    .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
-            }
-            let x = x.into_vector_value();
-            for e in 0..vec {
-                out.push(self.b.build_extract_element(x, self.i32(e as u64), "ll")?);
-            }
+            out.extend(self.smem_read(p, t.elem, vec as u32)?);
         }
         Ok(out)
     }
@@ -453,6 +430,42 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(Some(words.into()))
     }
 
+    /// `w` elements of type `elem` from shared address `p`, in register form: one load, a
+    /// vector aligned to its size when `w > 1` (`i1` is stored as bytes, read one by one).
+    fn smem_read(
+        &self,
+        p: PointerValue<'ctx>,
+        elem: DType,
+        w: u32,
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let mt = crate::lower::memory_type(self.cx, elem);
+        if w == 1 {
+            let x = self.b.build_load(mt, p, "ls")?;
+            return Ok(vec![if elem == DType::I1 {
+                let x = x.into_int_value();
+                self.b
+                    .build_int_compare(
+                        inkwell::IntPredicate::NE,
+                        x,
+                        x.get_type().const_zero(),
+                        "i2b",
+                    )?
+                    .into()
+            } else {
+                x
+            }]);
+        }
+        let x = self.b.build_load(crate::lower::vector_of(mt, w), p, "lv")?;
+        if let Some(ins) = x.as_instruction_value() {
+            ins.set_alignment(w * elem.bytes())
+                .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
+        }
+        let x = x.into_vector_value();
+        (0..w)
+            .map(|e| Ok(self.b.build_extract_element(x, self.i32(e as u64), "le")?))
+            .collect()
+    }
+
     /// One element of a shared tile, in register form.
     pub fn smem_load_elem(
         &self,
@@ -462,21 +475,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     ) -> R<BasicValueEnum<'ctx>> {
         let idx = self.smem_index(t, i, j)?;
         let p = self.smem_ptr(t, idx)?;
-        let mt = crate::lower::memory_type(self.cx, t.elem);
-        let x = self.b.build_load(mt, p, "ls")?;
-        Ok(if t.elem == DType::I1 {
-            let x = x.into_int_value();
-            self.b
-                .build_int_compare(
-                    inkwell::IntPredicate::NE,
-                    x,
-                    x.get_type().const_zero(),
-                    "i2b",
-                )?
-                .into()
-        } else {
-            x
-        })
+        Ok(self.smem_read(p, t.elem, 1)?[0])
     }
 
     /// `w` consecutive elements of a shared tile along its contiguous dimension, from element
@@ -490,21 +489,9 @@ impl<'ctx> Lowering<'ctx, '_> {
         j: IntValue<'ctx>,
         w: u32,
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
-        if w == 1 {
-            return Ok(vec![self.smem_load_elem(t, i, j)?]);
-        }
         let idx = self.smem_index(t, i, j)?;
         let p = self.smem_ptr(t, idx)?;
-        let vt = crate::lower::vector_of(crate::lower::memory_type(self.cx, t.elem), w);
-        let x = self.b.build_load(vt, p, "lv")?;
-        if let Some(ins) = x.as_instruction_value() {
-            ins.set_alignment(w * t.elem.bytes())
-                .map_err(|e| crate::CodegenError::Llvm(e.to_string()))?;
-        }
-        let x = x.into_vector_value();
-        (0..w)
-            .map(|e| Ok(self.b.build_extract_element(x, self.i32(e as u64), "le")?))
-            .collect()
+        self.smem_read(p, t.elem, w)
     }
 
     /// `ldmatrix` of `n` 8×8 b16 matrices; lane `l` gives the row address `addr` of matrix
