@@ -330,6 +330,10 @@ def test_dot_ptx_is_accepted(ptxas, dt, acc, out_dt, precision, bound, target):
     assert ("mma.sync.aligned" in ptx) == (tensor_cores and not warpgroup)
     # (ldmatrix moves 16-bit pairs; fp64 fragments are read element by element.)
     assert ("ldmatrix.sync.aligned" in ptx) == (tensor_cores and not warpgroup and not split and dt != "float64")
+    # On sm_90 a 16-bit result leaves its tensor-core fragments through shared memory as whole
+    # 8x8 matrices (stmatrix), four to an instruction, on its way to coalesced stores.
+    fragments = tensor_cores and out_dt in ("float16", "bfloat16") and dt != "float64"
+    assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (fragments and target == "sm_90a")
     if dt == "float64":
         shape = "m16n8k8" if target == "sm_90a" else "m8n8k4"
         assert f"mma.sync.aligned.{shape}.row.col.f64.f64.f64.f64" in ptx

@@ -754,6 +754,22 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(g)
     }
 
+    /// Runs `f` with the builder at the end of the prologue (before its branch), so that what
+    /// it builds dominates every block; the builder then returns to where it was.
+    pub fn in_prologue<T>(&mut self, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
+        let here = self.b.get_insert_block();
+        let term = self
+            .prologue
+            .get_terminator()
+            .expect("the prologue ends in a branch");
+        self.b.position_before(&term);
+        let out = f(self);
+        if let Some(bb) = here {
+            self.b.position_at_end(bb);
+        }
+        out
+    }
+
     /// A stack slot, allocated once in the prologue (so loops do not grow the stack).
     pub fn entry_alloca(
         &mut self,
@@ -774,7 +790,7 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// A dimension's thread offset (in the prologue, once per distinct map: layouts of one
     /// kernel share most of theirs; the trivial shifts, masks and products are not emitted).
-    fn thread_term(&mut self, m: &tile_ir::DimThreadMap) -> R<IntValue<'ctx>> {
+    pub(crate) fn thread_term(&mut self, m: &tile_ir::DimThreadMap) -> R<IntValue<'ctx>> {
         if let Some(&t) = self.thread_terms.get(m) {
             return Ok(t);
         }

@@ -531,10 +531,37 @@ impl<'ctx> Lowering<'ctx, '_> {
                 shape[d]
             };
         }
+        let aligned = self.scratch_base.is_multiple_of(16);
         let smem = self.shared_scratch(total * ebytes)?;
         let sg = self.geometry(&sty)?;
         let vs = widest_run(&sg.regs, fast, dtype.is_some(), ebytes);
         self.fence_before_shared_write()?;
+        // Tensor-core fragments of 16-bit elements move as whole 8x8 matrices (`stmatrix`,
+        // sm_90): one instruction per four register pairs instead of one store per pair.
+        let matrices = match (dtype, sty.layout) {
+            (Some(d), Some(lid))
+                if self.capability >= 90
+                    && stmatrix_enabled()
+                    && d.bits() == 16
+                    && aligned
+                    && rank == 2
+                    && fast == 1
+                    && (strides[0] * ebytes).is_multiple_of(16) =>
+            {
+                let (kept, sliced) = self.func.layouts[lid].thread_maps();
+                stmatrix_groups(&kept, &sliced, &shape, &sg.regs).map(|g| (d, kept, g))
+            }
+            _ => None,
+        };
+        if let Some((d, kept, groups)) = matrices {
+            self.store_matrices(smem, et, d, &regs, &kept, strides[0], &groups)?;
+            return Ok(Staged {
+                smem,
+                et,
+                ebytes,
+                strides,
+            });
+        }
         let sb = self.row_major_base(&sg.thread, &strides, None)?;
         for (k, chunk) in sg.regs.chunks(vs).enumerate() {
             let idx = self.b.build_int_add(
@@ -567,6 +594,74 @@ impl<'ctx> Lowering<'ctx, '_> {
             ebytes,
             strides,
         })
+    }
+
+    /// Writes 16-bit tensor-core fragments (registers `regs` of a tile with thread maps
+    /// `kept`) to the row-major scratch `smem` (row pitch `pitch` elements) with `stmatrix`,
+    /// one instruction per group of [`stmatrix_groups`]. Lane `l` gives the address of row
+    /// `l % 8` of matrix `l / 8`; matrices 0-3 of a group sit at rows +0, +8, +0, +8 and
+    /// columns +0, +0, +8, +8 of the group's origin, so a lane's row is `l & 15` and its
+    /// column `8 * ((l >> 4) & 1)` past the origin in every group.
+    #[allow(clippy::too_many_arguments)]
+    fn store_matrices(
+        &mut self,
+        smem: PointerValue<'ctx>,
+        et: BasicTypeEnum<'ctx>,
+        d: DType,
+        regs: &[BasicValueEnum<'ctx>],
+        kept: &[tile_ir::DimThreadMap],
+        pitch: u32,
+        groups: &[MatrixGroup],
+    ) -> R<()> {
+        let warp_only = |m: &tile_ir::DimThreadMap| tile_ir::DimThreadMap {
+            lane_shift: 0,
+            lane_mask: 0,
+            lane_mul: 0,
+            ..*m
+        };
+        let lane_map = |shift: u32, mask: u32, mul: u32| tile_ir::DimThreadMap {
+            lane_shift: shift,
+            lane_mask: mask,
+            lane_mul: mul,
+            warp_shift: 0,
+            warp_mask: 0,
+            warp_mul: 0,
+        };
+        let (wr, wc, lr, lc) = self.in_prologue(|lw| {
+            Ok((
+                lw.thread_term(&warp_only(&kept[0]))?,
+                lw.thread_term(&warp_only(&kept[1]))?,
+                lw.thread_term(&lane_map(0, 15, 1))?,
+                lw.thread_term(&lane_map(4, 1, 8))?,
+            ))
+        })?;
+        let row = self.b.build_int_add(wr, lr, "sm")?;
+        let col = self.b.build_int_add(wc, lc, "sm")?;
+        let row = self.b.build_int_mul(row, self.i32(pitch as u64), "sm")?;
+        let base = self.b.build_int_add(row, col, "sm")?;
+        let i32t = self.cx.i32_type();
+        for g in groups {
+            let at = self.i32((g.row * pitch + g.col) as u64);
+            let idx = self.b.build_int_add(base, at, "sm")?;
+            // SAFETY of the GEP: every matrix lies inside the tile's buffer.
+            let p = unsafe { self.b.build_gep(et, smem, &[idx], "sm")? };
+            let mut args: Vec<BasicValueEnum> =
+                vec![self.b.build_ptr_to_int(p, i32t, "sa")?.into()];
+            for &k in &g.pairs {
+                let w = self.pack_bits(d, &regs[k..k + 2])?;
+                args.push(self.b.build_bit_cast(w, i32t, "sw")?);
+            }
+            let n = g.pairs.len();
+            let words: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
+            let t = format!(
+                "stmatrix.sync.aligned.m8n8.x{n}.shared.b16 [$0], {{{}}};",
+                words.join(", ")
+            );
+            let mut cons = vec!["r"; n + 1].join(",");
+            cons.push_str(",~{memory}");
+            self.asm_void(&t, &cons, &args)?;
+        }
+        Ok(())
     }
 
     /// `sum(thread[d] * strides[d])` over the dimensions but `skip`.
@@ -715,6 +810,94 @@ impl<'ctx> Lowering<'ctx, '_> {
         self.smem_busy = true;
         Ok(out)
     }
+}
+
+/// Whether 16-bit fragments may leave through `stmatrix`: unless `TILES_STMATRIX=0` (to
+/// compare).
+fn stmatrix_enabled() -> bool {
+    std::env::var("TILES_STMATRIX").map_or(true, |v| v != "0")
+}
+
+/// One `stmatrix`: its matrices' origin (row, column) relative to the thread's warp, and the
+/// first register of each matrix's pair, in the order rows +0, +8 then columns +8.
+#[derive(Debug, PartialEq)]
+struct MatrixGroup {
+    row: u32,
+    col: u32,
+    pairs: Vec<usize>,
+}
+
+/// How a 2-d tile of 16-bit elements is written with `stmatrix`, if its layout is a
+/// tensor-core fragment: lanes spread as an 8x8 matrix's fragment (row `l / 4`, columns
+/// `2 * (l % 4)` and the next), registers in pairs along the row, each pair at a column
+/// that is a multiple of 8, no thread holding copies (the layout covers at most the tile).
+/// Pairs are grouped four to an instruction where their matrices form a 16x16 square, else
+/// two (rows +0, +8), else alone; `None` where the layout is not such a fragment.
+fn stmatrix_groups(
+    kept: &[tile_ir::DimThreadMap],
+    sliced: &[tile_ir::DimThreadMap],
+    shape: &[u32],
+    regs: &[Vec<u32>],
+) -> Option<Vec<MatrixGroup>> {
+    if kept.len() != 2 || shape.len() != 2 || regs.is_empty() || !regs.len().is_multiple_of(2) {
+        return None;
+    }
+    let lanes = |m: &tile_ir::DimThreadMap| (m.lane_shift, m.lane_mask, m.lane_mul);
+    if lanes(&kept[0]) != (2, 7, 1) || lanes(&kept[1]) != (0, 3, 2) {
+        return None;
+    }
+    if sliced.iter().any(|m| m.lane_mask != 0) {
+        return None;
+    }
+    let covered =
+        |m: &tile_ir::DimThreadMap| (m.lane_mask + 1) * m.lane_mul + m.warp_mask * m.warp_mul;
+    if covered(&kept[0]) > shape[0] || covered(&kept[1]) > shape[1] {
+        return None;
+    }
+    if kept[1].warp_mask != 0 && !kept[1].warp_mul.is_multiple_of(8) {
+        return None;
+    }
+    let mut at = std::collections::HashMap::new();
+    for (i, pair) in regs.chunks(2).enumerate() {
+        let (r, c) = (pair[0][0], pair[0][1]);
+        if pair[1] != [r, c + 1] || !c.is_multiple_of(8) {
+            return None;
+        }
+        if at.insert((r, c), 2 * i).is_some() {
+            return None;
+        }
+    }
+    let mut used = vec![false; regs.len() / 2];
+    let mut groups = Vec::new();
+    for (i, pair) in regs.chunks(2).enumerate() {
+        if used[i] {
+            continue;
+        }
+        let (r, c) = (pair[0][0], pair[0][1]);
+        let free =
+            |rr: u32, cc: u32, used: &[bool]| at.get(&(rr, cc)).copied().filter(|&k| !used[k / 2]);
+        let square = [(r, c), (r + 8, c), (r, c + 8), (r + 8, c + 8)];
+        let picked: Vec<usize> = if let Some(v) = square
+            .iter()
+            .map(|&(rr, cc)| free(rr, cc, &used))
+            .collect::<Option<Vec<_>>>()
+        {
+            v
+        } else if let Some(k) = free(r + 8, c, &used) {
+            vec![2 * i, k]
+        } else {
+            vec![2 * i]
+        };
+        for &k in &picked {
+            used[k / 2] = true;
+        }
+        groups.push(MatrixGroup {
+            row: r,
+            col: c,
+            pairs: picked,
+        });
+    }
+    Some(groups)
 }
 
 /// A tile written to shared memory in row-major order ([`Lowering::write_row_major`]).
@@ -979,5 +1162,104 @@ impl CacheHint {
 impl std::fmt::Display for CacheHint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}{}", self.0, self.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tile_ir::{BlockedLayout, DimThreadMap, MmaLayout};
+
+    fn at(m: &DimThreadMap, lane: u32, warp: u32) -> u32 {
+        ((lane >> m.lane_shift) & m.lane_mask) * m.lane_mul
+            + ((warp >> m.warp_shift) & m.warp_mask) * m.warp_mul
+    }
+
+    /// Plays `stmatrix` out for every warp and lane: row `i` of matrix `m` goes to the address
+    /// lane `8m + i` gives (`store_matrices`' formula), its element `j` comes from lane
+    /// `4i + j / 2`, register `j % 2` of the pair. Each element must land at its own row-major
+    /// place, and every element of the tile must be written.
+    fn check(layout: &Layout, shape: [u32; 2]) -> usize {
+        let (kept, sliced) = layout.thread_maps();
+        let regs = layout.register_offsets(&shape);
+        let groups = stmatrix_groups(&kept, &sliced, &shape, &regs).expect("a fragment layout");
+        let mut written = std::collections::HashSet::new();
+        for warp in 0..layout.num_warps() {
+            let base = |lane: u32| [at(&kept[0], lane, warp), at(&kept[1], lane, warp)];
+            for g in &groups {
+                for (m, &k) in g.pairs.iter().enumerate() {
+                    for i in 0..8u32 {
+                        let lane = 8 * m as u32 + i;
+                        let row = at(&kept[0], 0, warp) + (lane & 15) + g.row;
+                        let col = at(&kept[1], 0, warp) + 8 * ((lane >> 4) & 1) + g.col;
+                        for j in 0..8u32 {
+                            let src = base(4 * i + j / 2);
+                            let reg = &regs[k + (j % 2) as usize];
+                            let coord = (src[0] + reg[0], src[1] + reg[1]);
+                            assert_eq!(coord, (row, col + j), "{layout:?} {shape:?} {g:?}");
+                            written.insert(coord);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            written.len() as u32,
+            shape[0] * shape[1],
+            "{layout:?} {shape:?}"
+        );
+        groups.len()
+    }
+
+    #[test]
+    fn stmatrix_writes_each_fragment_element_at_its_place() {
+        for warps in [1, 2, 4, 8] {
+            for (m, n) in [
+                (16, 8),
+                (16, 16),
+                (32, 32),
+                (64, 64),
+                (128, 128),
+                (128, 256),
+                (64, 8),
+            ] {
+                let l = MmaLayout::for_shape(m, n, warps);
+                let (wm, wn) = l.wm_wn();
+                if m < 16 * wm || n < 8 * wn {
+                    continue;
+                }
+                check(&Layout::Mma(l), [m, n]);
+            }
+        }
+        for (warps, instr_n, shape) in [
+            ([4, 1], 128, [128, 128]),
+            ([4, 1], 64, [64, 64]),
+            ([8, 1], 256, [128, 256]),
+            ([4, 2], 128, [128, 256]),
+            ([4, 1], 8, [64, 8]),
+        ] {
+            let l = MmaLayout {
+                warps_per_cta: warps.to_vec(),
+                version: 3,
+                instr_n,
+            };
+            check(&Layout::Mma(l), shape);
+        }
+        // Four pairs to an instruction where the warp's tile allows it.
+        let wg = MmaLayout {
+            warps_per_cta: vec![4, 1],
+            version: 3,
+            instr_n: 128,
+        };
+        assert_eq!(check(&Layout::Mma(wg), [128, 128]), 16);
+    }
+
+    #[test]
+    fn blocked_layouts_are_not_fragments() {
+        let b = BlockedLayout::default_for(&[64, 64], 4, &[1, 0], 8);
+        let l = Layout::Blocked(b);
+        let (kept, sliced) = l.thread_maps();
+        let regs = l.register_offsets(&[64, 64]);
+        assert_eq!(stmatrix_groups(&kept, &sliced, &[64, 64], &regs), None);
     }
 }
