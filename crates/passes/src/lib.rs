@@ -3,6 +3,8 @@
 //! - [`axis_info`]: contiguity, divisibility and constancy of integer and pointer tiles;
 //! - [`layouts`]: layout assignment with coalescing (128-bit accesses where proven safe);
 //! - [`simplify`]: constant folding, CSE, DCE;
+//! - [`software_pipeline`]: `cp.async` rings for the loads that feed dots;
+//! - [`carried_pointers`]: loop-carried pointer tiles as one carried offset;
 //! - [`pipeline`]: the passes in order, with a hook to dump the IR after each.
 //!
 //! Architecture invariant: passes rewrite `tile_ir` only; no LLVM, no Python. Analyses keep
@@ -12,6 +14,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod axis_info;
+pub mod carried_pointers;
 pub mod fp8_dots;
 pub mod layouts;
 pub mod pipeline;

@@ -1,6 +1,6 @@
 //! The pass pipeline, in the order it runs. Read top to bottom.
 
-use crate::{axis_info, fp8_dots, layouts, simplify, software_pipeline};
+use crate::{axis_info, carried_pointers, fp8_dots, layouts, simplify, software_pipeline};
 use tile_ir::{verify, Function, VerifyErrors};
 
 /// Why the pipeline stopped.
@@ -96,11 +96,17 @@ pub fn run_pipeline(
             simplify::eliminate_dead_code(f);
         }
     })?;
+    step("rebase_carried_pointers", func, &|f| {
+        if carried_pointers::enabled() && carried_pointers::rebase_carried_pointers(f) > 0 {
+            simplify::eliminate_common_subexpressions(f);
+            simplify::eliminate_dead_code(f);
+        }
+    })?;
     check("pipeline", func)
 }
 
 /// The passes that can be run one by one (`tiles-opt --passes=...`), in pipeline order.
-pub const PASS_NAMES: [&str; 7] = [
+pub const PASS_NAMES: [&str; 8] = [
     "fold_constants",
     "cse",
     "dce",
@@ -108,6 +114,7 @@ pub const PASS_NAMES: [&str; 7] = [
     "fp8_warpgroup_dots",
     "assign_layouts",
     "pipeline_loops",
+    "rebase_carried_pointers",
 ];
 
 /// Why a named pass could not run.
@@ -115,7 +122,7 @@ pub const PASS_NAMES: [&str; 7] = [
 pub enum RunPassError {
     /// No pass has this name.
     #[error(
-        "unknown pass `{0}` (known: fold_constants, cse, dce, fuse_dot_accumulation, fp8_warpgroup_dots, assign_layouts, pipeline_loops)"
+        "unknown pass `{0}` (known: fold_constants, cse, dce, fuse_dot_accumulation, fp8_warpgroup_dots, assign_layouts, pipeline_loops, rebase_carried_pointers)"
     )]
     Unknown(String),
     /// The IR was invalid after the pass.
@@ -147,6 +154,9 @@ pub fn run_pass(name: &str, func: &mut Function) -> Result<(), RunPassError> {
         }
         "pipeline_loops" => {
             software_pipeline::pipeline_loops(func);
+        }
+        "rebase_carried_pointers" => {
+            carried_pointers::rebase_carried_pointers(func);
         }
         other => return Err(RunPassError::Unknown(other.to_string())),
     }

@@ -1,0 +1,321 @@
+//! Loop-carried pointer tiles stepped by a scalar become one carried scalar.
+//!
+//! A loop such as a matmul's carries its pointer tiles and steps each by a scalar:
+//!
+//! ```text
+//! %p = for ... (%a) { ... load/copy %a ...; %n = addptr %a, splat(%d); yield %n }
+//! ```
+//!
+//! Every thread then keeps one 64-bit pointer per vector in the loop and adds the step to each
+//! in place, right after its last copy read it. ptxas keeps the old value for the copy still
+//! reading it, and moves pointer halves into register pairs: 31-42 moves in a 128x128x64
+//! matmul's loop of 150-160 instructions. Instead the loop carries one scalar per tile, and
+//! the body rebuilds the tile just before its first reader:
+//! - where the tile starts as `addptr(splat(%b), %offsets)` (as `ptr + offsets` is built,
+//!   possibly stepped further by scalars before the loop), the loop carries the scalar
+//!   pointer `%b`, stepped by `%d`, and the body reads `addptr(splat(%b), %offsets)`: per
+//!   thread one uniform pointer and the (32-bit) offsets, an address each a multiply-add;
+//! - otherwise it carries an i64 offset `%o` from the tile's start (stepped by `%d`, extended
+//!   as `addptr` extends it), and the body reads `addptr(%init, splat(%o))`.
+//!
+//! Exact: pointer arithmetic is modular, and both forms add the same element offsets to the
+//! same pointers, each extended as `addptr` extends it (signed, or unsigned for unsigned
+//! offsets).
+
+use tile_ir::{BinaryOp, Block, Const, DType, Function, Loc, Op, OpKind, Type, Value, ValueDef};
+
+/// Whether the pipeline runs this pass: on unless `TILES_REBASE_POINTERS=0` (to compare).
+pub fn enabled() -> bool {
+    std::env::var("TILES_REBASE_POINTERS").map_or(true, |v| v != "0")
+}
+
+/// `TILES_REBASE_POINTERS=offset`: carry i64 offsets only (experiment).
+fn offsets_only() -> bool {
+    std::env::var("TILES_REBASE_POINTERS").is_ok_and(|v| v == "offset")
+}
+
+/// Rewrites every loop-carried pointer tile stepped by a scalar; returns how many.
+pub fn rebase_carried_pointers(func: &mut Function) -> usize {
+    let loops: Vec<Op> = func
+        .ops_in_order()
+        .into_iter()
+        .filter(|&op| matches!(func.ops[op].kind, OpKind::For { .. }))
+        .collect();
+    loops.into_iter().map(|l| rebase_loop(func, l)).sum()
+}
+
+/// The op defining `v`, if an op's result.
+fn def_op(func: &Function, v: Value) -> Option<Op> {
+    match func.values[v].def {
+        ValueDef::Result(op, _) => Some(op),
+        ValueDef::Arg(..) => None,
+    }
+}
+
+/// The position of `op` in `block`'s ops.
+fn position_in(func: &Function, block: Block, op: Op) -> Option<usize> {
+    func.blocks[block].ops.iter().position(|&o| o == op)
+}
+
+/// An element offset the same for every element of a tile.
+#[derive(Clone, Copy)]
+enum Uniform {
+    /// `splat` of a scalar integer.
+    Scalar(Value),
+    /// A constant, extended to 64 bits as `addptr` extends it.
+    Constant(i64),
+}
+
+/// `offsets` (an integer tile) as a [`Uniform`] offset, where it is one.
+fn uniform(func: &Function, offsets: Value) -> Option<Uniform> {
+    let op = def_op(func, offsets)?;
+    match func.ops[op].kind {
+        OpKind::Splat => {
+            let s = func.ops[op].operands[0];
+            let ty = func.ty(s);
+            (ty.shape.rank() == 0 && ty.dtype().is_some_and(|t| t.is_int()))
+                .then_some(Uniform::Scalar(s))
+        }
+        OpKind::Constant(Const::Int(c)) => {
+            let t = func.ty(offsets).dtype()?;
+            let bits = t.bits();
+            let c = if bits >= 64 {
+                c
+            } else if t.is_unsigned() {
+                c & ((1i64 << bits) - 1)
+            } else {
+                (c << (64 - bits)) >> (64 - bits)
+            };
+            Some(Uniform::Constant(c))
+        }
+        _ => None,
+    }
+}
+
+/// How a loop-carried pointer tile `arg` is stepped: the yield's operand `next` is
+/// `addptr(arg, uniform)`, in the body itself.
+fn step_of(func: &Function, body: Block, arg: Value, next: Value) -> Option<Uniform> {
+    let step = def_op(func, next)?;
+    let d = &func.ops[step];
+    if d.kind != OpKind::AddPtr || d.operands[0] != arg {
+        return None;
+    }
+    position_in(func, body, step)?;
+    uniform(func, d.operands[1])
+}
+
+/// `init` as `addptr(splat(base), offsets)` advanced by uniform offsets (or `splat(base)`
+/// so advanced): `(base, the uniform steps, offsets)`.
+fn split_base(func: &Function, init: Value) -> Option<(Value, Vec<Uniform>, Option<Value>)> {
+    let mut steps = Vec::new();
+    let mut cur = init;
+    loop {
+        let op = def_op(func, cur)?;
+        let d = &func.ops[op];
+        match d.kind {
+            OpKind::Splat => return Some((d.operands[0], steps, None)),
+            OpKind::AddPtr => {
+                if let Some(u) = uniform(func, d.operands[1]) {
+                    steps.push(u);
+                    cur = d.operands[0];
+                    continue;
+                }
+                let base = def_op(func, d.operands[0])?;
+                return (func.ops[base].kind == OpKind::Splat)
+                    .then(|| (func.ops[base].operands[0], steps, Some(d.operands[1])));
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Inserts ops into a block at a position, keeping the position after them.
+struct At {
+    block: Block,
+    pos: usize,
+    loc: Loc,
+}
+
+impl At {
+    fn push(&mut self, func: &mut Function, kind: OpKind, operands: Vec<Value>, ty: Type) -> Value {
+        let op = func.create_op(kind, operands, &[ty], self.loc);
+        func.blocks[self.block].ops.insert(self.pos, op);
+        self.pos += 1;
+        func.ops[op].results[0]
+    }
+
+    /// `p` advanced by `u`: `addptr` for a pointer, `add` (of `u` extended to i64) for an i64.
+    fn advance(&mut self, func: &mut Function, p: Value, u: Uniform) -> Value {
+        let ty = *func.ty(p);
+        let i64t = Type::num(DType::I64);
+        let by = match u {
+            Uniform::Scalar(s) if ty.elem.is_ptr() || func.ty(s).dtype() == Some(DType::I64) => s,
+            Uniform::Scalar(s) => self.push(func, OpKind::Cast, vec![s], i64t),
+            Uniform::Constant(c) => self.push(func, OpKind::Constant(Const::Int(c)), vec![], i64t),
+        };
+        let kind = if ty.elem.is_ptr() {
+            OpKind::AddPtr
+        } else {
+            OpKind::Binary(BinaryOp::Add)
+        };
+        self.push(func, kind, vec![p, by], ty)
+    }
+}
+
+/// What the loop carries for a pointer tile of type `tile`, and how the tile is rebuilt.
+enum Carried {
+    /// The tile is `addptr(splat(carried), offsets)` (`splat(carried)` without offsets).
+    Base(Option<Value>),
+    /// The tile is `addptr(init, splat(carried))`.
+    Offset(Value),
+}
+
+impl Carried {
+    /// Builds the tile (type `tile`) from the carried scalar `c` at `at`.
+    fn tile(&self, func: &mut Function, at: &mut At, c: Value, tile: Type) -> Value {
+        let splat_ty = Type {
+            elem: func.ty(c).elem,
+            ..tile
+        };
+        let s = at.push(func, OpKind::Splat, vec![c], splat_ty);
+        match *self {
+            Carried::Base(None) => s,
+            Carried::Base(Some(offsets)) => at.push(func, OpKind::AddPtr, vec![s, offsets], tile),
+            Carried::Offset(init) => at.push(func, OpKind::AddPtr, vec![init, s], tile),
+        }
+    }
+}
+
+fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
+    let Some(parent) = parent_block(func, for_op) else {
+        return 0;
+    };
+    let body = func.region_block(for_op, 0);
+    let Some(&yield_op) = func.blocks[body].ops.last() else {
+        return 0;
+    };
+    if func.ops[yield_op].kind != OpKind::Yield {
+        return 0;
+    }
+    let loc = func.ops[for_op].loc;
+    let mut done = 0;
+    // From the last carried value down, so that removing one keeps the others' indices.
+    for k in (0..func.ops[yield_op].operands.len()).rev() {
+        let arg = func.blocks[body].args[k + 1];
+        let tile = *func.ty(arg);
+        if tile.shape.rank() == 0 || !tile.elem.is_ptr() {
+            continue;
+        }
+        let next = func.ops[yield_op].operands[k];
+        let Some(step) = step_of(func, body, arg, next) else {
+            continue;
+        };
+        let init = func.ops[for_op].operands[3 + k];
+        let result = func.ops[for_op].results[k];
+
+        // Before the loop: the carried scalar's start.
+        let mut pre = At {
+            block: parent,
+            pos: position_in(func, parent, for_op).expect("the loop is in its parent"),
+            loc,
+        };
+        let split = if offsets_only() {
+            None
+        } else {
+            split_base(func, init)
+        };
+        let (carried, start) = match split {
+            Some((base, steps, offsets)) => {
+                let start = steps.into_iter().fold(base, |b, u| pre.advance(func, b, u));
+                (Carried::Base(offsets), start)
+            }
+            None => {
+                let i64t = Type::num(DType::I64);
+                let zero = pre.push(func, OpKind::Constant(Const::Int(0)), vec![], i64t);
+                (Carried::Offset(init), zero)
+            }
+        };
+        let sty = *func.ty(start);
+        func.ops[for_op].operands.push(start);
+        let c = func.add_block_arg(body, sty);
+        let c_result = func.add_result(for_op, sty);
+
+        // The body: stepped before the yield; the tile rebuilt just before its first reader,
+        // not counting the step when only the yield reads it (at the top of the body, the
+        // addresses of a pipelined loop's copies stayed live through its dots).
+        let ypos = func.blocks[body].ops.len() - 1;
+        let mut end = At {
+            block: body,
+            pos: ypos,
+            loc,
+        };
+        let stepped = end.advance(func, c, step);
+        func.ops[yield_op].operands.push(stepped);
+        let step_op = def_op(func, next).filter(|_| func.use_counts()[next] == 1);
+        let first = func.blocks[body]
+            .ops
+            .iter()
+            .position(|&o| {
+                let mut read = Vec::new();
+                func.reads(o, &mut read);
+                Some(o) != step_op && read.contains(&arg)
+            })
+            .or_else(|| step_op.and_then(|s| position_in(func, body, s)))
+            .unwrap_or(0);
+        let mut at = At {
+            block: body,
+            pos: first,
+            loc,
+        };
+        let rebuilt = carried.tile(func, &mut at, c, tile);
+        func.replace_uses(arg, rebuilt);
+
+        // After the loop, the final tile (where something reads it).
+        if func.use_counts()[result] > 0 {
+            let mut after = At {
+                block: parent,
+                pos: position_in(func, parent, for_op).expect("the loop is in its parent") + 1,
+                loc,
+            };
+            let r = carried.tile(func, &mut after, c_result, tile);
+            func.replace_uses(result, r);
+        }
+        remove_carried(func, for_op, k);
+        done += 1;
+    }
+    done
+}
+
+/// Drops carried value `k` of loop `for_op` (its init, body argument, yield operand and
+/// result, none of which is read any more), renumbering the later arguments and results.
+fn remove_carried(func: &mut Function, for_op: Op, k: usize) {
+    let body = func.region_block(for_op, 0);
+    let yield_op = *func.blocks[body].ops.last().expect("a yield");
+    func.ops[for_op].operands.remove(3 + k);
+    func.ops[yield_op].operands.remove(k);
+    func.blocks[body].args.remove(k + 1);
+    func.ops[for_op].results.remove(k);
+    for (i, &a) in func.blocks[body].args.clone().iter().enumerate() {
+        func.values[a].def = ValueDef::Arg(body, i as u32);
+    }
+    for (i, &r) in func.ops[for_op].results.clone().iter().enumerate() {
+        func.values[r].def = ValueDef::Result(for_op, i as u32);
+    }
+}
+
+/// The block whose op list holds `op`.
+fn parent_block(func: &Function, op: Op) -> Option<Block> {
+    let mut found = None;
+    let mut visit = |b: Block| {
+        if func.blocks[b].ops.contains(&op) {
+            found = Some(b);
+        }
+    };
+    visit(func.entry);
+    func.walk(|o| {
+        for &r in &func.ops[o].regions {
+            visit(func.regions[r].block);
+        }
+    });
+    found
+}
