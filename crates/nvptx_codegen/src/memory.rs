@@ -77,19 +77,26 @@ impl<'ctx> Lowering<'ctx, '_> {
                 })
                 .collect();
         }
-        let mut v = vector_of(mt, vals.len() as u32).get_undef();
-        for (i, &x) in vals.iter().enumerate() {
-            let x = if d == DType::I1 {
-                self.b
-                    .build_int_z_extend(x.into_int_value(), self.cx.i8_type(), "b2i")?
-                    .into()
-            } else {
-                x
-            };
-            v = self
-                .b
-                .build_insert_element(v, x, self.i32(i as u64), "pk")?;
-        }
+        let whole = crate::operand::whole_vector(vals).filter(|_| d != DType::I1);
+        let v = match whole {
+            Some(v) => v,
+            None => {
+                let mut v = vector_of(mt, vals.len() as u32).get_undef();
+                for (i, &x) in vals.iter().enumerate() {
+                    let x = if d == DType::I1 {
+                        self.b
+                            .build_int_z_extend(x.into_int_value(), self.cx.i8_type(), "b2i")?
+                            .into()
+                    } else {
+                        x
+                    };
+                    v = self
+                        .b
+                        .build_insert_element(v, x, self.i32(i as u64), "pk")?;
+                }
+                v
+            }
+        };
         let wt = int_type(self.cx, wbits);
         let words = self
             .b

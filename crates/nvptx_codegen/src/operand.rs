@@ -372,14 +372,20 @@ impl<'ctx> Lowering<'ctx, '_> {
         if let Some(words) = self.pack_rounded_pairs(d, vals)? {
             return Ok(words);
         }
-        let mt = crate::lower::memory_type(self.cx, d);
-        let mut v = crate::lower::vector_of(mt, vals.len() as u32).get_undef();
-        for (k, &x) in vals.iter().enumerate() {
-            let x = self.to_memory_form(d, x)?;
-            v = self
-                .b
-                .build_insert_element(v, x, self.i32(k as u64), "pk")?;
-        }
+        let v = match whole_vector(vals).filter(|_| d != DType::I1) {
+            Some(v) => v,
+            None => {
+                let mt = crate::lower::memory_type(self.cx, d);
+                let mut v = crate::lower::vector_of(mt, vals.len() as u32).get_undef();
+                for (k, &x) in vals.iter().enumerate() {
+                    let x = self.to_memory_form(d, x)?;
+                    v = self
+                        .b
+                        .build_insert_element(v, x, self.i32(k as u64), "pk")?;
+                }
+                v
+            }
+        };
         let bits = d.bits().max(8) * vals.len() as u32;
         let t: BasicTypeEnum = if bits >= 32 {
             crate::lower::vector_of(self.cx.i32_type().into(), bits / 32).into()
@@ -528,6 +534,32 @@ impl<'ctx> Lowering<'ctx, '_> {
             .map(|i| Ok(self.b.build_extract_value(sv, i, "lm")?))
             .collect()
     }
+}
+
+/// The vector `vals` were extracted from, element by element in order, when they are all of
+/// it (a tile read from memory in one vector and written back whole): packing them again is
+/// that vector.
+pub(crate) fn whole_vector<'ctx>(
+    vals: &[BasicValueEnum<'ctx>],
+) -> Option<inkwell::values::VectorValue<'ctx>> {
+    let mut whole = None;
+    for (k, v) in vals.iter().enumerate() {
+        let i = v.as_instruction_value()?;
+        if i.get_opcode() != InstructionOpcode::ExtractElement {
+            return None;
+        }
+        let from = i.get_operand(0)?.value()?.into_vector_value();
+        let at = i
+            .get_operand(1)?
+            .value()?
+            .into_int_value()
+            .get_zero_extended_constant()?;
+        if at != k as u64 || whole.is_some_and(|w| w != from) {
+            return None;
+        }
+        whole = Some(from);
+    }
+    whole.filter(|w| w.get_type().get_size() as usize == vals.len())
 }
 
 /// A ring of `stages` tile slots written by `async_copy`.
