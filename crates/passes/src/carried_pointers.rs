@@ -11,10 +11,11 @@
 //! reading it, and moves pointer halves into register pairs: 31-42 moves in a 128x128x64
 //! matmul's loop of 150-160 instructions. Instead the loop carries one scalar per tile, and
 //! the body rebuilds the tile just before its first reader:
-//! - where the tile starts as `addptr(splat(%b), %offsets)` (as `ptr + offsets` is built,
-//!   possibly stepped further by scalars before the loop), the loop carries the scalar
-//!   pointer `%b`, stepped by `%d`, and the body reads `addptr(splat(%b), %offsets)`: per
-//!   thread one uniform pointer and the (32-bit) offsets, an address each a multiply-add;
+//! - where the tile is built from a scalar pointer `%b` (`splat`, then `addptr` of offsets,
+//!   `broadcast`, `expand_dims`: `ptr + rows[:, None] * s + cols[None, :]`, possibly stepped
+//!   further by scalars before the loop), the loop carries the scalar pointer `%b`, stepped by
+//!   `%d`, and the body builds the tile from it the same way: per thread one uniform pointer
+//!   and loop-invariant offsets;
 //! - otherwise it carries an i64 offset `%o` from the tile's start (stepped by `%d`, extended
 //!   as `addptr` extends it), and the body reads `addptr(%init, splat(%o))`.
 //!
@@ -104,28 +105,33 @@ fn step_of(func: &Function, body: Block, arg: Value, next: Value) -> Option<Unif
     uniform(func, d.operands[1])
 }
 
-/// `init` as `addptr(splat(base), offsets)` advanced by uniform offsets (or `splat(base)`
-/// so advanced): `(base, the uniform steps, offsets)`.
-fn split_base(func: &Function, init: Value) -> Option<(Value, Vec<Uniform>, Option<Value>)> {
+/// `init` as built from a scalar pointer `base`: `splat(base)` then ops that each add to every
+/// element or rearrange the elements (`addptr` of loop-invariant offsets, `broadcast`,
+/// `expand_dims`), as `ptr + rows[:, None] * s + cols[None, :]` builds a tile. Returns the base,
+/// the uniform steps among those ops (which move to the base), and the other ops in order
+/// from the `splat` on: applied to any scalar pointer `p`, they build `init` moved by
+/// `p - base` (pointer arithmetic is modular, and each op moves every element alike).
+fn split_base(func: &Function, init: Value) -> Option<(Value, Vec<Uniform>, Vec<Op>)> {
     let mut steps = Vec::new();
+    let mut chain = Vec::new();
     let mut cur = init;
     loop {
         let op = def_op(func, cur)?;
         let d = &func.ops[op];
         match d.kind {
-            OpKind::Splat => return Some((d.operands[0], steps, None)),
-            OpKind::AddPtr => {
-                if let Some(u) = uniform(func, d.operands[1]) {
-                    steps.push(u);
-                    cur = d.operands[0];
-                    continue;
-                }
-                let base = def_op(func, d.operands[0])?;
-                return (func.ops[base].kind == OpKind::Splat)
-                    .then(|| (func.ops[base].operands[0], steps, Some(d.operands[1])));
+            OpKind::Splat => {
+                chain.push(op);
+                chain.reverse();
+                return Some((d.operands[0], steps, chain));
             }
+            OpKind::AddPtr => match uniform(func, d.operands[1]) {
+                Some(u) => steps.push(u),
+                None => chain.push(op),
+            },
+            OpKind::Broadcast | OpKind::ExpandDims(_) => chain.push(op),
             _ => return None,
         }
+        cur = d.operands[0];
     }
 }
 
@@ -164,8 +170,8 @@ impl At {
 
 /// What the loop carries for a pointer tile of type `tile`, and how the tile is rebuilt.
 enum Carried {
-    /// The tile is `addptr(splat(carried), offsets)` (`splat(carried)` without offsets).
-    Base(Option<Value>),
+    /// The tile is the ops of [`split_base`] applied to the carried base pointer.
+    Base(Vec<Op>),
     /// The tile is `addptr(init, splat(carried))`.
     Offset(Value),
 }
@@ -173,18 +179,46 @@ enum Carried {
 impl Carried {
     /// Builds the tile (type `tile`) from the carried scalar `c` at `at`.
     fn tile(&self, func: &mut Function, at: &mut At, c: Value, tile: Type) -> Value {
-        let splat_ty = Type {
-            elem: func.ty(c).elem,
-            ..tile
-        };
-        let s = at.push(func, OpKind::Splat, vec![c], splat_ty);
-        match *self {
-            Carried::Base(None) => s,
-            Carried::Base(Some(offsets)) => at.push(func, OpKind::AddPtr, vec![s, offsets], tile),
-            Carried::Offset(init) => at.push(func, OpKind::AddPtr, vec![init, s], tile),
+        match self {
+            Carried::Base(chain) => chain.iter().fold(c, |prev, &op| {
+                let d = func.ops[op].clone();
+                let mut operands = d.operands.clone();
+                operands[0] = prev;
+                at.push(func, d.kind, operands, *func.ty(d.results[0]))
+            }),
+            Carried::Offset(init) => {
+                let splat_ty = Type {
+                    elem: func.ty(c).elem,
+                    ..tile
+                };
+                let s = at.push(func, OpKind::Splat, vec![c], splat_ty);
+                at.push(func, OpKind::AddPtr, vec![*init, s], tile)
+            }
         }
     }
 }
+
+/// 32-bit registers a thread holds for the numeric tiles loop `for_op` carries (its
+/// accumulators).
+fn carried_words(func: &Function, for_op: Op) -> u64 {
+    let threads = u64::from(func.num_warps.max(1)) * 32;
+    func.ops[for_op]
+        .results
+        .iter()
+        .map(|&r| func.ty(r))
+        .filter(|t| t.shape.rank() > 0)
+        .filter_map(|t| Some(t.shape.numel() * u64::from(t.dtype()?.bits().max(32)) / 32))
+        .sum::<u64>()
+        / threads
+}
+
+/// Loops carrying fewer accumulator registers a thread keep their pointer tiles (H200, the
+/// matmul tutorial's configurations against `TILES_REBASE_POINTERS=0`): there ptxas has
+/// registers to spare, and each copy waiting on its freshly computed address costs more than
+/// the moves it saves (64x64x64 tiles on 4 warps, 32 registers: 45.5 -> 47.6 us at 2048^3;
+/// vLLM's int8 MoE at 16 tokens, 8: 144 -> 152 us), while from 64 on it gains (64x64x32 on 2
+/// warps 60.6 -> 57.2 us, 128x128x64 on 4 warps, 128 registers: 247.7 -> 233.6 us at 4096^3).
+const MIN_CARRIED_WORDS: u64 = 64;
 
 fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
     let Some(parent) = parent_block(func, for_op) else {
@@ -194,7 +228,7 @@ fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
     let Some(&yield_op) = func.blocks[body].ops.last() else {
         return 0;
     };
-    if func.ops[yield_op].kind != OpKind::Yield {
+    if func.ops[yield_op].kind != OpKind::Yield || carried_words(func, for_op) < MIN_CARRIED_WORDS {
         return 0;
     }
     let loc = func.ops[for_op].loc;
@@ -225,9 +259,9 @@ fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
             split_base(func, init)
         };
         let (carried, start) = match split {
-            Some((base, steps, offsets)) => {
+            Some((base, steps, chain)) => {
                 let start = steps.into_iter().fold(base, |b, u| pre.advance(func, b, u));
-                (Carried::Base(offsets), start)
+                (Carried::Base(chain), start)
             }
             None => {
                 let i64t = Type::num(DType::I64);
