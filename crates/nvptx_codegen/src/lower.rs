@@ -683,66 +683,58 @@ impl<'ctx> Lowering<'ctx, '_> {
         let regs = Rc::new(layout.register_offsets(shape));
         let (kept, sliced) = layout.thread_maps();
         // Thread offsets are computed once, in the prologue, so they dominate every use.
-        let here = self.b.get_insert_block();
-        let term = self
-            .prologue
-            .get_terminator()
-            .expect("the prologue ends in a branch");
-        self.b.position_before(&term);
-        let mut thread = Vec::new();
-        let mut thread_bound = Vec::new();
-        let mut thread_align = Vec::new();
-        let mut owner: Option<IntValue> = None;
-        let mut and = |lw: &Self, c: IntValue<'ctx>| -> R<()> {
-            owner = Some(match owner {
-                Some(o) => lw.b.build_and(o, c, "own")?,
-                None => c,
-            });
-            Ok(())
-        };
-        for (d, m) in kept.iter().enumerate() {
-            let raw = self.thread_term(m)?;
-            let size = shape[d] as u64;
-            let covered = (m.lane_mask as u64 + 1) * m.lane_mul as u64
-                + (m.warp_mask as u64) * m.warp_mul as u64;
-            if covered > size {
-                let c = self
-                    .b
-                    .build_int_compare(IntPredicate::ULT, raw, self.i32(size), "own")?;
-                and(self, c)?;
-            }
-            // Offsets past the tile wrap (a thread then holds a copy); others are in range.
-            thread.push(if covered > size {
-                self.b.build_and(raw, self.i32(size - 1), "toff")?
-            } else {
-                raw
-            });
-            let most =
-                m.lane_mask as u64 * m.lane_mul as u64 + m.warp_mask as u64 * m.warp_mul as u64;
-            thread_bound.push((most + 1).min(size) as u32);
-            // Wrapping (a mask of a power-of-two size) keeps an alignment below the size.
-            let step = |mask: u32, mul: u32| {
-                if mask == 0 || mul == 0 {
-                    u32::MAX
-                } else {
-                    1 << mul.trailing_zeros()
-                }
+        let (thread, thread_bound, thread_align, owner) = self.in_prologue(|lw| {
+            let mut thread = Vec::new();
+            let mut thread_bound = Vec::new();
+            let mut thread_align = Vec::new();
+            let mut owner: Option<IntValue> = None;
+            let mut and = |lw: &Self, c: IntValue<'ctx>| -> R<()> {
+                owner = Some(match owner {
+                    Some(o) => lw.b.build_and(o, c, "own")?,
+                    None => c,
+                });
+                Ok(())
             };
-            let align = step(m.lane_mask, m.lane_mul).min(step(m.warp_mask, m.warp_mul));
-            thread_align.push(align.min(shape[d].next_power_of_two()).max(1));
-        }
-        for m in &sliced {
-            if m.lane_mask != 0 || m.warp_mask != 0 {
-                let raw = self.thread_term(m)?;
-                let c = self
-                    .b
-                    .build_int_compare(IntPredicate::EQ, raw, self.i32(0), "own")?;
-                and(self, c)?;
+            for (d, m) in kept.iter().enumerate() {
+                let raw = lw.thread_term(m)?;
+                let size = shape[d] as u64;
+                let covered = (m.lane_mask as u64 + 1) * m.lane_mul as u64
+                    + (m.warp_mask as u64) * m.warp_mul as u64;
+                if covered > size {
+                    let c =
+                        lw.b.build_int_compare(IntPredicate::ULT, raw, lw.i32(size), "own")?;
+                    and(lw, c)?;
+                }
+                // Offsets past the tile wrap (a thread then holds a copy); others are in range.
+                thread.push(if covered > size {
+                    lw.b.build_and(raw, lw.i32(size - 1), "toff")?
+                } else {
+                    raw
+                });
+                let most =
+                    m.lane_mask as u64 * m.lane_mul as u64 + m.warp_mask as u64 * m.warp_mul as u64;
+                thread_bound.push((most + 1).min(size) as u32);
+                // Wrapping (a mask of a power-of-two size) keeps an alignment below the size.
+                let step = |mask: u32, mul: u32| {
+                    if mask == 0 || mul == 0 {
+                        u32::MAX
+                    } else {
+                        1 << mul.trailing_zeros()
+                    }
+                };
+                let align = step(m.lane_mask, m.lane_mul).min(step(m.warp_mask, m.warp_mul));
+                thread_align.push(align.min(shape[d].next_power_of_two()).max(1));
             }
-        }
-        if let Some(bb) = here {
-            self.b.position_at_end(bb);
-        }
+            for m in &sliced {
+                if m.lane_mask != 0 || m.warp_mask != 0 {
+                    let raw = lw.thread_term(m)?;
+                    let c =
+                        lw.b.build_int_compare(IntPredicate::EQ, raw, lw.i32(0), "own")?;
+                    and(lw, c)?;
+                }
+            }
+            Ok((thread, thread_bound, thread_align, owner))
+        })?;
         let g = Rc::new(Geometry {
             regs,
             thread,
@@ -775,17 +767,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         &mut self,
         ty: BasicTypeEnum<'ctx>,
     ) -> R<inkwell::values::PointerValue<'ctx>> {
-        let here = self.b.get_insert_block();
-        let term = self
-            .prologue
-            .get_terminator()
-            .expect("the prologue ends in a branch");
-        self.b.position_before(&term);
-        let p = self.b.build_alloca(ty, "buf")?;
-        if let Some(bb) = here {
-            self.b.position_at_end(bb);
-        }
-        Ok(p)
+        self.in_prologue(|lw| Ok(lw.b.build_alloca(ty, "buf")?))
     }
 
     /// A dimension's thread offset (in the prologue, once per distinct map: layouts of one
