@@ -398,7 +398,7 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// 16-bit floats that are each an f32 rounded (`fptrunc`), as a matmul's epilogue has its
     /// accumulators, packed into 32-bit words (a vector of them) with one `cvt.rn.f16x2.f32`
     /// (`bf16x2`) per word, built from the f32s; None where a value is not such a rounding.
-    /// The roundings left without users are deleted.
+    /// The roundings left without users are left to LLVM, which deletes them.
     pub(crate) fn pack_rounded_pairs(
         &self,
         d: DType,
