@@ -241,7 +241,7 @@ def stepped_pointers_kernel(a_ptr, b_ptr, c_ptr, out_ptr, K, stride_ak, stride_b
 
 
 def test_pointers_stepped_in_a_loop_and_read_after_it(dev, rng):
-    M, N, K, BK = 128, 64, 256, 32
+    M, N, K, BK = 128, 128, 256, 32
     a = random(rng, (M, K), "float16")
     b = random(rng, (K, N), "float16")
     c = np.zeros((M, N), np.float16)
@@ -256,16 +256,16 @@ def test_pointers_stepped_in_a_loop_and_read_after_it(dev, rng):
 @tiles.jit
 def step_first_kernel(x_ptr, out_ptr, n_steps, stride, BLOCK: tl.constexpr):
     # The pointer tile is stepped before the body reads it, and both tiles are read.
-    # (A 32-row accumulator: on one warp, enough registers a thread for the loop to carry one
+    # (A 64-row accumulator: on one warp, enough registers a thread for the loop to carry one
     # base pointer instead of the tile.)
     offs = tl.arange(0, BLOCK)
     p = x_ptr + offs
-    acc = tl.zeros((32, BLOCK), dtype=tl.float32)
+    acc = tl.zeros((64, BLOCK), dtype=tl.float32)
     for _i in range(n_steps):
         q = p + stride
         acc += (tl.load(q) * 2.0 + tl.load(p))[None, :]
         p = q
-    tl.store(out_ptr + offs, tl.sum(acc, axis=0) / 32 + tl.load(p))
+    tl.store(out_ptr + offs, tl.sum(acc, axis=0) / 64 + tl.load(p))
 
 
 def test_pointer_stepped_before_its_reads(dev, rng):
@@ -281,19 +281,19 @@ def test_pointer_stepped_before_its_reads(dev, rng):
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_stepped_pointer_tiles_become_one_offset(ptxas, target):
-    # The pipelined loop (a 128x64 fp32 accumulator on 4 warps) carries no pointer tile: each
+    # The pipelined loop (a 128x128 fp32 accumulator on 4 warps) carries no pointer tile: each
     # steps as one base pointer, so every copy reads a fresh address instead of a pointer
     # stepped in place (which ptxas kept twice and moved between register pairs).
     from test_compile import assemble
 
     sig = {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16", "out_ptr": "*fp16:16", "K": "i32:16",
            "stride_ak": "i32", "stride_bk": "i32:16"}
-    k = tiles.compile(stepped_pointers_kernel, signature=sig, constexprs={"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32},
-                      target=target, num_warps=4)
+    k = tiles.compile(stepped_pointers_kernel, signature=sig,
+                      constexprs={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, target=target, num_warps=4)
     tir = k.asm["tir_opt"]
     loop = next(line for line in tir.splitlines() if " = for " in line)
     carried = loop.split(" : ", 1)[1].split(" (")[0]
-    assert "<" not in carried.replace("<128x64xfp32", ""), loop
+    assert "<" not in carried.replace("<128x128xfp32", ""), loop
     assert "cp.async.cg.shared.global" in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], target)
 

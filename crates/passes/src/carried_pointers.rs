@@ -212,13 +212,18 @@ fn carried_words(func: &Function, for_op: Op) -> u64 {
         / threads
 }
 
-/// Loops carrying fewer accumulator registers a thread keep their pointer tiles (H200, the
-/// matmul tutorial's configurations against `TILES_REBASE_POINTERS=0`): there ptxas has
-/// registers to spare, and each copy waiting on its freshly computed address costs more than
-/// the moves it saves (64x64x64 tiles on 4 warps, 32 registers: 45.5 -> 47.6 us at 2048^3;
-/// vLLM's int8 MoE at 16 tokens, 8: 144 -> 152 us), while from 64 on it gains (64x64x32 on 2
-/// warps 60.6 -> 57.2 us, 128x128x64 on 4 warps, 128 registers: 247.7 -> 233.6 us at 4096^3).
-const MIN_CARRIED_WORDS: u64 = 64;
+/// Loops carrying fewer accumulator registers a thread keep their pointer tiles (H200, each
+/// against `TILES_REBASE_POINTERS=0` in the same run): there ptxas has registers to spare,
+/// and each copy waiting on its freshly computed address costs more than the moves it saves.
+/// - 128 registers (128x128 fp32 on 4 warps, 128x256 and 256x128 on 8): 4096^3 matmuls
+///   249.7 -> 233.5 us (128x128x64), 226.8 -> 219.7 (256x128x64); fp8 block-scaled 128x128 on
+///   4 warps 341 -> 393 TFLOP/s.
+/// - 64: mixed. int8 128x128x128 on 8 warps 999 -> 868 TOPS and 64x128x64 on 4 warps
+///   300.0 -> 307.2 us lost; 64x64x32 on 2 warps 60.4 -> 57.7 us (2048^3) and 128x64x64 on 4
+///   warps (1-2 %) gained.
+/// - 32 and less lost: 64x64x64 on 4 warps 45.5 -> 47.6 us (2048^3), vLLM's int8 MoE at 16
+///   tokens 144 -> 152 us.
+const MIN_CARRIED_WORDS: u64 = 128;
 
 fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
     let Some(parent) = parent_block(func, for_op) else {
