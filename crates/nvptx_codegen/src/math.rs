@@ -520,7 +520,8 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok((whole && n >= kind.group()).then_some(kind))
     }
 
-    /// The registers of a [`GroupedCast`].
+    /// The registers of a [`GroupedCast`]: each whole group of `kind.group()` registers at
+    /// once, a last partial group one by one.
     pub fn cast_grouped(
         &mut self,
         kind: GroupedCast,
@@ -528,126 +529,109 @@ impl<'ctx> Lowering<'ctx, '_> {
         to: Elem,
         regs: &[BasicValueEnum<'ctx>],
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
-        match kind {
-            GroupedCast::ToFp8 => self.cast_pairs_to_fp8(from, to, regs),
-            GroupedCast::FromFp8 => self.cast_pairs_from_fp8(from, to, regs),
-            GroupedCast::FromInt8 => self.cast_quads_from_int8(from, to, regs),
+        let (Elem::Num(s), Elem::Num(t)) = (from, to) else {
+            return self.internal("grouped cast of a non-number");
+        };
+        let mut out = Vec::with_capacity(regs.len());
+        for group in regs.chunks(kind.group()) {
+            if group.len() < kind.group() {
+                for &x in group {
+                    out.push(self.cast(from, to, x)?);
+                }
+                continue;
+            }
+            let converted = match kind {
+                GroupedCast::ToFp8 => self.cast_pair_to_fp8(from, t, group)?,
+                GroupedCast::FromFp8 => self.cast_pair_from_fp8(s, to, group)?,
+                GroupedCast::FromInt8 => self.cast_quad_from_int8(from, to, group)?,
+            };
+            out.extend(converted);
         }
+        Ok(out)
     }
 
-    /// 8-bit integers to floats, four at a time, without a conversion instruction: the four
-    /// bytes (offset by 128 if signed) become the low bytes of four fp16 values whose high byte
-    /// is 0x64, i.e. 1024 + byte (one byte permute per pair), and one `sub.f16x2` per pair
-    /// takes 1024 (+128) off, exactly. fp16 is exact for every 8-bit integer, so other float
-    /// types follow from it.
-    fn cast_quads_from_int8(
+    /// Four 8-bit integers to floats without a conversion instruction: the four bytes (offset
+    /// by 128 if signed) become the low bytes of four fp16 values whose high byte is 0x64, i.e.
+    /// 1024 + byte (one byte permute per pair), and one `sub.f16x2` per pair takes 1024 (+128)
+    /// off, exactly. fp16 is exact for every 8-bit integer, so other float types follow from it.
+    fn cast_quad_from_int8(
         &mut self,
         from: Elem,
         to: Elem,
-        regs: &[BasicValueEnum<'ctx>],
+        quad: &[BasicValueEnum<'ctx>],
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
         let signed = from == Elem::Num(DType::I8);
         let f16 = Elem::Num(DType::F16);
         let i8t = self.cx.i8_type();
         let f16t = self.cx.f16_type();
-        let v4 = i8t.vec_type(4);
         let magic = VectorType::const_vector(&[i8t.const_int(0x64, false); 4]);
         let bias = if signed { 1152.0 } else { 1024.0 };
         let sub = VectorType::const_vector(&[f16t.const_float(bias); 2]);
-        let mut halves = Vec::with_capacity(regs.len());
-        for quad in regs.chunks(4) {
-            if quad.len() < 4 {
-                for &x in quad {
-                    halves.push(self.cast(from, f16, x)?.into_float_value());
-                }
-                continue;
-            }
-            let mut w = v4.get_undef();
-            for (k, &x) in quad.iter().enumerate() {
-                w = self
-                    .b
-                    .build_insert_element(w, x.into_int_value(), self.i32(k as u64), "q")?;
-            }
-            if signed {
-                let flip = VectorType::const_vector(&[i8t.const_int(0x80, false); 4]);
-                w = self.b.build_xor(w, flip, "q")?;
-            }
-            for pair in [[0u64, 4, 1, 4], [2, 4, 3, 4]] {
-                let mask = VectorType::const_vector(&pair.map(|i| self.i32(i)));
-                let bytes = self.b.build_shuffle_vector(w, magic, mask, "q")?;
-                let h2 = self
-                    .b
-                    .build_bit_cast(bytes, f16t.vec_type(2), "q")?
-                    .into_vector_value();
-                let h2 = self.b.build_float_sub(h2, sub, "q")?;
-                for e in 0..2 {
-                    let h = self.b.build_extract_element(h2, self.i32(e), "q")?;
-                    halves.push(h.into_float_value());
-                }
+        let mut w = i8t.vec_type(4).get_undef();
+        for (k, &x) in quad.iter().enumerate() {
+            w = self
+                .b
+                .build_insert_element(w, x.into_int_value(), self.i32(k as u64), "q")?;
+        }
+        if signed {
+            let flip = VectorType::const_vector(&[i8t.const_int(0x80, false); 4]);
+            w = self.b.build_xor(w, flip, "q")?;
+        }
+        let mut out = Vec::with_capacity(4);
+        for pair in [[0u64, 4, 1, 4], [2, 4, 3, 4]] {
+            let mask = VectorType::const_vector(&pair.map(|i| self.i32(i)));
+            let bytes = self.b.build_shuffle_vector(w, magic, mask, "q")?;
+            let h2 = self
+                .b
+                .build_bit_cast(bytes, f16t.vec_type(2), "q")?
+                .into_vector_value();
+            let h2 = self.b.build_float_sub(h2, sub, "q")?;
+            for e in 0..2 {
+                let h = self.b.build_extract_element(h2, self.i32(e), "q")?;
+                out.push(self.cast(f16, to, h)?);
             }
         }
-        halves
+        Ok(out)
+    }
+
+    /// Two fp8 registers to fp16 in one instruction (`cvt.rn.f16x2.e4m3x2`), then to `to`.
+    fn cast_pair_from_fp8(
+        &mut self,
+        s: DType,
+        to: Elem,
+        pair: &[BasicValueEnum<'ctx>],
+    ) -> R<Vec<BasicValueEnum<'ctx>>> {
+        let f16 = Elem::Num(DType::F16);
+        let (lo, hi) = (pair[0].into_int_value(), pair[1].into_int_value());
+        self.cvt_f16x2_from_fp8(s, lo, hi)?
             .into_iter()
             .map(|h| self.cast(f16, to, h.into()))
             .collect()
     }
 
-    /// Converts fp8 registers two at a time to fp16 (`cvt.rn.f16x2.e4m3x2`), then to `to`.
-    fn cast_pairs_from_fp8(
+    /// Two registers to fp8 (`cvt.rn.satfinite.e4m3x2.f32 d, hi, lo`: one instruction and one
+    /// rounding from fp32 per pair, where the per-element form converts a value against itself
+    /// and keeps one byte). The pair's bytes come apart again as values; packing them next to
+    /// each other (staging, stores) folds back into the pair.
+    fn cast_pair_to_fp8(
         &mut self,
         from: Elem,
-        to: Elem,
-        regs: &[BasicValueEnum<'ctx>],
+        t: DType,
+        pair: &[BasicValueEnum<'ctx>],
     ) -> R<Vec<BasicValueEnum<'ctx>>> {
-        let Elem::Num(s) = from else {
-            return self.internal("fp8 pairs of a non-number");
-        };
-        let f16 = Elem::Num(DType::F16);
-        let mut out = Vec::with_capacity(regs.len());
-        for pair in regs.chunks(2) {
-            if pair.len() == 1 {
-                out.push(self.cast(from, to, pair[0])?);
-                continue;
-            }
-            let (lo, hi) = (pair[0].into_int_value(), pair[1].into_int_value());
-            for h in self.cvt_f16x2_from_fp8(s, lo, hi)? {
-                out.push(self.cast(f16, to, h.into())?);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Converts registers to fp8 two at a time (`cvt.rn.satfinite.e4m3x2.f32 d, hi, lo`: one
-    /// instruction and one rounding from fp32 per pair, where the per-element form converts a
-    /// value against itself and keeps one byte). The pair's bytes come apart again as values;
-    /// packing them next to each other (staging, stores) folds back into the pair.
-    fn cast_pairs_to_fp8(
-        &mut self,
-        from: Elem,
-        to: Elem,
-        regs: &[BasicValueEnum<'ctx>],
-    ) -> R<Vec<BasicValueEnum<'ctx>>> {
-        let Elem::Num(t) = to else {
-            return self.internal("fp8 pairs of a non-number");
-        };
         let f32e = Elem::Num(DType::F32);
         let i8t = self.cx.i8_type();
-        let mut out = Vec::with_capacity(regs.len());
-        for pair in regs.chunks(2) {
-            if pair.len() == 1 {
-                out.push(self.cast(from, to, pair[0])?);
-                continue;
-            }
-            let lo = self.cast(from, f32e, pair[0])?;
-            let hi = self.cast(from, f32e, pair[1])?;
-            let d = self.cvt_fp8x2(t, hi, lo)?;
-            out.push(self.b.build_int_truncate(d, i8t, "f8")?.into());
-            let up = self
-                .b
-                .build_right_shift(d, d.get_type().const_int(8, false), false, "f8")?;
-            out.push(self.b.build_int_truncate(up, i8t, "f8")?.into());
-        }
-        Ok(out)
+        let lo = self.cast(from, f32e, pair[0])?;
+        let hi = self.cast(from, f32e, pair[1])?;
+        let d = self.cvt_fp8x2(t, hi, lo)?;
+        let first = self.b.build_int_truncate(d, i8t, "f8")?;
+        let up = self
+            .b
+            .build_right_shift(d, d.get_type().const_int(8, false), false, "f8")?;
+        Ok(vec![
+            first.into(),
+            self.b.build_int_truncate(up, i8t, "f8")?.into(),
+        ])
     }
 
     pub fn cast(

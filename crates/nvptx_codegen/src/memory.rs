@@ -562,36 +562,31 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         if let Some((d, kept, groups)) = matrices {
             self.store_matrices(smem, et, d, &regs, &kept, strides[0], &groups)?;
-            return Ok(Staged {
-                smem,
-                et,
-                ebytes,
-                strides,
-            });
-        }
-        let sb = self.row_major_base(&sg.thread, &strides, None)?;
-        for (k, chunk) in sg.regs.chunks(vs).enumerate() {
-            let idx = self.b.build_int_add(
-                sb,
-                self.i32(row_major_offset(&chunk[0], &strides, None)),
-                "i",
-            )?;
-            // SAFETY of the GEP: indices stay inside the buffer sized for this tile.
-            let p = unsafe { self.b.build_gep(et, smem, &[idx], "sp")? };
-            let vals = &regs[k * vs..(k + 1) * vs];
-            match dtype {
-                Some(d) if vs > 1 => {
-                    let packed = self.pack_bits(d, vals)?;
-                    let st = self.b.build_store(p, packed)?;
-                    st.set_alignment(vs as u32 * ebytes)
-                        .map_err(|e| crate::CodegenError::Internal(e.to_string()))?;
-                }
-                Some(d) => {
-                    let x = self.register_to_memory(d, vals[0])?;
-                    self.b.build_store(p, x)?;
-                }
-                None => {
-                    self.b.build_store(p, vals[0])?;
+        } else {
+            let sb = self.row_major_base(&sg.thread, &strides, None)?;
+            for (k, chunk) in sg.regs.chunks(vs).enumerate() {
+                let idx = self.b.build_int_add(
+                    sb,
+                    self.i32(row_major_offset(&chunk[0], &strides, None)),
+                    "i",
+                )?;
+                // SAFETY of the GEP: indices stay inside the buffer sized for this tile.
+                let p = unsafe { self.b.build_gep(et, smem, &[idx], "sp")? };
+                let vals = &regs[k * vs..(k + 1) * vs];
+                match dtype {
+                    Some(d) if vs > 1 => {
+                        let packed = self.pack_bits(d, vals)?;
+                        let st = self.b.build_store(p, packed)?;
+                        st.set_alignment(vs as u32 * ebytes)
+                            .map_err(|e| crate::CodegenError::Internal(e.to_string()))?;
+                    }
+                    Some(d) => {
+                        let x = self.register_to_memory(d, vals[0])?;
+                        self.b.build_store(p, x)?;
+                    }
+                    None => {
+                        self.b.build_store(p, vals[0])?;
+                    }
                 }
             }
         }

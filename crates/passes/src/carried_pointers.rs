@@ -23,7 +23,8 @@
 //! same pointers, each extended as `addptr` extends it (signed, or unsigned for unsigned
 //! offsets).
 
-use tile_ir::{BinaryOp, Block, Const, DType, Function, Loc, Op, OpKind, Type, Value, ValueDef};
+use crate::software_pipeline::Cursor;
+use tile_ir::{BinaryOp, Block, Const, DType, Function, Op, OpKind, Type, Value, ValueDef};
 
 /// Whether the pipeline runs this pass: on unless `TILES_REBASE_POINTERS=0` (to compare).
 pub fn enabled() -> bool {
@@ -37,20 +38,16 @@ fn offsets_only() -> bool {
 
 /// Rewrites every loop-carried pointer tile stepped by a scalar; returns how many.
 pub fn rebase_carried_pointers(func: &mut Function) -> usize {
+    let parent = func.op_blocks();
     let loops: Vec<Op> = func
         .ops_in_order()
         .into_iter()
         .filter(|&op| matches!(func.ops[op].kind, OpKind::For { .. }))
         .collect();
-    loops.into_iter().map(|l| rebase_loop(func, l)).sum()
-}
-
-/// The op defining `v`, if an op's result.
-fn def_op(func: &Function, v: Value) -> Option<Op> {
-    match func.values[v].def {
-        ValueDef::Result(op, _) => Some(op),
-        ValueDef::Arg(..) => None,
-    }
+    loops
+        .into_iter()
+        .map(|l| rebase_loop(func, l, parent[&l]))
+        .sum()
 }
 
 /// The position of `op` in `block`'s ops.
@@ -69,7 +66,7 @@ enum Uniform {
 
 /// `offsets` (an integer tile) as a [`Uniform`] offset, where it is one.
 fn uniform(func: &Function, offsets: Value) -> Option<Uniform> {
-    let op = def_op(func, offsets)?;
+    let op = func.def_op(offsets)?;
     match func.ops[op].kind {
         OpKind::Splat => {
             let s = func.ops[op].operands[0];
@@ -77,18 +74,10 @@ fn uniform(func: &Function, offsets: Value) -> Option<Uniform> {
             (ty.shape.rank() == 0 && ty.dtype().is_some_and(|t| t.is_int()))
                 .then_some(Uniform::Scalar(s))
         }
-        OpKind::Constant(Const::Int(c)) => {
-            let t = func.ty(offsets).dtype()?;
-            let bits = t.bits();
-            let c = if bits >= 64 {
-                c
-            } else if t.is_unsigned() {
-                c & ((1i64 << bits) - 1)
-            } else {
-                (c << (64 - bits)) >> (64 - bits)
-            };
-            Some(Uniform::Constant(c))
-        }
+        OpKind::Constant(Const::Int(c)) => Some(Uniform::Constant(crate::simplify::wrap(
+            c.into(),
+            func.ty(offsets).dtype()?,
+        ))),
         _ => None,
     }
 }
@@ -96,7 +85,7 @@ fn uniform(func: &Function, offsets: Value) -> Option<Uniform> {
 /// How a loop-carried pointer tile `arg` is stepped: the yield's operand `next` is
 /// `addptr(arg, uniform)`, in the body itself.
 fn step_of(func: &Function, body: Block, arg: Value, next: Value) -> Option<Uniform> {
-    let step = def_op(func, next)?;
+    let step = func.def_op(next)?;
     let d = &func.ops[step];
     if d.kind != OpKind::AddPtr || d.operands[0] != arg {
         return None;
@@ -116,7 +105,7 @@ fn split_base(func: &Function, init: Value) -> Option<(Value, Vec<Uniform>, Vec<
     let mut chain = Vec::new();
     let mut cur = init;
     loop {
-        let op = def_op(func, cur)?;
+        let op = func.def_op(cur)?;
         let d = &func.ops[op];
         match d.kind {
             OpKind::Splat => {
@@ -135,37 +124,22 @@ fn split_base(func: &Function, init: Value) -> Option<(Value, Vec<Uniform>, Vec<
     }
 }
 
-/// Inserts ops into a block at a position, keeping the position after them.
-struct At {
-    block: Block,
-    pos: usize,
-    loc: Loc,
-}
-
-impl At {
-    fn push(&mut self, func: &mut Function, kind: OpKind, operands: Vec<Value>, ty: Type) -> Value {
-        let op = func.create_op(kind, operands, &[ty], self.loc);
-        func.blocks[self.block].ops.insert(self.pos, op);
-        self.pos += 1;
-        func.ops[op].results[0]
-    }
-
-    /// `p` advanced by `u`: `addptr` for a pointer, `add` (of `u` extended to i64) for an i64.
-    fn advance(&mut self, func: &mut Function, p: Value, u: Uniform) -> Value {
-        let ty = *func.ty(p);
-        let i64t = Type::num(DType::I64);
-        let by = match u {
-            Uniform::Scalar(s) if ty.elem.is_ptr() || func.ty(s).dtype() == Some(DType::I64) => s,
-            Uniform::Scalar(s) => self.push(func, OpKind::Cast, vec![s], i64t),
-            Uniform::Constant(c) => self.push(func, OpKind::Constant(Const::Int(c)), vec![], i64t),
-        };
-        let kind = if ty.elem.is_ptr() {
-            OpKind::AddPtr
-        } else {
-            OpKind::Binary(BinaryOp::Add)
-        };
-        self.push(func, kind, vec![p, by], ty)
-    }
+/// `p` advanced by `u` at `at`: `addptr` for a pointer, `add` (of `u` extended to i64) for an
+/// i64 offset.
+fn advance(func: &mut Function, at: &mut Cursor, p: Value, u: Uniform) -> Value {
+    let ty = *func.ty(p);
+    let i64t = Type::num(DType::I64);
+    let by = match u {
+        Uniform::Scalar(s) if ty.elem.is_ptr() || func.ty(s).dtype() == Some(DType::I64) => s,
+        Uniform::Scalar(s) => at.push(func, OpKind::Cast, vec![s], Some(i64t)),
+        Uniform::Constant(c) => at.push(func, OpKind::Constant(Const::Int(c)), vec![], Some(i64t)),
+    };
+    let kind = if ty.elem.is_ptr() {
+        OpKind::AddPtr
+    } else {
+        OpKind::Binary(BinaryOp::Add)
+    };
+    at.push(func, kind, vec![p, by], Some(ty))
 }
 
 /// What the loop carries for a pointer tile of type `tile`, and how the tile is rebuilt.
@@ -178,21 +152,21 @@ enum Carried {
 
 impl Carried {
     /// Builds the tile (type `tile`) from the carried scalar `c` at `at`.
-    fn tile(&self, func: &mut Function, at: &mut At, c: Value, tile: Type) -> Value {
+    fn tile(&self, func: &mut Function, at: &mut Cursor, c: Value, tile: Type) -> Value {
         match self {
             Carried::Base(chain) => chain.iter().fold(c, |prev, &op| {
                 let d = func.ops[op].clone();
                 let mut operands = d.operands.clone();
                 operands[0] = prev;
-                at.push(func, d.kind, operands, *func.ty(d.results[0]))
+                at.push(func, d.kind, operands, Some(*func.ty(d.results[0])))
             }),
             Carried::Offset(init) => {
                 let splat_ty = Type {
                     elem: func.ty(c).elem,
                     ..tile
                 };
-                let s = at.push(func, OpKind::Splat, vec![c], splat_ty);
-                at.push(func, OpKind::AddPtr, vec![*init, s], tile)
+                let s = at.push(func, OpKind::Splat, vec![c], Some(splat_ty));
+                at.push(func, OpKind::AddPtr, vec![*init, s], Some(tile))
             }
         }
     }
@@ -225,10 +199,8 @@ fn carried_words(func: &Function, for_op: Op) -> u64 {
 ///   tokens 144 -> 152 us.
 const MIN_CARRIED_WORDS: u64 = 128;
 
-fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
-    let Some(parent) = parent_block(func, for_op) else {
-        return 0;
-    };
+/// Rewrites the pointer tiles of loop `for_op`, an op of block `parent`.
+fn rebase_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
     let body = func.region_block(for_op, 0);
     let Some(&yield_op) = func.blocks[body].ops.last() else {
         return 0;
@@ -237,6 +209,8 @@ fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
         return 0;
     }
     let loc = func.ops[for_op].loc;
+    // Rewriting one carried value leaves the others' use counts as they are.
+    let uses = func.use_counts();
     let mut done = 0;
     // From the last carried value down, so that removing one keeps the others' indices.
     for k in (0..func.ops[yield_op].operands.len()).rev() {
@@ -253,7 +227,7 @@ fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
         let result = func.ops[for_op].results[k];
 
         // Before the loop: the carried scalar's start.
-        let mut pre = At {
+        let mut pre = Cursor {
             block: parent,
             pos: position_in(func, parent, for_op).expect("the loop is in its parent"),
             loc,
@@ -265,12 +239,14 @@ fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
         };
         let (carried, start) = match split {
             Some((base, steps, chain)) => {
-                let start = steps.into_iter().fold(base, |b, u| pre.advance(func, b, u));
+                let start = steps
+                    .into_iter()
+                    .fold(base, |b, u| advance(func, &mut pre, b, u));
                 (Carried::Base(chain), start)
             }
             None => {
                 let i64t = Type::num(DType::I64);
-                let zero = pre.push(func, OpKind::Constant(Const::Int(0)), vec![], i64t);
+                let zero = pre.push(func, OpKind::Constant(Const::Int(0)), vec![], Some(i64t));
                 (Carried::Offset(init), zero)
             }
         };
@@ -283,14 +259,14 @@ fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
         // not counting the step when only the yield reads it (at the top of the body, the
         // addresses of a pipelined loop's copies stayed live through its dots).
         let ypos = func.blocks[body].ops.len() - 1;
-        let mut end = At {
+        let mut end = Cursor {
             block: body,
             pos: ypos,
             loc,
         };
-        let stepped = end.advance(func, c, step);
+        let stepped = advance(func, &mut end, c, step);
         func.ops[yield_op].operands.push(stepped);
-        let step_op = def_op(func, next).filter(|_| func.use_counts()[next] == 1);
+        let step_op = func.def_op(next).filter(|_| uses[next] == 1);
         let first = func.blocks[body]
             .ops
             .iter()
@@ -301,7 +277,7 @@ fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
             })
             .or_else(|| step_op.and_then(|s| position_in(func, body, s)))
             .unwrap_or(0);
-        let mut at = At {
+        let mut at = Cursor {
             block: body,
             pos: first,
             loc,
@@ -310,8 +286,8 @@ fn rebase_loop(func: &mut Function, for_op: Op) -> usize {
         func.replace_uses(arg, rebuilt);
 
         // After the loop, the final tile (where something reads it).
-        if func.use_counts()[result] > 0 {
-            let mut after = At {
+        if uses[result] > 0 {
+            let mut after = Cursor {
                 block: parent,
                 pos: position_in(func, parent, for_op).expect("the loop is in its parent") + 1,
                 loc,
@@ -340,21 +316,4 @@ fn remove_carried(func: &mut Function, for_op: Op, k: usize) {
     for (i, &r) in func.ops[for_op].results.clone().iter().enumerate() {
         func.values[r].def = ValueDef::Result(for_op, i as u32);
     }
-}
-
-/// The block whose op list holds `op`.
-fn parent_block(func: &Function, op: Op) -> Option<Block> {
-    let mut found = None;
-    let mut visit = |b: Block| {
-        if func.blocks[b].ops.contains(&op) {
-            found = Some(b);
-        }
-    };
-    visit(func.entry);
-    func.walk(|o| {
-        for &r in &func.ops[o].regions {
-            visit(func.regions[r].block);
-        }
-    });
-    found
 }

@@ -17,22 +17,15 @@
 //! 4. rewrite the dot to take the fp8 values (the casts die when nothing else reads them).
 
 use crate::axis_info::{self, AxisInfoMap};
-use tile_ir::{DType, Function, MmaLayout, Op, OpKind, Value, ValueDef};
+use tile_ir::{DType, Function, MmaLayout, OpKind, Value};
 
 /// Elements a K-major operand must be contiguous over (16 bytes of fp8: one `cp.async`).
 const MIN_RUN: u64 = 16;
 
-fn def_op(func: &Function, v: Value) -> Option<Op> {
-    match func.values[v].def {
-        ValueDef::Result(op, _) => Some(op),
-        ValueDef::Arg(..) => None,
-    }
-}
-
 /// The fp8 value `v` was cast from, if `v` is such a cast to a 16-bit float (exact; an fp32
 /// dot keeps its own precision rules, which fp8 accumulation would not meet).
 fn fp8_source(func: &Function, v: Value) -> Option<Value> {
-    let op = def_op(func, v)?;
+    let op = func.def_op(v)?;
     let d = &func.ops[op];
     let to_16_bit = matches!(func.ty(v).dtype(), Some(DType::F16 | DType::BF16));
     if d.kind != OpKind::Cast || !to_16_bit {
@@ -44,14 +37,14 @@ fn fp8_source(func: &Function, v: Value) -> Option<Value> {
 
 /// The pointers `v` was loaded through, if `v` is a load.
 fn loaded_from(func: &Function, v: Value) -> Option<Value> {
-    let op = def_op(func, v)?;
+    let op = func.def_op(v)?;
     let d = &func.ops[op];
     matches!(d.kind, OpKind::Load(_)).then(|| d.operands[0])
 }
 
 /// The transposed tile, if `v` is a 2-D transpose.
 fn transposed(func: &Function, v: Value) -> Option<Value> {
-    let op = def_op(func, v)?;
+    let op = func.def_op(v)?;
     match &func.ops[op].kind {
         OpKind::Permute { perm } if func.ty(v).shape.rank() == 2 && perm[..2] == [1, 0] => {
             Some(func.ops[op].operands[0])

@@ -16,7 +16,8 @@
 use std::collections::HashMap;
 use tile_ir::{BinaryOp, Block, Const, DType, Function, Op, OpKind, Type, Value};
 
-fn wrap(v: i128, d: DType) -> i64 {
+/// `v` wrapped to `d`'s width and extended back to 64 bits as `d` extends (sign or zero).
+pub(crate) fn wrap(v: i128, d: DType) -> i64 {
     let bits = d.bits();
     if bits >= 64 {
         return v as i64;

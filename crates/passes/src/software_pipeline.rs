@@ -48,12 +48,7 @@ use tile_ir::{
 
 /// Pipelines every eligible loop; returns how many were pipelined.
 pub fn pipeline_loops(func: &mut Function) -> usize {
-    let mut parent: HashMap<Op, Block> = HashMap::new();
-    for (b, data) in func.blocks.iter() {
-        for &op in &data.ops {
-            parent.insert(op, b);
-        }
-    }
+    let parent = func.op_blocks();
     let loops: Vec<Op> = func
         .ops_in_order()
         .into_iter()
@@ -420,14 +415,14 @@ fn one_conversion(func: &Function, users: &[Op]) -> Option<Vec<Op>> {
 }
 
 /// Inserts ops at a position of a block, keeping the insertion point after them.
-struct Cursor {
-    block: Block,
-    pos: usize,
-    loc: Loc,
+pub(crate) struct Cursor {
+    pub(crate) block: Block,
+    pub(crate) pos: usize,
+    pub(crate) loc: Loc,
 }
 
 impl Cursor {
-    fn push(
+    pub(crate) fn push(
         &mut self,
         func: &mut Function,
         kind: OpKind,

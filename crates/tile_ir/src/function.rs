@@ -143,6 +143,25 @@ impl Function {
         &self.values[v].ty
     }
 
+    /// The op whose result `v` is (None for a block argument).
+    pub fn def_op(&self, v: Value) -> Option<Op> {
+        match self.values[v].def {
+            ValueDef::Result(op, _) => Some(op),
+            ValueDef::Arg(..) => None,
+        }
+    }
+
+    /// The block holding each op, for every block's ops.
+    pub fn op_blocks(&self) -> std::collections::HashMap<Op, Block> {
+        let mut parent = std::collections::HashMap::new();
+        for (b, data) in self.blocks.iter() {
+            for &op in &data.ops {
+                parent.insert(op, b);
+            }
+        }
+        parent
+    }
+
     /// The layout behind a value's type, if assigned.
     pub fn layout_of(&self, v: Value) -> Option<&Layout> {
         self.values[v].ty.layout.map(|l| &self.layouts[l])
