@@ -39,11 +39,7 @@ fn offsets_only() -> bool {
 /// Rewrites every loop-carried pointer tile stepped by a scalar; returns how many.
 pub fn rebase_carried_pointers(func: &mut Function) -> usize {
     let parent = func.op_blocks();
-    let loops: Vec<Op> = func
-        .ops_in_order()
-        .into_iter()
-        .filter(|&op| matches!(func.ops[op].kind, OpKind::For { .. }))
-        .collect();
+    let loops = func.for_loops();
     loops
         .into_iter()
         .map(|l| rebase_loop(func, l, parent[&l]))

@@ -49,11 +49,7 @@ use tile_ir::{
 /// Pipelines every eligible loop; returns how many were pipelined.
 pub fn pipeline_loops(func: &mut Function) -> usize {
     let parent = func.op_blocks();
-    let loops: Vec<Op> = func
-        .ops_in_order()
-        .into_iter()
-        .filter(|&op| matches!(func.ops[op].kind, OpKind::For { .. }))
-        .collect();
+    let loops = func.for_loops();
     let mut next_buf = 0u32;
     let mut done = 0;
     for op in loops {

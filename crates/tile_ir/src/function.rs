@@ -151,6 +151,17 @@ impl Function {
         }
     }
 
+    /// Every live `for` loop, outer loops before the loops they contain.
+    pub fn for_loops(&self) -> Vec<Op> {
+        let mut out = Vec::new();
+        self.walk(|op| {
+            if matches!(self.ops[op].kind, OpKind::For { .. }) {
+                out.push(op);
+            }
+        });
+        out
+    }
+
     /// The block holding each op, for every block's ops.
     pub fn op_blocks(&self) -> std::collections::HashMap<Op, Block> {
         let mut parent = std::collections::HashMap::new();
