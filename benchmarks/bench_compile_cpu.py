@@ -131,19 +131,25 @@ def import_ms(mod: str, reps=5):
     return statistics.median(out)
 
 
-def _layernorm_job():
+def _job(kernel: str = "layernorm", launched: bool = False):
+    """One of KERNELS as `compile` takes it: plain, or specialised as a launch would."""
     import tiles
 
     m = load("tiles")
-    name, sig, cx, warps = KERNELS["layernorm"]
+    name, sig, cx, warps = KERNELS[kernel]
+    if launched:
+        sig, cx, div = as_launched(kernel)
+        sig = {k: (f"{v}:16" if k in div else v) for k, v in sig.items()}
     return tiles, dict(fn=getattr(m, name), signature=sig, constexprs=cx, num_warps=warps)
 
 
-def threads_speedup(k_threads: int, reps: int = 5, per_thread: int = 1):
-    """K·`per_thread` equal layernorm compiles one after another, then with `compile_many` on
-    K threads: the best of `reps` rounds of each, the two alternating (after one round of each
-    that is not counted: the pool's threads start, and the host settles)."""
-    tiles, job = _layernorm_job()
+def threads_speedup(k_threads: int, reps: int = 5, per_thread: int = 1, kernel: str = "layernorm",
+                    launched: bool = False):
+    """K·`per_thread` equal compiles of `kernel` (layernorm's plain signature by default, as the
+    earlier results) one after another, then with `compile_many` on K threads: the best of
+    `reps` rounds of each, the two alternating (after one round of each that is not counted:
+    the pool's threads start, and the host settles)."""
+    tiles, job = _job(kernel, launched)
     jobs = [job] * (k_threads * per_thread)
     seq, par = [], []
     for r in range(reps + 1):
@@ -161,7 +167,7 @@ def threads_speedup(k_threads: int, reps: int = 5, per_thread: int = 1):
 
 def _process_compiles(barrier, results, n):
     os.environ["TILES_CACHE"] = "0"
-    tiles, job = _layernorm_job()
+    tiles, job = _job()
     for _ in range(2):
         tiles.compile(**job)
     barrier.wait()

@@ -130,15 +130,16 @@ def processes(k: int):
     return processes_speedup(k)
 
 
-def threads(k: int, per_thread: int = 1):
-    """K·`per_thread` equal layernorm compiles one after another, then on K threads with
-    `compile_many` (bench_compile_cpu's measure, with the disk cache off)."""
+def threads(k: int, per_thread: int = 1, kernel: str = "layernorm"):
+    """K·`per_thread` equal compiles one after another, then on K threads with `compile_many`
+    (bench_compile_cpu's measure, with the disk cache off): layernorm's plain signature, or the
+    matmul as launched."""
     sys.path.insert(0, HERE)
     from bench_compile_cpu import threads_speedup
 
     os.environ["TILES_CACHE"] = "0"
     try:
-        return threads_speedup(k, per_thread=per_thread)
+        return threads_speedup(k, per_thread=per_thread, kernel=kernel, launched=kernel == "matmul")
     finally:
         os.environ.pop("TILES_CACHE")
 
@@ -149,6 +150,7 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES), help="first-call cases, comma-separated")
     ap.add_argument("--first-calls-only", action="store_true", help="skip one-more-kernel and the thread figures")
     ap.add_argument("--mods", default="tiles,triton", help="compilers, comma-separated")
+    ap.add_argument("--threads-only", action="store_true", help="only the thread and process figures")
     a = ap.parse_args()
     res = {}
 
@@ -157,7 +159,7 @@ def main():
             with open(a.json, "w") as f:
                 json.dump(res, f, indent=2)
 
-    for mod in a.mods.split(","):
+    for mod in [] if a.threads_only else a.mods.split(","):
         for case in a.cases.split(","):
             colds, warms = [], []
             for _ in range(3):
@@ -180,14 +182,16 @@ def main():
     for k in (4, 8):
         res[f"tiles_threads_{k}_speedup"] = threads(k)
         res[f"tiles_threads_{k}_x4_speedup"] = threads(k, per_thread=4)
+        res[f"tiles_threads_{k}_matmul_speedup"] = threads(k, kernel="matmul")
         res[f"tiles_processes_{k}_speedup"] = processes(k)
         save()
     res["cpu_cores"] = os.cpu_count()
-    for mod in a.mods.split(","):
+    for mod in [] if a.threads_only else a.mods.split(","):
         print(f"{mod}: one more kernel {res[f'{mod}_one_more_kernel_ms']:.1f} ms")
     print(f"compile_many: K kernels on 4 / 8 threads {res['tiles_threads_4_speedup']:.2f}x / "
           f"{res['tiles_threads_8_speedup']:.2f}x, 4K kernels {res['tiles_threads_4_x4_speedup']:.2f}x / "
-          f"{res['tiles_threads_8_x4_speedup']:.2f}x ({res['cpu_cores']} cores); K compiles in 4 / 8 "
+          f"{res['tiles_threads_8_x4_speedup']:.2f}x, K matmuls {res['tiles_threads_4_matmul_speedup']:.2f}x / "
+          f"{res['tiles_threads_8_matmul_speedup']:.2f}x ({res['cpu_cores']} cores); K compiles in 4 / 8 "
           f"processes: {res['tiles_processes_4_speedup']:.2f}x / {res['tiles_processes_8_speedup']:.2f}x")
     save()
 
