@@ -611,7 +611,25 @@ impl Assigner<'_> {
             // Data movement through shared memory: any operand layout will do.
             OpKind::Permute { .. } | OpKind::Reshape | OpKind::Join | OpKind::Split => {
                 for r in self.func.ops[op].results.clone() {
-                    let l = self.first_demand_or_default(r);
+                    let mut l = self.first_demand_or_default(r);
+                    if crate::shape_ops_in_registers()
+                        && !matches!(self.func.layouts[l], Layout::Blocked(_))
+                    {
+                        if let Some(run) = self.interleave_run(op) {
+                            // A chain of interleaves ends here: in a blocked layout with the
+                            // chain's run in each thread, the joins and reshapes move no data,
+                            // and one conversion to what the users want follows.
+                            let shape = self.func.ty(r).shape;
+                            let order: Vec<u32> = (0..shape.rank() as u32).rev().collect();
+                            let b = BlockedLayout::default_for(
+                                shape.dims(),
+                                self.num_warps,
+                                &order,
+                                run,
+                            );
+                            l = self.func.intern_layout(Layout::Blocked(b));
+                        }
+                    }
                     self.decided.set(r, Some(l));
                 }
                 // Operands asked for a layout in which each result element is already in its
@@ -672,6 +690,48 @@ impl Assigner<'_> {
                 self.demand_operands(op, l);
             }
         }
+    }
+
+    /// For a `reshape` that merges the last dimension of a `join`'s result (`tl.interleave`),
+    /// possibly the last of a chain of them (an AWQ kernel unpacks with three): the number of
+    /// consecutive last-dimension elements each thread must hold for every op of the chain to
+    /// keep its elements in their threads. None for any other op.
+    fn interleave_run(&self, op: Op) -> Option<u32> {
+        let last = *self
+            .func
+            .ty(self.func.ops[op].results[0])
+            .shape
+            .dims()
+            .last()?;
+        let mut run = 1u32;
+        let mut op = op;
+        loop {
+            let data = &self.func.ops[op];
+            if data.kind != OpKind::Reshape {
+                break;
+            }
+            let (src, dst) = (
+                self.func.ty(data.operands[0]).shape,
+                self.func.ty(data.results[0]).shape,
+            );
+            let (sd, dd) = (src.dims(), dst.dims());
+            let rank = dd.len().checked_sub(1)?;
+            if sd.len() != dd.len() + 1 || sd[..rank] != dd[..rank] {
+                break;
+            }
+            let Some(join) = self.func.def_op(data.operands[0]) else {
+                break;
+            };
+            if self.func.ops[join].kind != OpKind::Join {
+                break;
+            }
+            run = run.checked_mul(*sd.last()?)?;
+            match self.func.def_op(self.func.ops[join].operands[0]) {
+                Some(prev) => op = prev,
+                None => break,
+            }
+        }
+        (run > 1 && last % run == 0).then_some(run)
     }
 
     /// For a `join` whose result holds the new last dimension in each thread's registers, a
