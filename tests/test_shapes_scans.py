@@ -243,55 +243,80 @@ def test_unpacking_shape_ops(dev, rng, monkeypatch, in_registers):
 
 
 @tiles.jit
-def unpack_to_dot_kernel(a_ptr, q_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
-    # 4-bit weights unpacked by three interleaves (as vLLM's AWQ GEMM does) into a dot's `b`:
-    # the chain's result is wanted in the dot operand's layout.
+def unpack_to_dot_kernel(a_ptr, q_ptr, z_ptr, s_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                         BK: tl.constexpr):
+    # 4-bit weights and zero points unpacked by three interleaves each, as vLLM's AWQ GEMM does,
+    # scaled, into a dot's `b`: the chains' results are wanted in the dot operand's layout.
     rm = tl.arange(0, M)
-    rk = tl.arange(0, K)
-    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
-    q = tl.load(q_ptr + rk[:, None] * (N // 8) + tl.arange(0, N // 8)[None, :])
-    w = tl.interleave(q, q)
-    w = tl.interleave(w, w)
-    w = tl.interleave(w, w)
+    rk = tl.arange(0, BK)
+    rn8 = tl.arange(0, N // 8)
     order = ((tl.arange(0, 2) * 4)[None, :] + tl.arange(0, 4)[:, None]).reshape(8)
-    shifts = tl.reshape(tl.broadcast_to(order[None, :] * 4, (K * (N // 8), 8)), (K, N))
-    b = (((w >> shifts) & 0xF) - 8).to(tl.float16)
-    tl.store(out_ptr + rm[:, None] * N + tl.arange(0, N)[None, :], tl.dot(a, b))
+    shifts = tl.reshape(tl.broadcast_to(order[None, :] * 4, (BK * (N // 8), 8)), (BK, N))
+    acc = tl.zeros((M, N), tl.float32)
+    for k0 in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :])
+        q = tl.load(q_ptr + (k0 + rk)[:, None] * (N // 8) + rn8[None, :])
+        w = tl.interleave(q, q)
+        w = tl.interleave(w, w)
+        w = tl.interleave(w, w)
+        z = tl.load(z_ptr + (k0 // BK) * (N // 8) + rn8)[None, :]
+        z = tl.interleave(z, z)
+        z = tl.interleave(z, z)
+        z = tl.interleave(z, z)
+        z = tl.broadcast_to(z, (BK, N))
+        sc = tl.load(s_ptr + (k0 // BK) * N + tl.arange(0, N))[None, :]
+        b = (((w >> shifts) & 0xF) - ((z >> shifts) & 0xF)).to(tl.float16) * sc
+        acc = tl.dot(a, b, acc)
+    tl.store(out_ptr + rm[:, None] * N + tl.arange(0, N)[None, :], acc)
 
 
-def _unpack_to_dot_ref(a, q):
-    order = [0, 4, 1, 5, 2, 6, 3, 7]
-    u = q.astype(np.int64) & 0xFFFFFFFF
-    b = np.zeros((q.shape[0], q.shape[1] * 8), np.int64)
-    for j in range(8):
-        b[:, j::8] = (u >> (order[j] * 4)) & 0xF
-    return a.astype(np.float64) @ (b - 8).astype(np.float64)
+def _unpack_to_dot_ref(a, q, z, s, bk):
+    def unpack(x):
+        order = [0, 4, 1, 5, 2, 6, 3, 7]
+        u = x.astype(np.int64) & 0xFFFFFFFF
+        out = np.zeros((x.shape[0], x.shape[1] * 8), np.int64)
+        for j in range(8):
+            out[:, j::8] = (u >> (order[j] * 4)) & 0xF
+        return out
+    b = (unpack(q) - np.repeat(unpack(z), bk, axis=0)).astype(np.float16)
+    b = (b * np.repeat(s, bk, axis=0)).astype(np.float64)  # rounded to fp16, as the kernel
+    return a.astype(np.float64) @ b
+
+
+def _unpack_to_dot_args(rng, M=16, N=64, K=256, BK=128):
+    a = (rng.random((M, K)) - 0.5).astype(np.float16)
+    q = rng.integers(-2**31, 2**31, (K, N // 8), dtype=np.int64).astype(np.int32)
+    z = rng.integers(-2**31, 2**31, (K // BK, N // 8), dtype=np.int64).astype(np.int32)
+    s = (rng.random((K // BK, N)) / 8 + 0.01).astype(np.float16)
+    return a, q, z, s
 
 
 @pytest.mark.parametrize("in_registers", ["0", "1"])
 def test_unpacking_into_a_dot(dev, rng, monkeypatch, in_registers):
     monkeypatch.setenv("TILES_SHAPE_OPS_IN_REGISTERS", in_registers)
-    M, N, K = 16, 64, 128
-    a = (rng.random((M, K)) - 0.5).astype(np.float16)
-    q = rng.integers(-2**31, 2**31, (K, N // 8), dtype=np.int64).astype(np.int32)
-    out = dev.put(np.zeros((M, N), np.float32))
-    unpack_to_dot_kernel[(1,)](dev.put(a), dev.put(q), out, M=M, N=N, K=K)
-    np.testing.assert_allclose(dev.get(out), _unpack_to_dot_ref(a, q), rtol=1e-3, atol=1e-3)
+    a, q, z, s = _unpack_to_dot_args(rng)
+    out = dev.put(np.zeros((16, 64), np.float32))
+    unpack_to_dot_kernel[(1,)](dev.put(a), dev.put(q), dev.put(z), dev.put(s), out, M=16, N=64, K=256, BK=128)
+    ref = _unpack_to_dot_ref(a, q, z, s, 128)
+    np.testing.assert_allclose(dev.get(out), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_unpacking_into_a_dot_assemble(ptxas, monkeypatch, target):
-    # The interleaves' result is wanted in the dot operand's layout: the chain runs in a blocked
-    # layout with its 8-element run in each thread (no data moves), and one conversion follows.
+    # The interleaves' results are wanted in the dot operand's layout: the chains, the shifts and
+    # the scaling run in a blocked layout with the chains' 8-element run in each thread (no data
+    # moves), and one conversion of the fp16 `b` follows.
     def ptx(flag):
         monkeypatch.setenv("TILES_SHAPE_OPS_IN_REGISTERS", flag)
-        k = tiles.compile(unpack_to_dot_kernel, signature={"a_ptr": "*fp16", "q_ptr": "*i32", "out_ptr": "*fp32"},
-                          constexprs={"M": 16, "N": 64, "K": 128},
-                          specialization={"a_ptr": 16, "q_ptr": 16, "out_ptr": 16}, target=target, num_warps=4)
+        k = tiles.compile(unpack_to_dot_kernel, signature={"a_ptr": "*fp16", "q_ptr": "*i32", "z_ptr": "*i32",
+                                                           "s_ptr": "*fp16", "out_ptr": "*fp32"},
+                          constexprs={"M": 16, "N": 64, "K": 256, "BK": 128},
+                          specialization={"a_ptr": 16, "q_ptr": 16, "z_ptr": 16, "s_ptr": 16, "out_ptr": 16},
+                          target=target, num_warps=4)
         return k.asm["ptx"]
 
     off, on = ptx("0"), ptx("1")
-    assert on.count("bar.sync") * 2 <= off.count("bar.sync"), (on.count("bar.sync"), off.count("bar.sync"))
+    assert on.count("bar.sync") * 3 <= off.count("bar.sync"), (on.count("bar.sync"), off.count("bar.sync"))
     assert on.count("st.shared") * 2 <= off.count("st.shared"), (on.count("st.shared"), off.count("st.shared"))
     report = assemble(ptxas, on, target)
     assert "0 bytes spill stores" in report, report

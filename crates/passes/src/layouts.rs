@@ -612,22 +612,12 @@ impl Assigner<'_> {
             OpKind::Permute { .. } | OpKind::Reshape | OpKind::Join | OpKind::Split => {
                 for r in self.func.ops[op].results.clone() {
                     let mut l = self.first_demand_or_default(r);
-                    if crate::shape_ops_in_registers()
-                        && !matches!(self.func.layouts[l], Layout::Blocked(_))
-                    {
-                        if let Some(run) = self.interleave_run(op) {
-                            // A chain of interleaves ends here: in a blocked layout with the
-                            // chain's run in each thread, the joins and reshapes move no data,
-                            // and one conversion to what the users want follows.
-                            let shape = self.func.ty(r).shape;
-                            let order: Vec<u32> = (0..shape.rank() as u32).rev().collect();
-                            let b = BlockedLayout::default_for(
-                                shape.dims(),
-                                self.num_warps,
-                                &order,
-                                run,
-                            );
-                            l = self.func.intern_layout(Layout::Blocked(b));
+                    if !matches!(self.func.layouts[l], Layout::Blocked(_)) {
+                        // A chain of interleaves ends here: in a blocked layout with the
+                        // chain's run in each thread, the joins and reshapes move no data,
+                        // and one conversion to what the users want follows.
+                        if let Some(il) = self.interleave_layout(op) {
+                            l = il;
                         }
                     }
                     self.decided.set(r, Some(l));
@@ -684,7 +674,10 @@ impl Assigner<'_> {
                 }
                 let l = self.unshared(r, Some(r));
                 self.decided.set(r, Some(l));
-                if is_cheap(&kind) {
+                // Not recomputed in the dot operand layout `unshared` turned down: that copy
+                // would pull its operands (the interleaves) back into it.
+                let declined = self.first_demand_or_default(r) != l;
+                if is_cheap(&kind) && !declined {
                     self.rematerialize(op, r, l);
                 }
                 self.demand_operands(op, l);
@@ -697,6 +690,9 @@ impl Assigner<'_> {
     /// consecutive last-dimension elements each thread must hold for every op of the chain to
     /// keep its elements in their threads. None for any other op.
     fn interleave_run(&self, op: Op) -> Option<u32> {
+        if !crate::shape_ops_in_registers() {
+            return None;
+        }
         let last = *self
             .func
             .ty(self.func.ops[op].results[0])
@@ -732,6 +728,16 @@ impl Assigner<'_> {
             }
         }
         (run > 1 && last % run == 0).then_some(run)
+    }
+
+    /// The blocked layout for the result of `op`, the last `reshape` of a chain of interleaves,
+    /// in which every op of the chain keeps its elements in their threads ([`interleave_run`]).
+    fn interleave_layout(&mut self, op: Op) -> Option<LayoutId> {
+        let run = self.interleave_run(op)?;
+        let shape = self.func.ty(self.func.ops[op].results[0]).shape;
+        let order: Vec<u32> = (0..shape.rank() as u32).rev().collect();
+        let b = BlockedLayout::default_for(shape.dims(), self.num_warps, &order, run);
+        Some(self.func.intern_layout(Layout::Blocked(b)))
     }
 
     /// For a `join` whose result holds the new last dimension in each thread's registers, a
@@ -835,6 +841,15 @@ impl Assigner<'_> {
     /// at the dot.
     fn unshared(&mut self, r: Value, from: Option<Value>) -> LayoutId {
         let l = self.first_demand_or_default(r);
+        if matches!(self.func.layouts[l], Layout::DotOperand { .. }) {
+            // Computed from a chain of interleaves (sub-byte weights unpacked): in the chain's
+            // layout, and converted once at the dot, after the arithmetic. In the operand
+            // layout the chain's result and every tile combined with it (zero points, scales)
+            // would each need a conversion of their own.
+            if let Some(il) = from.and_then(|v| self.interleave_source(v)) {
+                return il;
+            }
+        }
         if !self.func.layouts[l].is_warpgroup_b() {
             return l;
         }
@@ -860,6 +875,32 @@ impl Assigner<'_> {
                 return None;
             }
             // The tile operand that is not a broadcast scalar.
+            let is_uniform = |o: Value| match self.func.values[o].def {
+                ValueDef::Result(d, _) => {
+                    matches!(self.func.ops[d].kind, OpKind::Splat | OpKind::Constant(_))
+                }
+                ValueDef::Arg(..) => false,
+            };
+            v = *data.operands.iter().find(|&&o| !is_uniform(o))?;
+        }
+        None
+    }
+
+    /// The layout of the interleave chain `v` is computed from element by element (as
+    /// `source_layout` follows them), if there is one ([`interleave_layout`]).
+    fn interleave_source(&mut self, v: Value) -> Option<LayoutId> {
+        let mut v = v;
+        for _ in 0..32 {
+            let ValueDef::Result(op, _) = self.func.values[v].def else {
+                return None;
+            };
+            let data = &self.func.ops[op];
+            if data.kind == OpKind::Reshape {
+                return self.interleave_layout(op);
+            }
+            if !data.kind.is_elementwise() {
+                return None;
+            }
             let is_uniform = |o: Value| match self.func.values[o].def {
                 ValueDef::Result(d, _) => {
                     matches!(self.func.ops[d].kind, OpKind::Splat | OpKind::Constant(_))
