@@ -298,6 +298,60 @@ def test_stepped_pointer_tiles_become_one_offset(ptxas, target):
     assemble(ptxas, k.asm["ptx"], target)
 
 
+@tiles.jit
+def carried_offsets_kernel(a_ptr, b_ptr, out_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr):
+    # `offs_k` is carried and masks both operands (vLLM's AWQ GEMM steps it so): read as a row
+    # for `a` and as a column for `b`, in two layouts.
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for _ in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptr + rm[:, None] * K + offs_k[None, :], mask=(rm[:, None] < M) & (offs_k[None, :] < K),
+                    other=0.0)
+        b = tl.load(b_ptr + offs_k[:, None] * N + rn[None, :], mask=(offs_k[:, None] < K) & (rn[None, :] < N),
+                    other=0.0)
+        acc = tl.dot(a, b, acc)
+        offs_k += BLOCK_K
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("per_layout", ["0", "1"])
+def test_offsets_carried_in_two_layouts(dev, rng, monkeypatch, per_layout):
+    monkeypatch.setenv("TILES_CARRY_PER_LAYOUT", per_layout)
+    M, N, K = 30, 20, 100  # K not a multiple of BLOCK_K: the masks matter
+    a = random(rng, (M, K), "float16", -1, 1)
+    b = random(rng, (K, N), "float16", -1, 1)
+    out = dev.put(np.zeros((M, N), np.float32))
+    carried_offsets_kernel[(1,)](dev.put(a), dev.put(b), out, M, N, K, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(dev.get(out), ref, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_offsets_carried_per_layout(ptxas, monkeypatch, target):
+    # The loop carries `offs_k` once per layout it is read in, each stepped on its own: no
+    # conversion through shared memory in the loop.
+    from test_compile import assemble
+
+    def compile_(flag):
+        monkeypatch.setenv("TILES_CARRY_PER_LAYOUT", flag)
+        sig = {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "out_ptr": "*fp32:16", "M": "i32", "N": "i32", "K": "i32"}
+        return tiles.compile(carried_offsets_kernel, signature=sig,
+                             constexprs={"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, target=target, num_warps=4)
+
+    def loop(k):
+        tir = k.asm["tir_opt"]
+        body = tir.split(" = for ", 1)[1].split("yield", 1)[0]
+        return sum("convert_layout" in line and ": <32xi32" in line for line in body.splitlines())
+
+    off, on = compile_("0"), compile_("1")
+    assert loop(off) >= 2 and loop(on) == 0, (loop(off), loop(on))
+    assert on.asm["ptx"].count("bar.sync") < off.asm["ptx"].count("bar.sync")
+    assemble(ptxas, on.asm["ptx"], target)
+
+
 @pytest.mark.parametrize("act", ["none", "leaky_relu"])
 def test_dot_epilogue_and_reduction(dev, rng, act):
     M, N, K = 64, 32, 32

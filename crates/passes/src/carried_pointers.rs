@@ -299,7 +299,7 @@ fn rebase_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
 
 /// Drops carried value `k` of loop `for_op` (its init, body argument, yield operand and
 /// result, none of which is read any more), renumbering the later arguments and results.
-fn remove_carried(func: &mut Function, for_op: Op, k: usize) {
+pub(crate) fn remove_carried(func: &mut Function, for_op: Op, k: usize) {
     let body = func.region_block(for_op, 0);
     let yield_op = *func.blocks[body].ops.last().expect("a yield");
     func.ops[for_op].operands.remove(3 + k);

@@ -14,6 +14,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod axis_info;
+pub mod carried_layouts;
 pub mod carried_pointers;
 pub mod fp8_dots;
 pub mod layouts;

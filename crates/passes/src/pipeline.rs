@@ -1,6 +1,8 @@
 //! The pass pipeline, in the order it runs. Read top to bottom.
 
-use crate::{axis_info, carried_pointers, fp8_dots, layouts, simplify, software_pipeline};
+use crate::{
+    axis_info, carried_layouts, carried_pointers, fp8_dots, layouts, simplify, software_pipeline,
+};
 use tile_ir::{verify, Function, VerifyErrors};
 
 /// Why the pipeline stopped.
@@ -90,6 +92,12 @@ pub fn run_pipeline(
         simplify::eliminate_common_subexpressions(f);
         simplify::eliminate_dead_code(f);
     })?;
+    step("carry_per_layout", func, &|f| {
+        if carried_layouts::enabled() && carried_layouts::carry_per_layout(f) > 0 {
+            simplify::eliminate_common_subexpressions(f);
+            simplify::eliminate_dead_code(f);
+        }
+    })?;
     step("pipeline_loops", func, &|f| {
         if software_pipeline::pipeline_loops(f) > 0 {
             simplify::eliminate_common_subexpressions(f);
@@ -106,13 +114,14 @@ pub fn run_pipeline(
 }
 
 /// The passes that can be run one by one (`tiles-opt --passes=...`), in pipeline order.
-pub const PASS_NAMES: [&str; 8] = [
+pub const PASS_NAMES: [&str; 9] = [
     "fold_constants",
     "cse",
     "dce",
     "fuse_dot_accumulation",
     "fp8_warpgroup_dots",
     "assign_layouts",
+    "carry_per_layout",
     "pipeline_loops",
     "rebase_carried_pointers",
 ];
@@ -122,7 +131,7 @@ pub const PASS_NAMES: [&str; 8] = [
 pub enum RunPassError {
     /// No pass has this name.
     #[error(
-        "unknown pass `{0}` (known: fold_constants, cse, dce, fuse_dot_accumulation, fp8_warpgroup_dots, assign_layouts, pipeline_loops, rebase_carried_pointers)"
+        "unknown pass `{0}` (known: fold_constants, cse, dce, fuse_dot_accumulation, fp8_warpgroup_dots, assign_layouts, carry_per_layout, pipeline_loops, rebase_carried_pointers)"
     )]
     Unknown(String),
     /// The IR was invalid after the pass.
@@ -154,6 +163,9 @@ pub fn run_pass(name: &str, func: &mut Function) -> Result<(), RunPassError> {
         }
         "pipeline_loops" => {
             software_pipeline::pipeline_loops(func);
+        }
+        "carry_per_layout" => {
+            carried_layouts::carry_per_layout(func);
         }
         "rebase_carried_pointers" => {
             carried_pointers::rebase_carried_pointers(func);
