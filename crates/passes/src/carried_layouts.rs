@@ -17,6 +17,7 @@
 //! `add(%oy, splat(%d): #Y)`. Exact: a conversion moves elements without changing them, and
 //! the step computes the same value for every element in any layout.
 
+use crate::layouts::is_uniform;
 use crate::software_pipeline::Cursor;
 use std::collections::BTreeMap;
 use tile_ir::{Block, Function, LayoutId, Op, OpKind, Type, Value};
@@ -33,12 +34,6 @@ pub fn carry_per_layout(func: &mut Function) -> usize {
         .into_iter()
         .map(|l| split_loop(func, l, parent[&l]))
         .sum()
-}
-
-/// `v` as the same value in every element: a splat of a scalar or a constant tile.
-fn is_uniform(func: &Function, v: Value) -> bool {
-    func.def_op(v)
-        .is_some_and(|op| matches!(func.ops[op].kind, OpKind::Splat | OpKind::Constant(_)))
 }
 
 /// Every op in `block` and the blocks nested in it that reads `v`.

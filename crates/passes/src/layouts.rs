@@ -165,6 +165,12 @@ fn is_cheap(kind: &OpKind) -> bool {
     ) || (kind.is_elementwise() && !matches!(kind, OpKind::Unary(_)))
 }
 
+/// Whether `v` holds one value in every element: a splat of a scalar or a constant tile.
+pub(crate) fn is_uniform(func: &Function, v: Value) -> bool {
+    func.def_op(v)
+        .is_some_and(|op| matches!(func.ops[op].kind, OpKind::Splat | OpKind::Constant(_)))
+}
+
 /// Assigns layouts to every tile of `func`, for tensor cores driven by warps (`mma.sync`).
 pub fn assign_layouts(func: &mut Function, axis: &AxisInfoMap) {
     assign_layouts_for(func, axis, false, false)
@@ -859,57 +865,42 @@ impl Assigner<'_> {
         })
     }
 
-    /// The layout of the anchored load that `v` is computed from element by element (through
-    /// casts and arithmetic with splats or constants), if there is one.
-    fn source_layout(&self, v: Value) -> Option<LayoutId> {
+    /// The op that `v` is computed from element by element (through casts and arithmetic with
+    /// splats or constants): the first op on the way back that is not elementwise.
+    fn elementwise_origin(&self, v: Value) -> Option<Op> {
         let mut v = v;
         for _ in 0..32 {
             let ValueDef::Result(op, _) = self.func.values[v].def else {
                 return None;
             };
             let data = &self.func.ops[op];
-            if matches!(data.kind, OpKind::Load(_)) {
-                return self.anchors.get(&op).map(|a| a.0);
-            }
             if !data.kind.is_elementwise() {
-                return None;
+                return Some(op);
             }
             // The tile operand that is not a broadcast scalar.
-            let is_uniform = |o: Value| match self.func.values[o].def {
-                ValueDef::Result(d, _) => {
-                    matches!(self.func.ops[d].kind, OpKind::Splat | OpKind::Constant(_))
-                }
-                ValueDef::Arg(..) => false,
-            };
-            v = *data.operands.iter().find(|&&o| !is_uniform(o))?;
+            v = *data.operands.iter().find(|&&o| !is_uniform(self.func, o))?;
         }
         None
     }
 
-    /// The layout of the interleave chain `v` is computed from element by element (as
-    /// `source_layout` follows them), if there is one ([`interleave_layout`]).
-    fn interleave_source(&mut self, v: Value) -> Option<LayoutId> {
-        let mut v = v;
-        for _ in 0..32 {
-            let ValueDef::Result(op, _) = self.func.values[v].def else {
-                return None;
-            };
-            let data = &self.func.ops[op];
-            if data.kind == OpKind::Reshape {
-                return self.interleave_layout(op);
-            }
-            if !data.kind.is_elementwise() {
-                return None;
-            }
-            let is_uniform = |o: Value| match self.func.values[o].def {
-                ValueDef::Result(d, _) => {
-                    matches!(self.func.ops[d].kind, OpKind::Splat | OpKind::Constant(_))
-                }
-                ValueDef::Arg(..) => false,
-            };
-            v = *data.operands.iter().find(|&&o| !is_uniform(o))?;
+    /// The layout of the anchored load that `v` is computed from element by element, if
+    /// there is one.
+    fn source_layout(&self, v: Value) -> Option<LayoutId> {
+        let op = self.elementwise_origin(v)?;
+        if !matches!(self.func.ops[op].kind, OpKind::Load(_)) {
+            return None;
         }
-        None
+        self.anchors.get(&op).map(|a| a.0)
+    }
+
+    /// The layout of the interleave chain `v` is computed from element by element, if there
+    /// is one ([`interleave_layout`]).
+    fn interleave_source(&mut self, v: Value) -> Option<LayoutId> {
+        let op = self.elementwise_origin(v)?;
+        if self.func.ops[op].kind != OpKind::Reshape {
+            return None;
+        }
+        self.interleave_layout(op)
     }
 
     /// Recomputes `op` once for every other layout its result is demanded in.
