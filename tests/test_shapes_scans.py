@@ -306,16 +306,20 @@ def test_unpacking_into_a_dot_assemble(ptxas, monkeypatch, target):
     # The interleaves' results are wanted in the dot operand's layout: the chains, the shifts and
     # the scaling run in a blocked layout with the chains' 8-element run in each thread (no data
     # moves), and one conversion of the fp16 `b` follows.
-    def ptx(flag):
+    def compile_(flag):
         monkeypatch.setenv("TILES_SHAPE_OPS_IN_REGISTERS", flag)
-        k = tiles.compile(unpack_to_dot_kernel, signature={"a_ptr": "*fp16", "q_ptr": "*i32", "z_ptr": "*i32",
-                                                           "s_ptr": "*fp16", "out_ptr": "*fp32"},
-                          constexprs={"M": 16, "N": 64, "K": 256, "BK": 128},
-                          specialization={"a_ptr": 16, "q_ptr": 16, "z_ptr": 16, "s_ptr": 16, "out_ptr": 16},
-                          target=target, num_warps=4)
-        return k.asm["ptx"]
+        return tiles.compile(unpack_to_dot_kernel, signature={"a_ptr": "*fp16", "q_ptr": "*i32", "z_ptr": "*i32",
+                                                              "s_ptr": "*fp16", "out_ptr": "*fp32"},
+                             constexprs={"M": 16, "N": 64, "K": 256, "BK": 128},
+                             specialization={"a_ptr": 16, "q_ptr": 16, "z_ptr": 16, "s_ptr": 16, "out_ptr": 16},
+                             target=target, num_warps=4)
 
-    off, on = ptx("0"), ptx("1")
+    k = compile_("1")
+    # The words, and the zero points and scales loaded as vectors and used as rows
+    # (`load(...)[None, :]`), all come through cp.async rings two iterations ahead.
+    reads = [line for line in k.asm["tir_opt"].splitlines() if "local_load" in line]
+    assert len(reads) == 3 and any("<1x8xi32" in r for r in reads) and any("<1x64xfp16" in r for r in reads), reads
+    off, on = compile_("0").asm["ptx"], k.asm["ptx"]
     assert on.count("bar.sync") * 3 <= off.count("bar.sync"), (on.count("bar.sync"), off.count("bar.sync"))
     assert on.count("st.shared") * 2 <= off.count("st.shared"), (on.count("st.shared"), off.count("st.shared"))
     report = assemble(ptxas, on, target)

@@ -26,7 +26,9 @@
 //! all convert it to when they agree on one (an `mma.sync` operand), else in its own, with a
 //! non-zero `other` selected in where the mask is off (`cp.async` writes zeros there). Only
 //! in loops that write nothing; such a load is left out, and the loop kept, when its address
-//! cannot be computed ahead.
+//! cannot be computed ahead. A vector loaded only to be used as a row or a column
+//! (`tl.load(scales + offs_n)[None, :]`) is made a 2-D load first (`expand_loads`), so that
+//! it can take a ring too.
 //!
 //! In a loop that writes nothing, stage 0 may itself load: a paged attention's block index,
 //! which K's and V's addresses need. Such a load moves ahead whole (only stage 0 and the
@@ -64,6 +66,8 @@ pub fn pipeline_loops(func: &mut Function) -> usize {
         if s < 2 {
             continue;
         }
+        let body = func.region_block(op, 0);
+        expand_loads(func, body);
         let Some(first) = plan(func, op, s) else {
             continue;
         };
@@ -91,6 +95,128 @@ pub fn pipeline_loops(func: &mut Function) -> usize {
         done += 1;
     }
     done
+}
+
+/// `expand_dims(load(p, mask, other))` in `body`, the load's only reader, becomes
+/// `load(expand_dims(p), expand_dims(mask), expand_dims(other))`: a row of scales or zero
+/// points loaded as a vector and used as `s[None, :]` is then a 2-D load, which rings take.
+/// Exact: each element is loaded from the same address under the same mask; the layouts are
+/// those the ops had (an expanded operand's layout is the slice of its result's).
+fn expand_loads(func: &mut Function, body: Block) {
+    let uses = func.use_counts();
+    // Values computed from a dot of this iteration: a row combined with one (attention's
+    // `qk - m[None, :]`) waits on that dot anyway, and stays one iteration ahead in registers.
+    let mut from_dot: HashSet<Value> = HashSet::new();
+    let mut read = Vec::new();
+    for &op in &func.blocks[body].ops {
+        read.clear();
+        func.reads(op, &mut read);
+        if matches!(func.ops[op].kind, OpKind::Dot { .. })
+            || read.iter().any(|v| from_dot.contains(v))
+        {
+            from_dot.extend(func.ops[op].results.iter().copied());
+        }
+    }
+    for op in func.blocks[body].ops.clone() {
+        let d = func.ops[op].clone();
+        let OpKind::Load(mut m) = d.kind else {
+            continue;
+        };
+        let r = d.results[0];
+        if m.volatile || func.ty(r).shape.rank() != 1 || uses[r] != 1 {
+            continue;
+        }
+        let Some(&expand) = func.blocks[body].ops.iter().find(|&&o| {
+            matches!(func.ops[o].kind, OpKind::ExpandDims(_)) && func.ops[o].operands[0] == r
+        }) else {
+            continue;
+        };
+        let OpKind::ExpandDims(axis) = func.ops[expand].kind else {
+            continue;
+        };
+        if !dequantises_operand(func, body, func.ops[expand].results[0], &from_dot) {
+            continue;
+        }
+        let wide = *func.ty(func.ops[expand].results[0]);
+        let pos = func.blocks[body]
+            .ops
+            .iter()
+            .position(|&o| o == op)
+            .expect("the load is in the body");
+        let mut at = Cursor {
+            block: body,
+            pos,
+            loc: d.loc,
+        };
+        let operands: Vec<Value> = d
+            .operands
+            .iter()
+            .map(|&v| {
+                let ty = Type {
+                    elem: func.ty(v).elem,
+                    ..wide
+                };
+                at.push(func, OpKind::ExpandDims(axis), vec![v], Some(ty))
+            })
+            .collect();
+        // The runs of equal addresses, per dimension: the new one has none.
+        let axis = axis as usize;
+        let n = m.runs.len();
+        m.runs.copy_within(axis..n - 1, axis + 1);
+        m.runs[axis] = 1;
+        func.ops[op].kind = OpKind::Load(m);
+        func.ops[op].operands = operands;
+        func.values[r].ty = wide;
+        let e = func.ops[expand].results[0];
+        func.replace_uses(e, r);
+        func.blocks[body].ops.retain(|&o| o != expand);
+    }
+}
+
+/// Whether `v` reaches a dot's `a` or `b` through shape and elementwise ops (broadcasts,
+/// interleaves, casts, arithmetic) none of which combines it with a value computed from a
+/// dot: zero points or scales of a weight tile, not a softmax's row statistics.
+fn dequantises_operand(func: &Function, body: Block, v: Value, from_dot: &HashSet<Value>) -> bool {
+    let mut frontier = vec![v];
+    let mut seen = HashSet::new();
+    let mut reaches = false;
+    let mut read = Vec::new();
+    while let Some(x) = frontier.pop() {
+        if !seen.insert(x) {
+            continue;
+        }
+        if seen.len() > 256 {
+            return false;
+        }
+        for &op in &func.blocks[body].ops {
+            read.clear();
+            func.reads(op, &mut read);
+            if !read.contains(&x) {
+                continue;
+            }
+            let d = &func.ops[op];
+            match d.kind {
+                OpKind::Dot { .. }
+                    if d.operands[..2].contains(&x) && !d.operands[2..].contains(&x) =>
+                {
+                    reaches = true
+                }
+                OpKind::Broadcast
+                | OpKind::Join
+                | OpKind::Reshape
+                | OpKind::ConvertLayout
+                | OpKind::ExpandDims(_) => frontier.extend(d.results.iter().copied()),
+                k if k.is_elementwise() => {
+                    if read.iter().any(|r| from_dot.contains(r)) {
+                        return false;
+                    }
+                    frontier.extend(d.results.iter().copied());
+                }
+                _ => return false,
+            }
+        }
+    }
+    reaches
 }
 
 /// How a pipelined load's slot is read.
