@@ -352,6 +352,51 @@ def test_offsets_carried_per_layout(ptxas, monkeypatch, target):
     assemble(ptxas, on.asm["ptx"], target)
 
 
+@tiles.jit
+def vector_scaled_operands_kernel(a_ptr, b_ptr, sk_ptr, sn_ptr, out_ptr, K, BLOCK_M: tl.constexpr,
+                                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # `b` scaled by a vector along K (a column, `[:, None]`) and one along N (a row,
+    # `[None, :]`), each loaded as a vector every step: both go through cp.async rings.
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :])
+        b = tl.load(b_ptr + (k0 + rk)[:, None] * BLOCK_N + rn[None, :])
+        sk = tl.load(sk_ptr + k0 + rk)[:, None]
+        sn = tl.load(sn_ptr + (k0 // BLOCK_K) * BLOCK_N + rn)[None, :]
+        acc = tl.dot(a, (b.to(tl.float32) * sk * sn).to(tl.float16), acc)
+    tl.store(out_ptr + rm[:, None] * BLOCK_N + rn[None, :], acc)
+
+
+def test_vector_scaled_operands(dev, rng):
+    M, N, K, BK = 32, 32, 128, 32
+    a = random(rng, (M, K), "float16", -1, 1)
+    b = rng.integers(-8, 8, (K, N)).astype(np.int8)
+    sk = random(rng, (K,), "float32", 0.5, 1.5)
+    sn = random(rng, (K // BK, N), "float32", 0.5, 1.5)
+    out = dev.put(np.zeros((M, N), np.float32))
+    vector_scaled_operands_kernel[(1,)](dev.put(a), dev.put(b), dev.put(sk), dev.put(sn), out, K, BLOCK_M=M,
+                                        BLOCK_N=N, BLOCK_K=BK)
+    w = (b.astype(np.float32) * sk[:, None] * np.repeat(sn, BK, axis=0)).astype(np.float16)
+    ref = a.astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_allclose(dev.get(out), ref, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_vector_scales_take_rings(ptxas, target):
+    from test_compile import assemble
+
+    sig = {"a_ptr": "*fp16:16", "b_ptr": "*i8:16", "sk_ptr": "*fp32:16", "sn_ptr": "*fp32:16", "out_ptr": "*fp32:16",
+           "K": "i32:16"}
+    k = tiles.compile(vector_scaled_operands_kernel, signature=sig,
+                      constexprs={"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, target=target, num_warps=4)
+    reads = [line for line in k.asm["tir_opt"].splitlines() if "local_load" in line]
+    assert any("<32x1xfp32" in r for r in reads) and any("<1x32xfp32" in r for r in reads), reads
+    assemble(ptxas, k.asm["ptx"], target)
+
+
 @pytest.mark.parametrize("act", ["none", "leaky_relu"])
 def test_dot_epilogue_and_reduction(dev, rng, act):
     M, N, K = 64, 32, 32

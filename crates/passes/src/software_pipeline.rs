@@ -138,6 +138,17 @@ fn expand_loads(func: &mut Function, body: Block) {
             continue;
         }
         let wide = *func.ty(func.ops[expand].results[0]);
+        // The vector's layout is the slice of the row's (so its vector width and runs hold
+        // along the same dimension of the row).
+        let sliced = match (func.layout_of(r), wide.layout) {
+            (Some(Layout::Slice { dim, parent }), Some(w)) => {
+                *dim == axis as u32 && **parent == func.layouts[w]
+            }
+            _ => false,
+        };
+        if !sliced {
+            continue;
+        }
         let pos = func.blocks[body]
             .ops
             .iter()
