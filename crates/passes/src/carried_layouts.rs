@@ -16,6 +16,15 @@
 //! becomes a loop carrying `%ox: #X` and `%oy: #Y`, stepped by `add(%ox, splat(%d): #X)` and
 //! `add(%oy, splat(%d): #Y)`. Exact: a conversion moves elements without changing them, and
 //! the step computes the same value for every element in any layout.
+//!
+//! For each loop, each carried tile from the last down:
+//! 1. the step: the yield's operand is a binary op of the body argument and uniform tiles;
+//! 2. the readers: every other op reading the argument (in nested blocks too) converts it to a
+//!    layout other than its own; the step has no other reader, the loop's result none;
+//! 3. per target layout: the start converted before the loop, a new argument, the step cloned
+//!    in that layout (uniform operands rebuilt in it) and yielded, the conversions' results
+//!    replaced by the argument;
+//! 4. the original argument, its step and the conversions dropped.
 
 use crate::layouts::is_uniform;
 use crate::software_pipeline::Cursor;
