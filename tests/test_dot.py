@@ -353,6 +353,30 @@ def test_offsets_carried_per_layout(ptxas, monkeypatch, target):
 
 
 @tiles.jit
+def stored_offsets_kernel(out_ptr, n, B: tl.constexpr):
+    # A carried tile that a store reads as it is: `carry_per_layout` leaves it alone.
+    offs = tl.arange(0, B)
+    for i in range(0, n):
+        tl.store(out_ptr + i * B + tl.arange(0, B), offs)
+        offs += B
+
+
+def test_carried_tile_stored_in_the_loop(dev):
+    out = dev.put(np.zeros((5, 64), np.int32))
+    stored_offsets_kernel[(1,)](out, 5, B=64)
+    np.testing.assert_array_equal(dev.get(out), np.arange(5 * 64, dtype=np.int32).reshape(5, 64))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_carried_tile_stored_in_the_loop_assembles(ptxas, target):
+    from test_compile import assemble
+
+    k = tiles.compile(stored_offsets_kernel, signature={"out_ptr": "*i32:16", "n": "i32"}, constexprs={"B": 64},
+                      target=target, num_warps=4)
+    assemble(ptxas, k.asm["ptx"], target)
+
+
+@tiles.jit
 def vector_scaled_operands_kernel(a_ptr, b_ptr, sk_ptr, sn_ptr, out_ptr, K, BLOCK_M: tl.constexpr,
                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # `b` scaled by a vector along K (a column, `[:, None]`) and one along N (a row,

@@ -45,20 +45,15 @@ pub fn carry_per_layout(func: &mut Function) -> usize {
         .sum()
 }
 
-/// Every op in `block` and the blocks nested in it that reads `v`.
+/// Every op in `block` and the blocks nested in it that has `v` among its own operands.
 fn readers(func: &Function, block: Block, v: Value) -> Vec<Op> {
     let mut out = Vec::new();
-    let mut stack = vec![block];
-    let mut read = Vec::new();
-    while let Some(b) = stack.pop() {
-        for &op in &func.blocks[b].ops {
-            read.clear();
-            func.reads(op, &mut read);
-            if read.contains(&v) {
-                out.push(op);
+    for &op in &func.blocks[block].ops {
+        func.walk_op(op, |o| {
+            if func.ops[o].operands.contains(&v) {
+                out.push(o);
             }
-            stack.extend(func.ops[op].regions.iter().map(|&r| func.regions[r].block));
-        }
+        });
     }
     out
 }
@@ -116,7 +111,8 @@ fn split_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
                 continue;
             }
             let d = &func.ops[op];
-            match func.ty(d.results[0]).layout {
+            // (A store reads it without a result: not a conversion.)
+            match d.results.first().and_then(|&r| func.ty(r).layout) {
                 Some(l) if d.kind == OpKind::ConvertLayout && l != own => {
                     converts.entry(l).or_default().push(op)
                 }
