@@ -80,6 +80,8 @@ fn split_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
         return 0;
     }
     let loc = func.ops[for_op].loc;
+    // Rewriting one carried value leaves the others' use counts as they are.
+    let uses = func.use_counts();
     let mut done = 0;
     // From the last carried value down, so that removing one keeps the others' indices.
     for k in (0..func.ops[yield_op].operands.len()).rev() {
@@ -119,7 +121,6 @@ fn split_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
                 _ => ok = false,
             }
         }
-        let uses = func.use_counts();
         if !ok || converts.is_empty() || uses[next] != 1 || uses[func.ops[for_op].results[k]] != 0 {
             continue;
         }
@@ -132,10 +133,8 @@ fn split_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
             // Before the loop: the start, converted once.
             let mut pre = Cursor {
                 block: parent,
-                pos: func.blocks[parent]
-                    .ops
-                    .iter()
-                    .position(|&o| o == for_op)
+                pos: func
+                    .position(parent, for_op)
                     .expect("the loop is in its parent"),
                 loc,
             };

@@ -46,11 +46,6 @@ pub fn rebase_carried_pointers(func: &mut Function) -> usize {
         .sum()
 }
 
-/// The position of `op` in `block`'s ops.
-fn position_in(func: &Function, block: Block, op: Op) -> Option<usize> {
-    func.blocks[block].ops.iter().position(|&o| o == op)
-}
-
 /// An element offset the same for every element of a tile.
 #[derive(Clone, Copy)]
 enum Uniform {
@@ -86,7 +81,7 @@ fn step_of(func: &Function, body: Block, arg: Value, next: Value) -> Option<Unif
     if d.kind != OpKind::AddPtr || d.operands[0] != arg {
         return None;
     }
-    position_in(func, body, step)?;
+    func.position(body, step)?;
     uniform(func, d.operands[1])
 }
 
@@ -225,7 +220,9 @@ fn rebase_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
         // Before the loop: the carried scalar's start.
         let mut pre = Cursor {
             block: parent,
-            pos: position_in(func, parent, for_op).expect("the loop is in its parent"),
+            pos: func
+                .position(parent, for_op)
+                .expect("the loop is in its parent"),
             loc,
         };
         let split = if offsets_only() {
@@ -271,7 +268,7 @@ fn rebase_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
                 func.reads(o, &mut read);
                 Some(o) != step_op && read.contains(&arg)
             })
-            .or_else(|| step_op.and_then(|s| position_in(func, body, s)))
+            .or_else(|| step_op.and_then(|s| func.position(body, s)))
             .unwrap_or(0);
         let mut at = Cursor {
             block: body,
@@ -285,7 +282,10 @@ fn rebase_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
         if uses[result] > 0 {
             let mut after = Cursor {
                 block: parent,
-                pos: position_in(func, parent, for_op).expect("the loop is in its parent") + 1,
+                pos: func
+                    .position(parent, for_op)
+                    .expect("the loop is in its parent")
+                    + 1,
                 loc,
             };
             let r = carried.tile(func, &mut after, c_result, tile);

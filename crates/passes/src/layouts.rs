@@ -39,6 +39,8 @@ struct Assigner<'a> {
     warpgroup_mma: bool,
     /// Whether fp64 `dot`s may run on tensor cores (`mma.sync` f64, sm_80 and later).
     f64_mma: bool,
+    /// [`crate::shape_ops_in_registers`], read once.
+    shape_ops_in_registers: bool,
 }
 
 /// Whether a `dot` of this element type and precision runs on tensor cores (fp64 only where
@@ -204,6 +206,7 @@ pub fn assign_layouts_for(
         anchors: HashMap::new(),
         axis,
         dot_anchor: SecondaryMap::with_default(None),
+        shape_ops_in_registers: crate::shape_ops_in_registers(),
     };
     a.find_anchors();
     let entry = a.func.entry;
@@ -630,7 +633,7 @@ impl Assigner<'_> {
                 }
                 // Operands asked for a layout in which each result element is already in its
                 // thread, where one exists: the op then moves no data (codegen checks again).
-                if crate::shape_ops_in_registers() {
+                if self.shape_ops_in_registers {
                     if let Some(ol) = self.register_local_operand_layout(op) {
                         for (i, v) in self.func.ops[op].operands.clone().into_iter().enumerate() {
                             self.demand(v, ol, op, i);
@@ -696,7 +699,7 @@ impl Assigner<'_> {
     /// consecutive last-dimension elements each thread must hold for every op of the chain to
     /// keep its elements in their threads. None for any other op.
     fn interleave_run(&self, op: Op) -> Option<u32> {
-        if !crate::shape_ops_in_registers() {
+        if !self.shape_ops_in_registers {
             return None;
         }
         let last = *self

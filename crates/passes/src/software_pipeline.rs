@@ -103,9 +103,11 @@ pub fn pipeline_loops(func: &mut Function) -> usize {
 /// Exact: each element is loaded from the same address under the same mask; the layouts are
 /// those the ops had (an expanded operand's layout is the slice of its result's).
 fn expand_loads(func: &mut Function, body: Block) {
-    let uses = func.use_counts();
-    // Values computed from a dot of this iteration: a row combined with one (attention's
-    // `qk - m[None, :]`) waits on that dot anyway, and stays one iteration ahead in registers.
+    // Analyse: the readers of each value among the body's ops (nested reads count for their
+    // parent), and the values computed from a dot of this iteration: a row combined with one
+    // (attention's `qk - m[None, :]`) waits on that dot anyway, and stays one iteration ahead
+    // in registers.
+    let users = body_users(func, body);
     let mut from_dot: HashSet<Value> = HashSet::new();
     let mut read = Vec::new();
     for &op in &func.blocks[body].ops {
@@ -117,46 +119,50 @@ fn expand_loads(func: &mut Function, body: Block) {
             from_dot.extend(func.ops[op].results.iter().copied());
         }
     }
-    for op in func.blocks[body].ops.clone() {
+    let expansions: Vec<(Op, Op)> = func.blocks[body]
+        .ops
+        .iter()
+        .filter_map(|&op| {
+            let OpKind::Load(m) = func.ops[op].kind else {
+                return None;
+            };
+            let r = func.ops[op].results[0];
+            let [expand] = users.get(&r)?.as_slice() else {
+                return None;
+            };
+            let OpKind::ExpandDims(axis) = func.ops[*expand].kind else {
+                return None;
+            };
+            let e = func.ops[*expand].results[0];
+            // The vector's layout is the slice of the row's (so its vector width and runs
+            // hold along the same dimension of the row).
+            let sliced = match (func.layout_of(r), func.ty(e).layout) {
+                (Some(Layout::Slice { dim, parent }), Some(w)) => {
+                    *dim == axis as u32 && **parent == func.layouts[w]
+                }
+                _ => false,
+            };
+            (!m.volatile
+                && func.ty(r).shape.rank() == 1
+                && sliced
+                && dequantises_operand(func, &users, e, &from_dot))
+            .then_some((op, *expand))
+        })
+        .collect();
+    // Rewrite.
+    for (op, expand) in expansions {
         let d = func.ops[op].clone();
         let OpKind::Load(mut m) = d.kind else {
-            continue;
-        };
-        let r = d.results[0];
-        if m.volatile || func.ty(r).shape.rank() != 1 || uses[r] != 1 {
-            continue;
-        }
-        let Some(&expand) = func.blocks[body].ops.iter().find(|&&o| {
-            matches!(func.ops[o].kind, OpKind::ExpandDims(_)) && func.ops[o].operands[0] == r
-        }) else {
             continue;
         };
         let OpKind::ExpandDims(axis) = func.ops[expand].kind else {
             continue;
         };
-        if !dequantises_operand(func, body, func.ops[expand].results[0], &from_dot) {
-            continue;
-        }
-        let wide = *func.ty(func.ops[expand].results[0]);
-        // The vector's layout is the slice of the row's (so its vector width and runs hold
-        // along the same dimension of the row).
-        let sliced = match (func.layout_of(r), wide.layout) {
-            (Some(Layout::Slice { dim, parent }), Some(w)) => {
-                *dim == axis as u32 && **parent == func.layouts[w]
-            }
-            _ => false,
-        };
-        if !sliced {
-            continue;
-        }
-        let pos = func.blocks[body]
-            .ops
-            .iter()
-            .position(|&o| o == op)
-            .expect("the load is in the body");
+        let (r, e) = (d.results[0], func.ops[expand].results[0]);
+        let wide = *func.ty(e);
         let mut at = Cursor {
             block: body,
-            pos,
+            pos: func.position(body, op).expect("the load is in the body"),
             loc: d.loc,
         };
         let operands: Vec<Value> = d
@@ -178,16 +184,36 @@ fn expand_loads(func: &mut Function, body: Block) {
         func.ops[op].kind = OpKind::Load(m);
         func.ops[op].operands = operands;
         func.values[r].ty = wide;
-        let e = func.ops[expand].results[0];
         func.replace_uses(e, r);
         func.blocks[body].ops.retain(|&o| o != expand);
     }
 }
 
+/// The readers of each value among `body`'s ops (a read nested in an op's regions counts for
+/// that op).
+fn body_users(func: &Function, body: Block) -> HashMap<Value, Vec<Op>> {
+    let mut users: HashMap<Value, Vec<Op>> = HashMap::new();
+    let mut read = Vec::new();
+    for &op in &func.blocks[body].ops {
+        read.clear();
+        func.reads(op, &mut read);
+        for &v in &read {
+            users.entry(v).or_default().push(op);
+        }
+    }
+    users
+}
+
 /// Whether `v` reaches a dot's `a` or `b` through shape and elementwise ops (broadcasts,
 /// interleaves, casts, arithmetic) none of which combines it with a value computed from a
-/// dot: zero points or scales of a weight tile, not a softmax's row statistics.
-fn dequantises_operand(func: &Function, body: Block, v: Value, from_dot: &HashSet<Value>) -> bool {
+/// dot: zero points or scales of a weight tile, not a softmax's row statistics. `users`: the
+/// readers of each value among the body's ops.
+fn dequantises_operand(
+    func: &Function,
+    users: &HashMap<Value, Vec<Op>>,
+    v: Value,
+    from_dot: &HashSet<Value>,
+) -> bool {
     let mut frontier = vec![v];
     let mut seen = HashSet::new();
     let mut reaches = false;
@@ -199,12 +225,7 @@ fn dequantises_operand(func: &Function, body: Block, v: Value, from_dot: &HashSe
         if seen.len() > 256 {
             return false;
         }
-        for &op in &func.blocks[body].ops {
-            read.clear();
-            func.reads(op, &mut read);
-            if !read.contains(&x) {
-                continue;
-            }
+        for &op in users.get(&x).map_or(&[][..], Vec::as_slice) {
             let d = &func.ops[op];
             match d.kind {
                 OpKind::Dot { .. }
@@ -218,6 +239,8 @@ fn dequantises_operand(func: &Function, body: Block, v: Value, from_dot: &HashSe
                 | OpKind::ConvertLayout
                 | OpKind::ExpandDims(_) => frontier.extend(d.results.iter().copied()),
                 k if k.is_elementwise() => {
+                    read.clear();
+                    func.reads(op, &mut read);
                     if read.iter().any(|r| from_dot.contains(r)) {
                         return false;
                     }
@@ -327,15 +350,7 @@ fn plan(func: &Function, for_op: Op, _stages: u32) -> Option<Plan> {
     let ops = func.blocks[body].ops.clone();
     let yield_op = *ops.last()?;
     let args = func.blocks[body].args.clone();
-    // Users of each value among the body's top-level ops (nested uses count for their parent).
-    let mut users: HashMap<Value, Vec<Op>> = HashMap::new();
-    for &op in &ops {
-        let mut vs = Vec::new();
-        func.reads(op, &mut vs);
-        for v in vs {
-            users.entry(v).or_default().push(op);
-        }
-    }
+    let users = body_users(func, body);
     let users_of = |v: Value| users.get(&v).cloned().unwrap_or_default();
     let read_only = !has_effects(func, body);
     // Candidate loads.

@@ -151,6 +151,11 @@ impl Function {
         }
     }
 
+    /// Where `op` stands among `block`'s ops, if it is one of them.
+    pub fn position(&self, block: Block, op: Op) -> Option<usize> {
+        self.blocks[block].ops.iter().position(|&o| o == op)
+    }
+
     /// Every live `for` loop, outer loops before the loops they contain.
     pub fn for_loops(&self) -> Vec<Op> {
         let mut out = Vec::new();
