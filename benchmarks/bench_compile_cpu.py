@@ -1,7 +1,7 @@
 """Compile time without a GPU, side by side with Triton: Python source -> PTX (Triton's cubin
 stage excluded), the same kernels, in one run; K kernels on K threads; `import` time.
 
-Usage: python benchmarks/bench_compile_cpu.py [--json out.json]
+Usage: python benchmarks/bench_compile_cpu.py [--json out.json] [--contention 4,8]
 """
 
 from __future__ import annotations
@@ -205,11 +205,90 @@ def processes_speedup(k: int, n: int = 8):
     return k * _concurrent_compile_time(1, n) / _concurrent_compile_time(k, n)
 
 
+def _backend(b):
+    """The Rust stages (passes, LLVM, PTX) of a kernel whose frontend ran: no GIL held."""
+    return b.kernel.compile(b.target, all_stages=False, fp_fusion=b.fp_fusion, maxnreg=b.maxnreg, llir=False,
+                            ftz=b.ftz)
+
+
+def _timed_backends(backends) -> list:
+    out = []
+    for b in backends:
+        t0 = time.perf_counter()
+        _backend(b)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def backend_contention(k: int, kernel: str = "layernorm", n: int = 6, rounds: int = 4) -> dict:
+    """Whether compiles on threads get in each other's way: the Rust stages of `kernel` (its
+    frontends run beforehand), `n` one after another on each of K threads of this process, and
+    on each of K forked processes, against the same on one thread; the rounds alternate. The
+    median time of one compile in each setting (ms). Threads as slow as processes lose nothing
+    to sharing (locks, the allocator, the address space); what both lose against one thread is
+    the host's (clock speed with more cores busy, shared caches)."""
+    import multiprocessing
+    import threading
+
+    import tiles.compiler as tc
+
+    tiles, job = _job(kernel, kernel == "matmul")
+    for _ in range(2):
+        tiles.compile(**job)
+    ctx = multiprocessing.get_context("fork")  # before any thread of this measure starts
+    go, results = ctx.Barrier(k + 1, timeout=300), ctx.Queue()
+
+    def child():
+        try:
+            for _ in range(rounds):
+                backends = [tc._front(**job) for _ in range(n)]
+                go.wait()
+                results.put(_timed_backends(backends))
+        finally:
+            results.close()
+            results.join_thread()  # what was put reaches the parent before the exit
+            os._exit(0)
+
+    procs = [ctx.Process(target=child) for _ in range(k)]
+    for p in procs:
+        p.start()
+    times: dict = {"one_thread": [], "threads": [], "processes": []}
+    try:
+        for _ in range(rounds):
+            times["one_thread"] += _timed_backends([tc._front(**job) for _ in range(n)])
+            go.wait()
+            for _ in range(k):
+                times["processes"] += results.get(timeout=300)
+            sets = [[tc._front(**job) for _ in range(n)] for _ in range(k)]
+            outs: list = [[] for _ in range(k)]
+            threads = [threading.Thread(target=lambda b, o: o.extend(_timed_backends(b)), args=(b, o))
+                       for b, o in zip(sets, outs)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for o in outs:
+                times["threads"] += o
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return {name: statistics.median(v) * 1e3 for name, v in times.items()}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
+    ap.add_argument("--contention", metavar="K,...",
+                    help="only backend_contention for these thread counts (layernorm and matmul), as JSON")
     a = ap.parse_args()
     os.environ["TILES_CACHE"] = "0"
+    if a.contention:
+        res = {f"{kernel}_{k}": backend_contention(int(k), kernel) for kernel in ("layernorm", "matmul")
+               for k in a.contention.split(",")}
+        print(json.dumps(res))
+        return
     res = {"cpu_cores": os.cpu_count()}
     tm, rm = load("tiles"), load("triton")
     for k, (name, sig, cx, warps) in KERNELS.items():

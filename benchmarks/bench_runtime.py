@@ -144,6 +144,15 @@ def threads(k: int, per_thread: int = 1, kernel: str = "layernorm"):
         os.environ.pop("TILES_CACHE")
 
 
+def contention(ks=(4, 8)) -> dict:
+    """The time of one compile's Rust stages alone, on 1 thread, on K threads and in K processes
+    at once (`bench_compile_cpu.backend_contention`), in a fresh process: it forks, and this one
+    has threads by now."""
+    out = subprocess.run([sys.executable, os.path.join(HERE, "bench_compile_cpu.py"), "--contention",
+                          ",".join(map(str, ks))], capture_output=True, text=True, timeout=900, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -185,6 +194,10 @@ def main():
         res[f"tiles_threads_{k}_matmul_speedup"] = threads(k, kernel="matmul")
         res[f"tiles_processes_{k}_speedup"] = processes(k)
         save()
+    for case, times in contention().items():
+        for setting, ms in times.items():
+            res[f"tiles_backend_{case}_{setting}_ms"] = ms
+    save()
     res["cpu_cores"] = os.cpu_count()
     for mod in [] if a.threads_only else a.mods.split(","):
         print(f"{mod}: one more kernel {res[f'{mod}_one_more_kernel_ms']:.1f} ms")
@@ -193,6 +206,11 @@ def main():
           f"{res['tiles_threads_8_x4_speedup']:.2f}x, K matmuls {res['tiles_threads_4_matmul_speedup']:.2f}x / "
           f"{res['tiles_threads_8_matmul_speedup']:.2f}x ({res['cpu_cores']} cores); K compiles in 4 / 8 "
           f"processes: {res['tiles_processes_4_speedup']:.2f}x / {res['tiles_processes_8_speedup']:.2f}x")
+    for kernel in ("layernorm", "matmul"):
+        for k in (4, 8):
+            p = f"tiles_backend_{kernel}_{k}"
+            print(f"{kernel}'s Rust stages, one compile: {res[p + '_one_thread_ms']:.1f} ms alone, "
+                  f"{res[p + '_threads_ms']:.1f} on {k} threads, {res[p + '_processes_ms']:.1f} in {k} processes")
     save()
 
 
