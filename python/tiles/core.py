@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum as _enum
 import functools
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 _IR_NAMES = {
     "int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -386,8 +386,14 @@ class tensor_descriptor_type:
 
 
 def dtype_from_ir(name: str) -> dtype:
+    known = _BY_IR.get(name)
+    if known is not None:
+        return known
     if name.startswith("*"):
-        return pointer_type(dtype_from_ir(name[1:]))
+        ptr = pointer_type(dtype_from_ir(name[1:]))
+        if name[1:] in _BY_IR:
+            _BY_IR[name] = ptr  # a pointer to one of the module's dtypes, kept from now on
+        return ptr
     return dtype(_FROM_IR[name])
 
 
@@ -442,6 +448,12 @@ float16 = dtype("fp16")
 bfloat16 = dtype("bf16")
 float32 = dtype("fp32")
 float64 = dtype("fp64")
+
+# The module's dtypes by IR name, and pointers to them once asked for: a kernel's parameters share
+# these (dtypes are never changed), so the frontend's same-dtype checks find one object
+# (`a.dtype is b.dtype`).
+_BY_IR: Dict[str, dtype] = {_IR_NAMES[d.name]: d for d in (int1, int8, int16, int32, int64, uint8, uint16, uint32,
+                                                             uint64, float16, bfloat16, float32, float64)}
 
 
 def get_int_dtype(bitwidth: int, signed: bool) -> dtype:

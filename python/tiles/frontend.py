@@ -621,11 +621,14 @@ class CodeGenerator(ast.NodeVisitor):
 
     # -- errors and locations ------------------------------------------------------------------------
     def visit(self, node: ast.AST) -> Any:
+        cls = type(node)
+        if cls is ast.Name:
+            # A name emits nothing (an unknown one raises with its own place): no location to set.
+            return self.visit_Name(node)
         line = getattr(node, "lineno", None)
         if line is not None:
             self.builder.set_loc(self.src.first_line + line - 1, getattr(node, "col_offset", 0) + self.src.indent)
         try:
-            cls = type(node)
             method = _VISITORS.get(cls)
             if method is None:
                 method = _VISITORS[cls] = getattr(CodeGenerator, "visit_" + cls.__name__, CodeGenerator.generic_visit)

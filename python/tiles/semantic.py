@@ -18,8 +18,7 @@ class TilesTypeError(TypeError):
     """An operand's dtype does not fit the op."""
 
 
-def _be():
-    return core.current_backend()
+_be = core.current_backend  # the active backend (the IR builder, or the interpreter's numpy)
 
 
 _unwrap = core._unwrap
