@@ -239,6 +239,13 @@ impl<'ctx> Lowering<'ctx, '_> {
         Ok(())
     }
 
+    /// Whether `v` is in a warpgroup dot's operand layout.
+    pub(crate) fn is_warpgroup_operand(&self, v: Value) -> bool {
+        matches!(self.func.layout_of(v),
+            Some(Layout::DotOperand { parent, .. })
+                if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3))
+    }
+
     /// Whether `v` is a tile whose warpgroup dots read it K-major from shared memory: fp8,
     /// int8 and fp32 (as tf32); wgmma transposes only 16-bit operands.
     pub(crate) fn wgmma_k_major_only(&self, v: Value) -> bool {

@@ -128,9 +128,12 @@ pub(crate) struct Lowering<'ctx, 'f> {
     pub scratch_after_wait: HashMap<Op, u32>,
 }
 
-/// Conversions to a warpgroup dot's `a` layout used only by such dots inside loops below it
-/// (a loop-invariant `q`): staged once, where converted, into shared memory that stays
-/// reserved, and read by the dots through descriptors.
+/// Conversions to a dot operand layout used only by dots inside loops below it (a
+/// loop-invariant `q`): staged once, where converted, into shared memory that stays reserved,
+/// and read there by the dots. A warpgroup dot's `a` (read through descriptors) always; an
+/// `mma.sync` operand of 16-bit elements (read one K step at a time with `ldmatrix`) where it
+/// would hold more than [`MMA_OPERAND_REGISTERS`] registers a thread for the whole loop.
+/// `TILES_PERSISTENT_MMA_OPERANDS=0` keeps the latter in registers.
 pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
     let mut block_of: HashMap<Op, tile_ir::Block> = HashMap::new();
     let mut users: HashMap<Value, Vec<(Op, usize)>> = HashMap::new();
@@ -142,6 +145,7 @@ pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
             }
         }
     }
+    let mma_operands = std::env::var("TILES_PERSISTENT_MMA_OPERANDS").map_or(true, |v| v != "0");
     let mut out = Vec::new();
     for op in func.ops_in_order() {
         let d = &func.ops[op];
@@ -149,25 +153,41 @@ pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
             continue;
         }
         let r = d.results[0];
-        let to_wgmma_a = matches!(func.layout_of(r),
-            Some(tile_ir::Layout::DotOperand { op_idx: 0, parent, .. })
-                if matches!(parent.as_ref(), tile_ir::Layout::Mma(m) if m.version == 3));
         let ty = func.ty(r);
-        let ok = to_wgmma_a
+        let Some(layout @ tile_ir::Layout::DotOperand { op_idx, parent, .. }) = func.layout_of(r)
+        else {
+            continue;
+        };
+        let tile_ir::Layout::Mma(m) = parent.as_ref() else {
+            continue;
+        };
+        let sixteen_bit = matches!(
+            ty.elem.dtype(),
+            Some(tile_ir::DType::F16 | tile_ir::DType::BF16)
+        );
+        let eligible = match m.version {
+            3 => {
+                *op_idx == 0
+                    && (sixteen_bit
+                        || matches!(
+                            ty.elem.dtype(),
+                            Some(tile_ir::DType::F8E4M3 | tile_ir::DType::F8E5M2)
+                        ))
+            }
+            2 => {
+                mma_operands
+                    && sixteen_bit
+                    && ty.shape.rank() == 2
+                    && layout.register_offsets(ty.shape.dims()).len() / 2 > MMA_OPERAND_REGISTERS
+            }
+            _ => false,
+        };
+        let ok = eligible
             && ty.shape.rank() == 2
-            && matches!(
-                ty.elem.dtype(),
-                Some(
-                    tile_ir::DType::F16
-                        | tile_ir::DType::BF16
-                        | tile_ir::DType::F8E4M3
-                        | tile_ir::DType::F8E5M2
-                )
-            )
             && users.get(&r).is_some_and(|us| {
                 us.iter().all(|&(u, i)| {
                     matches!(func.ops[u].kind, OpKind::Dot { .. })
-                        && i == 0
+                        && i == *op_idx as usize
                         && block_of.get(&u) != block_of.get(&op)
                 })
             });
@@ -177,6 +197,12 @@ pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
     }
     out
 }
+
+/// The registers a thread may give a loop-invariant `mma.sync` operand for a whole loop before
+/// it goes to shared memory instead ([`persistent_operands`]): a 32x512 `q` of a multi-head
+/// latent attention, held by 2 of 8 warps along M, takes 128, and its kernel spilled; a
+/// 64x128 `q` on 4 warps takes 32 and stays.
+pub(crate) const MMA_OPERAND_REGISTERS: usize = 64;
 
 /// Conversions to a `#dot_op` layout whose every user is a `dot` in the same block: the `dot`
 /// reads those operands from shared memory itself.
@@ -926,7 +952,10 @@ impl<'ctx> Lowering<'ctx, '_> {
                     let t = self.stage_tile(data.operands[0], offset, k_major);
                     self.scratch_base = keep;
                     let t = t?;
-                    self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;
+                    if self.is_warpgroup_operand(r) {
+                        // Written by ordinary stores, read by the tensor cores' async proxy.
+                        self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;
+                    }
                     self.barrier_sync()?;
                     self.views.insert(r, t);
                 } else if self.deferrable.contains(&r) {

@@ -620,20 +620,22 @@ impl<'ctx> Lowering<'ctx, '_> {
             Ring(u8),
         }
         let mut items: Vec<((usize, usize), u32, u32, Item)> = Vec::new();
-        if self.warpgroup && std::env::var_os("TILES_WGMMA_NO_PERSISTENT").is_none() {
-            for r in crate::lower::persistent_operands(func) {
-                let ty = *func.ty(r);
-                let (Some(d), [m, k]) = (ty.elem.dtype(), ty.shape.dims()) else {
-                    continue;
-                };
-                let tile_ir::ValueDef::Result(conv, _) = func.values[r].def else {
-                    continue;
-                };
-                let uses = users.get(&r).cloned().unwrap_or_default();
-                let span = span_of(&mut std::iter::once(conv).chain(uses));
-                let bytes = SmemTile::bytes([*m, *k], d).next_multiple_of(1024);
-                items.push((span, bytes, 1024, Item::Staged(r)));
+        let no_wgmma_persistent = std::env::var_os("TILES_WGMMA_NO_PERSISTENT").is_some();
+        for r in crate::lower::persistent_operands(func) {
+            if no_wgmma_persistent && self.is_warpgroup_operand(r) {
+                continue;
             }
+            let ty = *func.ty(r);
+            let (Some(d), [m, k]) = (ty.elem.dtype(), ty.shape.dims()) else {
+                continue;
+            };
+            let tile_ir::ValueDef::Result(conv, _) = func.values[r].def else {
+                continue;
+            };
+            let uses = users.get(&r).cloned().unwrap_or_default();
+            let span = span_of(&mut std::iter::once(conv).chain(uses));
+            let bytes = SmemTile::bytes([*m, *k], d).next_multiple_of(1024);
+            items.push((span, bytes, 1024, Item::Staged(r)));
         }
         // wgmma's swizzle patterns repeat every 1024 bytes, from a 1024-byte boundary.
         let align = if self.warpgroup { 1024 } else { 128 };
