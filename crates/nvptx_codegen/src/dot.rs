@@ -190,7 +190,11 @@ impl<'ctx> Lowering<'ctx, '_> {
                     let k_major = (warpgroup && self.wgmma_k_major_only(v)).then_some(k_dim);
                     let t = self.stage_tile(src, offset, k_major)?;
                     offset += SmemTile::bytes(t.dims, t.elem).next_multiple_of(align);
-                    Src::Smem(t)
+                    Src::Smem(if self.staged_transposed.contains(&v) {
+                        t.transposed()
+                    } else {
+                        t
+                    })
                 }
                 None if fp8_acc_a && k_dim == 1 => self.reg_src(self.staged[&a])?,
                 None => self.reg_src(v)?,

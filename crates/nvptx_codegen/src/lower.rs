@@ -98,6 +98,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// Conversions to `dot` operand layouts deferred to their `dot`, which stages the source
     /// tile in shared memory (result -> source).
     pub staged: HashMap<Value, Value>,
+    /// Those of `staged` that are transposes: the dot reads its source's tile transposed.
+    pub staged_transposed: std::collections::HashSet<Value>,
     /// `local_view` results: tiles in a ring buffer slot.
     pub views: HashMap<Value, crate::operand::SmemTile<'ctx>>,
     /// Ring buffers of `async_copy`: byte offset and slot layout.
@@ -221,7 +223,13 @@ fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
     for (b, data) in func.blocks.iter() {
         for &op in &data.ops {
             let d = &func.ops[op];
-            if d.kind != OpKind::ConvertLayout {
+            // A transpose into an `mma.sync` operand layout (`tl.trans(k)`) too: the dot reads
+            // the tile staged as it was, through a transposed view ([`SmemTile::transposed`]).
+            let transpose_to_mma = matches!(d.kind, OpKind::Permute { perm } if perm[..2] == [1, 0])
+                && matches!(func.layout_of(d.results[0]),
+                    Some(tile_ir::Layout::DotOperand { parent, .. })
+                        if matches!(parent.as_ref(), tile_ir::Layout::Mma(m) if m.version == 2));
+            if d.kind != OpKind::ConvertLayout && !transpose_to_mma {
                 continue;
             }
             let r = d.results[0];
@@ -549,6 +557,7 @@ pub(crate) fn lower_kernel<'ctx>(
         keep_subnormals: options.keep_subnormals,
         capability: target.capability,
         staged: HashMap::new(),
+        staged_transposed: std::collections::HashSet::new(),
         deferrable: deferrable_conversions(func),
         views: HashMap::new(),
         rings: HashMap::new(),
@@ -993,6 +1002,10 @@ impl<'ctx> Lowering<'ctx, '_> {
             OpKind::Print { prefix, hex } => self.lower_print(&data, prefix, hex)?,
             OpKind::Reduce { axis } => self.lower_reduce(op, axis as usize)?,
             OpKind::Scan { axis, reverse } => self.lower_scan(op, axis as usize, reverse)?,
+            OpKind::Permute { .. } if self.deferrable.contains(&data.results[0]) => {
+                self.staged.insert(data.results[0], data.operands[0]);
+                self.staged_transposed.insert(data.results[0]);
+            }
             OpKind::Permute { .. } | OpKind::Reshape | OpKind::Join | OpKind::Split => {
                 self.lower_shape_op(op)?
             }

@@ -73,6 +73,16 @@ impl<'ctx> SmemTile<'ctx> {
         (r, c)
     }
 
+    /// The same storage read as the transposed tile: element `(j, i)` of the view is element
+    /// `(i, j)` of this tile.
+    pub fn transposed(self) -> SmemTile<'ctx> {
+        SmemTile {
+            dims: [self.dims[1], self.dims[0]],
+            contig: 1 - self.contig,
+            ..self
+        }
+    }
+
     /// Columns per 128-byte storage block (all of them for shorter rows).
     pub fn block_cols(&self) -> u32 {
         let (_, cols) = self.storage();
