@@ -48,6 +48,12 @@ def wide_attention(q_ptr, k_ptr, v_ptr, out_ptr, n_kv, scale, BLOCK_M: tl.conste
 '''
 
 
+def load(mod: str, name: str = ""):
+    """The kernel's module under `mod` (tiles or triton); a distinct `name` gives a distinct
+    kernel object (each keeps what it compiled)."""
+    return load_source(SRC.format(mod=mod), name or f"wide_attention_{mod}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -63,7 +69,7 @@ def main():
     res = {"gpu": torch.cuda.get_device_name(), "M": M, "N": N, "D": D}
     # One module a variant: the switch is read when a kernel compiles, and each kernel keeps
     # what it compiled.
-    mods = {name: load_source(SRC.format(mod=mod), f"wide_attention_{name}")
+    mods = {name: load(mod, f"wide_attention_{name}")
             for name, mod in (("tiles_persistent1", "tiles"), ("tiles_persistent0", "tiles"), ("triton", "triton"))}
     for _ in range(2):  # interleaved rounds: the host's clock drifts
         for name, m in mods.items():

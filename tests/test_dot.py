@@ -378,50 +378,41 @@ def test_carried_tile_stored_in_the_loop_assembles(ptxas, target):
     assemble(ptxas, k.asm["ptx"], target)
 
 
-@tiles.jit
-def latent_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, n_kv, scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                            D: tl.constexpr):
-    # Attention with a wide head (multi-head latent attention's 512): on 8 warps the 32-row
-    # `q` is split over 2 warps along M and repeated over the other 4, 128 registers a thread
-    # in the `mma.sync` operand layout for the whole loop; it is read from shared memory instead.
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
-    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    for start in range(0, n_kv, BLOCK_N):
-        offs_n = start + tl.arange(0, BLOCK_N)
-        kv_mask = offs_n[:, None] < n_kv
-        k = tl.load(k_ptr + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        qk = tl.dot(q, tl.trans(k)) * scale
-        qk = tl.where(offs_n[None, :] < n_kv, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.exp(qk - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptr + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
-        m_i = m_new
-    tl.store(out_ptr + offs_m[:, None] * D + offs_d[None, :], acc / l_i[:, None])
+def _latent_attention():
+    """`bench_latent_attention.py`'s kernel: attention with a 512-wide head (multi-head latent
+    attention's). On 8 warps its 32-row `q` is split over 2 warps along M and repeated over
+    the other 4, 128 registers a thread in the `mma.sync` operand layout for the whole loop; it
+    is read from shared memory instead."""
+    global _LATENT
+    if _LATENT is None:
+        import os
+        import sys
+
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+        import bench_latent_attention
+
+        _LATENT = bench_latent_attention.load("tiles").wide_attention
+    return _LATENT
 
 
-_LATENT_SIG = {"q_ptr": "*fp16:16", "k_ptr": "*fp16:16", "v_ptr": "*fp16:16", "out_ptr": "*fp32:16", "n_kv": "i32",
+_LATENT = None
+_LATENT_SIG = {"q_ptr": "*fp16:16", "k_ptr": "*fp16:16", "v_ptr": "*fp16:16", "out_ptr": "*fp16:16", "n_kv": "i32",
                "scale": "fp32"}
 
 
 @pytest.mark.parametrize("persistent", ["0", "1"])
 def test_wide_loop_invariant_operand(dev, rng, monkeypatch, persistent):
     monkeypatch.setenv("TILES_PERSISTENT_MMA_OPERANDS", persistent)
-    latent_attention_kernel.device_caches[0][0].clear()  # the switch is not in the in-memory key
+    kernel = _latent_attention()
+    kernel.device_caches[0][0].clear()  # the switch is not in the in-memory key
     M, N, D = 64, 150, 512  # N not a multiple of BLOCK_N: the masks matter
     q = random(rng, (M, D), "float16", -1, 1)
     k = random(rng, (N, D), "float16", -1, 1)
     v = random(rng, (N, D), "float16", -1, 1)
-    out = dev.put(np.zeros((M, D), np.float32))
+    out = dev.put(np.zeros((M, D), np.float16))
     scale = 1 / np.sqrt(D)
-    latent_attention_kernel[(M // 32,)](dev.put(q), dev.put(k), dev.put(v), out, N, scale, BLOCK_M=32, BLOCK_N=64,
-                                        D=D, num_warps=8, num_stages=1)
+    kernel[(M // 32,)](dev.put(q), dev.put(k), dev.put(v), out, N, scale, BLOCK_M=32, BLOCK_N=64, D=D, num_warps=8,
+                       num_stages=1)
     s = q.astype(np.float64) @ k.astype(np.float64).T * scale
     p = np.exp(s - s.max(1, keepdims=True))
     ref = (p / p.sum(1, keepdims=True)) @ v.astype(np.float64)
@@ -436,7 +427,7 @@ def test_wide_loop_invariant_operand_in_shared_memory(ptxas, monkeypatch, target
 
     def compile_(flag):
         monkeypatch.setenv("TILES_PERSISTENT_MMA_OPERANDS", flag)
-        return tiles.compile(latent_attention_kernel, signature=_LATENT_SIG,
+        return tiles.compile(_latent_attention(), signature=_LATENT_SIG,
                              constexprs={"BLOCK_M": 32, "BLOCK_N": 64, "D": 512}, target=target, num_warps=8,
                              num_stages=1)
 
