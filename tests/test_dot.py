@@ -442,6 +442,51 @@ def test_wide_loop_invariant_operand_in_shared_memory(ptxas, monkeypatch, target
 
 
 @tiles.jit
+def invariant_weights_kernel(x_ptr, w_ptr, out_ptr, n_rows, BLOCK_M: tl.constexpr, K: tl.constexpr,
+                             N: tl.constexpr):
+    # A loop-invariant `b`: the weights, 512 x 64, are read by the dot of every step; on warps
+    # [1, 4] each thread would hold 128 registers of them for the whole loop.
+    rk = tl.arange(0, K)
+    rn = tl.arange(0, N)
+    w = tl.load(w_ptr + rk[:, None] * N + rn[None, :])
+    for m0 in range(0, n_rows, BLOCK_M):
+        rm = m0 + tl.arange(0, BLOCK_M)
+        x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=rm[:, None] < n_rows, other=0.0)
+        y = tl.dot(x, w)
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], y, mask=rm[:, None] < n_rows)
+
+
+@pytest.mark.parametrize("persistent", ["0", "1"])
+def test_loop_invariant_b_operand(dev, rng, monkeypatch, persistent):
+    monkeypatch.setenv("TILES_PERSISTENT_MMA_OPERANDS", persistent)
+    invariant_weights_kernel.device_caches[0][0].clear()  # the switch is not in the in-memory key
+    rows, K, N = 70, 512, 64  # rows not a multiple of BLOCK_M: the last step is masked
+    x = random(rng, (rows, K), "float16", -1, 1)
+    w = random(rng, (K, N), "float16", -1, 1)
+    out = dev.put(np.zeros((rows, N), np.float32))
+    invariant_weights_kernel[(1,)](dev.put(x), dev.put(w), out, rows, BLOCK_M=16, K=K, N=N, num_warps=4,
+                                   num_stages=1)
+    np.testing.assert_allclose(dev.get(out), x.astype(np.float64) @ w.astype(np.float64), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_loop_invariant_b_operand_in_shared_memory(ptxas, monkeypatch, target):
+    # The weights are staged once before the loop and read with ldmatrix at each step.
+    from test_compile import assemble
+
+    def compile_(flag):
+        monkeypatch.setenv("TILES_PERSISTENT_MMA_OPERANDS", flag)
+        sig = {"x_ptr": "*fp16:16", "w_ptr": "*fp16:16", "out_ptr": "*fp32:16", "n_rows": "i32"}
+        return tiles.compile(invariant_weights_kernel, signature=sig, constexprs={"BLOCK_M": 16, "K": 512, "N": 64},
+                             target=target, num_warps=4, num_stages=1)
+
+    off, on = compile_("0"), compile_("1")
+    assert on.asm["ptx"].count("ldmatrix") > off.asm["ptx"].count("ldmatrix")
+    registers = lambda report: int(re.search(r"Used (\d+) registers", report).group(1))  # noqa: E731
+    assert registers(assemble(ptxas, on.asm["ptx"], target)) < registers(assemble(ptxas, off.asm["ptx"], target))
+
+
+@tiles.jit
 def transposed_operand_kernel(a_ptr, b_ptr, out_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, TRANS: tl.constexpr):
     # `b` as attention's `tl.trans(k)` (an N x K tile, transposed), or loaded K x N as it is.
