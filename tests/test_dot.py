@@ -486,6 +486,18 @@ def test_loop_invariant_b_operand_in_shared_memory(ptxas, monkeypatch, target):
     assert registers(assemble(ptxas, on.asm["ptx"], target)) < registers(assemble(ptxas, off.asm["ptx"], target))
 
 
+def test_loop_invariant_operand_too_large_to_stage(monkeypatch):
+    # 1024x64 weights take 128 KiB: more than a staged operand may take (the rings and scratch
+    # need shared memory too), so they stay in registers, as with the switch off.
+    def ptx(flag):
+        monkeypatch.setenv("TILES_PERSISTENT_MMA_OPERANDS", flag)
+        sig = {"x_ptr": "*fp16:16", "w_ptr": "*fp16:16", "out_ptr": "*fp32:16", "n_rows": "i32"}
+        return tiles.compile(invariant_weights_kernel, signature=sig, constexprs={"BLOCK_M": 16, "K": 1024, "N": 64},
+                             target="sm_80", num_warps=4, num_stages=1).asm["ptx"]
+
+    assert ptx("1") == ptx("0")
+
+
 @tiles.jit
 def transposed_operand_kernel(a_ptr, b_ptr, out_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, TRANS: tl.constexpr):

@@ -134,7 +134,8 @@ pub(crate) struct Lowering<'ctx, 'f> {
 /// loop-invariant `q`): staged once, where converted, into shared memory that stays reserved,
 /// and read there by the dots. A warpgroup dot's `a` (read through descriptors) always; an
 /// `mma.sync` operand of 16-bit elements (read one K step at a time with `ldmatrix`) where it
-/// would hold more than [`MMA_OPERAND_REGISTERS`] registers a thread for the whole loop.
+/// would hold more than [`MMA_OPERAND_REGISTERS`] registers a thread for the whole loop and
+/// takes at most [`MMA_OPERAND_BYTES`].
 /// `TILES_PERSISTENT_MMA_OPERANDS=0` keeps the latter in registers.
 pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
     let mut block_of: HashMap<Op, tile_ir::Block> = HashMap::new();
@@ -180,6 +181,7 @@ pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
                 mma_operands
                     && sixteen_bit
                     && ty.shape.rank() == 2
+                    && ty.shape.numel() * 2 <= MMA_OPERAND_BYTES
                     && layout.register_offsets(ty.shape.dims()).len() / 2 > MMA_OPERAND_REGISTERS
             }
             _ => false,
@@ -205,6 +207,10 @@ pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
 /// latent attention, held by 2 of 8 warps along M, takes 128, and its kernel spilled; a
 /// 64x128 `q` on 4 warps takes 32 and stays.
 pub(crate) const MMA_OPERAND_REGISTERS: usize = 64;
+
+/// The largest `mma.sync` operand staged for a whole loop nest ([`persistent_operands`]): the
+/// rings and scratch space need the rest of shared memory (an A100 has 163 KiB a block).
+pub(crate) const MMA_OPERAND_BYTES: u64 = 64 * 1024;
 
 /// Conversions to a `#dot_op` layout whose every user is a `dot` in the same block: the `dot`
 /// reads those operands from shared memory itself.
