@@ -157,6 +157,9 @@ pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
         }
         let r = d.results[0];
         let ty = func.ty(r);
+        if ty.shape.rank() != 2 {
+            continue;
+        }
         let Some(layout @ tile_ir::Layout::DotOperand { op_idx, parent, .. }) = func.layout_of(r)
         else {
             continue;
@@ -180,14 +183,12 @@ pub(crate) fn persistent_operands(func: &Function) -> Vec<Value> {
             2 => {
                 mma_operands
                     && sixteen_bit
-                    && ty.shape.rank() == 2
                     && ty.shape.numel() * 2 <= MMA_OPERAND_BYTES
                     && layout.register_offsets(ty.shape.dims()).len() / 2 > MMA_OPERAND_REGISTERS
             }
             _ => false,
         };
         let ok = eligible
-            && ty.shape.rank() == 2
             && users.get(&r).is_some_and(|us| {
                 us.iter().all(|&(u, i)| {
                     matches!(func.ops[u].kind, OpKind::Dot { .. })

@@ -72,13 +72,9 @@ fn uniform_in(func: &mut Function, at: &mut Cursor, uniform: Value, l: LayoutId)
 }
 
 fn split_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
-    let body = func.region_block(for_op, 0);
-    let Some(&yield_op) = func.blocks[body].ops.last() else {
+    let Some((body, yield_op)) = func.loop_body(for_op) else {
         return 0;
     };
-    if func.ops[yield_op].kind != OpKind::Yield {
-        return 0;
-    }
     let loc = func.ops[for_op].loc;
     // Rewriting one carried value leaves the others' use counts as they are.
     let uses = func.use_counts();
@@ -131,23 +127,11 @@ fn split_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
                 ..ty
             };
             // Before the loop: the start, converted once.
-            let mut pre = Cursor {
-                block: parent,
-                pos: func
-                    .position(parent, for_op)
-                    .expect("the loop is in its parent"),
-                loc,
-            };
+            let mut pre = Cursor::before(func, parent, for_op, loc);
             let start = pre.push(func, OpKind::ConvertLayout, vec![init], Some(lty));
-            func.ops[for_op].operands.push(start);
-            let a = func.add_block_arg(body, lty);
-            func.add_result(for_op, lty);
+            let (a, _) = func.add_carried(for_op, start, lty);
             // Stepped in its own layout, before the yield.
-            let mut end = Cursor {
-                block: body,
-                pos: func.blocks[body].ops.len() - 1,
-                loc,
-            };
+            let mut end = Cursor::before(func, body, yield_op, loc);
             let operands: Vec<Value> = sd
                 .operands
                 .iter()

@@ -192,11 +192,10 @@ const MIN_CARRIED_WORDS: u64 = 128;
 
 /// Rewrites the pointer tiles of loop `for_op`, an op of block `parent`.
 fn rebase_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
-    let body = func.region_block(for_op, 0);
-    let Some(&yield_op) = func.blocks[body].ops.last() else {
+    let Some((body, yield_op)) = func.loop_body(for_op) else {
         return 0;
     };
-    if func.ops[yield_op].kind != OpKind::Yield || carried_words(func, for_op) < MIN_CARRIED_WORDS {
+    if carried_words(func, for_op) < MIN_CARRIED_WORDS {
         return 0;
     }
     let loc = func.ops[for_op].loc;
@@ -218,13 +217,7 @@ fn rebase_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
         let result = func.ops[for_op].results[k];
 
         // Before the loop: the carried scalar's start.
-        let mut pre = Cursor {
-            block: parent,
-            pos: func
-                .position(parent, for_op)
-                .expect("the loop is in its parent"),
-            loc,
-        };
+        let mut pre = Cursor::before(func, parent, for_op, loc);
         let split = if offsets_only() {
             None
         } else {
@@ -244,19 +237,12 @@ fn rebase_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
             }
         };
         let sty = *func.ty(start);
-        func.ops[for_op].operands.push(start);
-        let c = func.add_block_arg(body, sty);
-        let c_result = func.add_result(for_op, sty);
+        let (c, c_result) = func.add_carried(for_op, start, sty);
 
         // The body: stepped before the yield; the tile rebuilt just before its first reader,
         // not counting the step when only the yield reads it (at the top of the body, the
         // addresses of a pipelined loop's copies stayed live through its dots).
-        let ypos = func.blocks[body].ops.len() - 1;
-        let mut end = Cursor {
-            block: body,
-            pos: ypos,
-            loc,
-        };
+        let mut end = Cursor::before(func, body, yield_op, loc);
         let stepped = advance(func, &mut end, c, step);
         func.ops[yield_op].operands.push(stepped);
         let step_op = func.def_op(next).filter(|_| uses[next] == 1);
@@ -280,14 +266,7 @@ fn rebase_loop(func: &mut Function, for_op: Op, parent: Block) -> usize {
 
         // After the loop, the final tile (where something reads it).
         if uses[result] > 0 {
-            let mut after = Cursor {
-                block: parent,
-                pos: func
-                    .position(parent, for_op)
-                    .expect("the loop is in its parent")
-                    + 1,
-                loc,
-            };
+            let mut after = Cursor::after(func, parent, for_op, loc);
             let r = carried.tile(func, &mut after, c_result, tile);
             func.replace_uses(result, r);
         }

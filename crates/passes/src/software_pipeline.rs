@@ -160,11 +160,7 @@ fn expand_loads(func: &mut Function, body: Block) {
         };
         let (r, e) = (d.results[0], func.ops[expand].results[0]);
         let wide = *func.ty(e);
-        let mut at = Cursor {
-            block: body,
-            pos: func.position(body, op).expect("the load is in the body"),
-            loc: d.loc,
-        };
+        let mut at = Cursor::before(func, body, op, d.loc);
         let operands: Vec<Value> = d
             .operands
             .iter()
@@ -570,6 +566,19 @@ pub(crate) struct Cursor {
 }
 
 impl Cursor {
+    /// Inserting just before `op`, one of `block`'s ops.
+    pub(crate) fn before(func: &Function, block: Block, op: Op, loc: Loc) -> Cursor {
+        let pos = func.position(block, op).expect("the op is in the block");
+        Cursor { block, pos, loc }
+    }
+
+    /// Inserting just after `op`, one of `block`'s ops.
+    pub(crate) fn after(func: &Function, block: Block, op: Op, loc: Loc) -> Cursor {
+        let mut at = Cursor::before(func, block, op, loc);
+        at.pos += 1;
+        at
+    }
+
     pub(crate) fn push(
         &mut self,
         func: &mut Function,
@@ -727,16 +736,7 @@ fn apply(
         })
         .collect();
     // Prologue: iterations 0 .. S-2, before the loop.
-    let pos = func.blocks[parent]
-        .ops
-        .iter()
-        .position(|&o| o == for_op)
-        .expect("loop in its block");
-    let mut cur = Cursor {
-        block: parent,
-        pos,
-        loc,
-    };
+    let mut cur = Cursor::before(func, parent, for_op, loc);
     let mut values: HashMap<usize, Value> = plan
         .carried
         .iter()
@@ -783,9 +783,7 @@ fn apply(
     for &(k, shared) in &plan.carried {
         if shared {
             let ty = *func.ty(args[k]);
-            func.ops[for_op].operands.push(values[&k]);
-            let a = func.add_block_arg(body, ty);
-            func.add_result(for_op, ty);
+            let (a, _) = func.add_carried(for_op, values[&k], ty);
             ahead_arg.insert(k, a);
         } else {
             func.ops[for_op].operands[3 + k - 1] = values[&k];
@@ -793,12 +791,8 @@ fn apply(
         }
     }
     let i32t = Type::num(DType::I32);
-    func.ops[for_op].operands.push(zero);
-    let slot_read = func.add_block_arg(body, i32t);
-    func.add_result(for_op, i32t);
-    func.ops[for_op].operands.push(first_write);
-    let slot_write = func.add_block_arg(body, i32t);
-    func.add_result(for_op, i32t);
+    let (slot_read, _) = func.add_carried(for_op, zero, i32t);
+    let (slot_write, _) = func.add_carried(for_op, first_write, i32t);
     // Top of the body: this iteration's group has landed and every thread is past the
     // previous iteration's reads.
     let mut top = Cursor {
@@ -877,16 +871,7 @@ fn apply(
         b.retain(|o| !replaced.contains(o));
     }
     // End of the body: the copies of iteration i + S - 1.
-    let ypos = func.blocks[body]
-        .ops
-        .iter()
-        .position(|&o| o == yield_op)
-        .expect("yield");
-    let mut end = Cursor {
-        block: body,
-        pos: ypos,
-        loc,
-    };
+    let mut end = Cursor::before(func, body, yield_op, loc);
     let dc = end.int(func, ahead as i64, ivd);
     let off = end.push(
         func,
@@ -950,16 +935,7 @@ fn apply(
     ys.push(write_next);
     func.ops[yield_op].operands = ys;
     // After the loop: retire the copies past its end before the memory is reused.
-    let pos = func.blocks[parent]
-        .ops
-        .iter()
-        .position(|&o| o == for_op)
-        .expect("loop in its block");
-    let mut after = Cursor {
-        block: parent,
-        pos: pos + 1,
-        loc,
-    };
+    let mut after = Cursor::after(func, parent, for_op, loc);
     after.push(func, OpKind::AsyncWait { pending: 0 }, vec![], None);
 }
 
@@ -1111,16 +1087,7 @@ fn apply_prefetch(
             env[&d.results[0]]
         };
     // Before the loop: the first iteration's load.
-    let pos = func.blocks[parent]
-        .ops
-        .iter()
-        .position(|&o| o == for_op)
-        .expect("loop in its block");
-    let mut pre = Cursor {
-        block: parent,
-        pos,
-        loc,
-    };
+    let mut pre = Cursor::before(func, parent, for_op, loc);
     let valid0 = pre.push(
         func,
         OpKind::Compare(CmpPred::Lt, 0),
@@ -1134,20 +1101,13 @@ fn apply_prefetch(
     }
     let first = issue(&mut pre, func, &mut env, valid0);
     // The loop carries it.
-    func.ops[for_op].operands.push(first);
-    let carried_value = func.add_block_arg(body, rty);
-    func.add_result(for_op, rty);
+    let (carried_value, _) = func.add_carried(for_op, first, rty);
     func.replace_uses(d.results[0], carried_value);
     // End of the body, where the next iteration's carried values are the yield's: its load.
     // (Issued at the top of the body instead, with those values recomputed there, the rows
     // stayed live through the body's four dots: 64 bytes of spills in attention backward's
     // dK/dV loop, and 432-442 TFLOP/s against 447-450 from here.)
-    let ypos = func.blocks[body].ops.len() - 1;
-    let mut end = Cursor {
-        block: body,
-        pos: ypos,
-        loc,
-    };
+    let mut end = Cursor::before(func, body, yield_op, loc);
     let mut env: HashMap<Value, Value> = HashMap::new();
     for &k in carried {
         env.insert(args[k], func.ops[yield_op].operands[k - 1]);

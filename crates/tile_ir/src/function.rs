@@ -251,6 +251,24 @@ impl Function {
         v
     }
 
+    /// The body of the `for` loop `for_op` and the `yield` that ends it (None for a body that
+    /// does not end in one).
+    pub fn loop_body(&self, for_op: Op) -> Option<(Block, Op)> {
+        let body = self.region_block(for_op, 0);
+        let &last = self.blocks[body].ops.last()?;
+        (self.ops[last].kind == OpKind::Yield).then_some((body, last))
+    }
+
+    /// Adds a value the `for` loop `for_op` carries, starting at `init`: the body's new
+    /// argument and the loop's new result, both of type `ty`. The caller appends the value's
+    /// next iteration to the body's yield.
+    pub fn add_carried(&mut self, for_op: Op, init: Value, ty: Type) -> (Value, Value) {
+        let body = self.region_block(for_op, 0);
+        self.ops[for_op].operands.push(init);
+        let arg = self.add_block_arg(body, ty);
+        (arg, self.add_result(for_op, ty))
+    }
+
     /// Creates a region with a fresh block, owned by `op`.
     pub fn add_region(&mut self, op: Op) -> Block {
         let block = self.blocks.push(BlockData::default());
