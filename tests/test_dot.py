@@ -192,7 +192,8 @@ def test_fma_dot_operands_are_pipelined(ptxas, trans_a):
     k = _compile_ieee_matmul("float32", trans_a, 64, 3, "sm_90a")
     ptx = k.asm["ptx"]
     assert "cp.async" in ptx and "mma" not in ptx
-    assert k.metadata.shared >= 3 * (64 * 32 + 32 * 64) * 4
+    # Two slots for three stages: the dot reads a slot into registers before it is refilled.
+    assert 2 * (64 * 32 + 32 * 64) * 4 <= k.metadata.shared < 3 * (64 * 32 + 32 * 64) * 4
     report = assemble(ptxas, ptx, "sm_90a")
     assert "0 bytes spill stores" in report, report
 
@@ -920,7 +921,8 @@ def test_transposed_operand_is_pipelined(ptxas, target):
                       constexprs={"D": 64, "BLOCK_M": 64, "BLOCK_N": 64, "K_T": True}, target=target, num_warps=4,
                       num_stages=3)
     ir = k.asm["tir_opt"]
-    assert "local_view {buf = 0, stages = 3, trans}" in ir and "permute" not in ir.split(" for ")[1]
+    slots = 3 if target == "sm_90a" else 2  # a wgmma reads its slot in place, mma.sync into registers
+    assert f"local_view {{buf = 0, stages = {slots}, trans}}" in ir and "permute" not in ir.split(" for ")[1]
     assert tiles._tiles.parse_ir(ir).text() == ir
     report = assemble(ptxas, k.asm["ptx"], target)
     assert "0 bytes spill stores" in report, report
@@ -1051,9 +1053,10 @@ def test_backward_loop_pipelines_operands_read_both_ways(ptxas, target):
     ir = k.asm["tir_opt"]
     loop = ir.split(" for ")[1]
     assert loop.count("async_copy") == 2 and " load " not in loop.split("yield")[0].replace("local_view", "")
+    slots = 3 if target == "sm_90a" else 2
     for buf in (0, 1):
-        assert f"local_view {{buf = {buf}, stages = 3}}" in loop
-        assert f"local_view {{buf = {buf}, stages = 3, trans}}" in loop
+        assert f"local_view {{buf = {buf}, stages = {slots}}}" in loop
+        assert f"local_view {{buf = {buf}, stages = {slots}, trans}}" in loop
     if target == "sm_90a":
         # The two accumulating dots with computed `a` stay in flight: `dv`'s until the next
         # dot's wait, `dk`'s into the next iteration; one barrier before the ring refills.
@@ -1093,7 +1096,9 @@ def test_one_load_as_both_dot_operands_is_pipelined(ptxas, target):
                       constexprs={"N": 64, "BK": 64}, target=target, num_warps=4, num_stages=3)
     loop = k.asm["tir_opt"].split(" for ")[1]
     assert loop.count("async_copy") == 1
-    assert "local_view {buf = 0, stages = 3}" in loop and "local_view {buf = 0, stages = 3, trans}" in loop
+    slots = 3 if target == "sm_90a" else 2
+    assert f"local_view {{buf = 0, stages = {slots}}}" in loop
+    assert f"local_view {{buf = 0, stages = {slots}, trans}}" in loop
     assemble(ptxas, k.asm["ptx"], target)
 
 
@@ -1748,3 +1753,71 @@ def test_dequantised_b_converts_once_on_warpgroups(ptxas, b_fp8, asm):
     assert " = local_load " in tir
     report = assemble(ptxas, k.asm["ptx"], "sm_90a")
     assert "0 bytes spill stores" in report, report
+
+
+@tiles.jit
+def gathered_decode_kernel(q_ptr, kv_ptr, idx_ptr, out_ptr, n_keys, H: tl.constexpr, D: tl.constexpr,
+                           BLOCK_N: tl.constexpr):
+    # A decode step's shape: 16 heads against keys gathered through an index vector, read by
+    # `mma.sync` (too few rows for a warpgroup) from a ring.
+    rh = tl.arange(0, H)
+    rd = tl.arange(0, D)
+    q = tl.load(q_ptr + rh[:, None] * D + rd[None, :])
+    acc = tl.zeros((H, D), dtype=tl.float32)
+    for start in range(0, n_keys, BLOCK_N):
+        rn = start + tl.arange(0, BLOCK_N)
+        loc = tl.load(idx_ptr + rn, mask=rn < n_keys, other=0)
+        kt = tl.load(kv_ptr + loc[None, :] * D + rd[:, None], mask=rn[None, :] < n_keys, other=0.0)
+        s = tl.dot(q, kt)
+        v = tl.load(kv_ptr + loc[:, None] * D + rd[None, :], mask=rn[:, None] < n_keys, other=0.0)
+        acc += tl.dot(s.to(tl.float16), v)
+    tl.store(out_ptr + rh[:, None] * D + rd[None, :], acc)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_ring_read_into_registers(dev, rng, stages):
+    # With `mma.sync` the ring has `num_stages - 1` slots (one, at two stages), each refilled
+    # in the iteration that read it.
+    h, d, rows, n = 16, 64, 300, 200
+    q = random(rng, (h, d), "float16", -0.5, 0.5)
+    kv = random(rng, (rows, d), "float16", -0.5, 0.5)
+    idx = rng.permutation(rows)[:n].astype(np.int32)
+    out = dev.put(np.full((h, d), np.nan, np.float32))
+    gathered_decode_kernel[(1,)](dev.put(q), dev.put(kv), dev.put(idx), out, n, H=h, D=d, BLOCK_N=32,
+                                 num_stages=stages)
+    g = kv[idx].astype(np.float64)
+    s = (q.astype(np.float64) @ g.T).astype(np.float16).astype(np.float64)
+    assert _rel_err(dev.get(out), s @ g) < 1e-2
+
+
+@tiles.jit
+def tile_matmul_kernel(a_ptr, b_ptr, c_ptr, K, stride_am, stride_bk, stride_cm, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, K, BLOCK_K):
+        acc += tl.dot(tl.load(a_ptrs), tl.load(b_ptrs))
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * stride_bk
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(tl.float16))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_ring_slots_follow_triton(monkeypatch, target, stages):
+    # Triton's sizes for the same `num_stages`: `num_stages - 1` slots where `mma.sync` reads the
+    # ring into registers, `num_stages` where a `wgmma` reads it in place (a 128x128x64 fp16
+    # matmul: 32 KiB a stage). `TILES_RING_SLOTS=stages` keeps `num_stages` slots everywhere.
+    sig = {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16", "K": "i32:16", "stride_am": "i32:16",
+           "stride_bk": "i32:16", "stride_cm": "i32:16"}
+    kw = dict(signature=sig, constexprs={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, target=target,
+              num_warps=4, num_stages=stages)
+    # (The epilogue's layout conversion reuses the ring's memory; at one slot it needs 34 KiB.)
+    slots = stages if target == "sm_90a" else stages - 1
+    assert tiles.compile(tile_matmul_kernel, **kw).metadata.shared // 32768 == slots
+    monkeypatch.setenv("TILES_RING_SLOTS", "stages")
+    assert tiles.compile(tile_matmul_kernel, **kw).metadata.shared // 32768 == stages

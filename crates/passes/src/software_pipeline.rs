@@ -1,15 +1,19 @@
 //! Software pipelining of loops that feed `dot` (Triton's `num_stages`).
 //!
 //! A load whose every use is a conversion to a `#dot_op` layout (or a transpose to one), of a
-//! tensor-core dot or a CUDA-core one, becomes an `async_copy` (`cp.async`) into a ring of `S` shared-memory slots, issued
-//! `S - 1` iterations ahead of its use; each `dot` reads the slot through a `local_view`
-//! (attention's backward reads `q` and `do` both ways round). For `S = 3`:
+//! tensor-core dot or a CUDA-core one, becomes an `async_copy` (`cp.async`) into a ring of
+//! shared-memory slots, issued `S - 1` iterations ahead of its use; each `dot` reads the slot
+//! through a `local_view` (attention's backward reads `q` and `do` both ways round). Where a
+//! `wgmma` reads a slot in place the ring has `R = S` slots; where every read takes the slot into
+//! registers (`ldmatrix`, `ld.shared`) it has `R = S - 1`, and a barrier before the refill
+//! keeps the copies off the slot until every thread has read it. For `S = 3`:
 //!
 //! ```text
 //! prologue:  copy(it 0) -> slot 0; commit; copy(it 1) -> slot 1; commit
-//! iteration i:  wait until group i landed; barrier       (slot i%S is full, slot (i-1)%S is free)
-//!               dot(view(slot i%S)) ...
-//!               copy(it i+2) -> slot (i+2)%S; commit
+//! iteration i:  wait until group i landed; barrier       (slot i%R is full)
+//!               dot(view(slot i%R)) ...
+//!               [R = S - 1: barrier]                     (slot (i+2)%R is free)
+//!               copy(it i+2) -> slot (i+2)%R; commit
 //! after:     wait for everything
 //! ```
 //!
@@ -716,6 +720,17 @@ fn apply(
     next_buf: &mut u32,
 ) {
     let ahead = stages - 1;
+    // The ring's slots: a slot read into registers (`ldmatrix`, `ld.shared`) is free once
+    // every thread is past its reads, so `S - 1` slots do, with a barrier before the copies
+    // that refill the slot this iteration read. A `wgmma` reads its operands from shared
+    // memory until it is waited for, one iteration later: then the ring keeps `S` slots, and
+    // the slot refilled is the one the previous iteration read. (Triton's rule too: the
+    // same `num_stages` takes the same shared memory.)
+    let ring = if read_by_warpgroup(func, &plan) || !fewer_slots() {
+        stages
+    } else {
+        ahead
+    };
     let body = func.region_block(for_op, 0);
     let args = func.blocks[body].args.clone();
     let yield_op = *func.blocks[body].ops.last().expect("yield");
@@ -769,14 +784,13 @@ fn apply(
         }
         cur.clone_ops(func, &plan.stage0, &mut env, Some(valid));
         let slot = cur.int(func, j as i64, DType::I32);
-        cur.copies(func, &plan.loads, &bufs, stages, &env, slot, valid);
+        cur.copies(func, &plan.loads, &bufs, ring, &env, slot, valid);
         for (&k, v) in values.iter_mut() {
             let y = func.ops[yield_op].operands[k - 1];
             *v = *env.get(&y).unwrap_or(&y);
         }
     }
     let zero = cur.int(func, 0, DType::I32);
-    let first_write = cur.int(func, ahead as i64, DType::I32);
     // The loop: advanced carried values take their prologue values as inits; shared ones get
     // an extra carried copy; two more carry the read and write slots.
     let mut ahead_arg: HashMap<usize, Value> = HashMap::new();
@@ -792,7 +806,13 @@ fn apply(
     }
     let i32t = Type::num(DType::I32);
     let (slot_read, _) = func.add_carried(for_op, zero, i32t);
-    let (slot_write, _) = func.add_carried(for_op, first_write, i32t);
+    // (With `S - 1` slots an iteration refills the slot it read.)
+    let slot_write = if ring == ahead {
+        slot_read
+    } else {
+        let first_write = cur.int(func, ahead as i64, DType::I32);
+        func.add_carried(for_op, first_write, i32t).0
+    };
     // Top of the body: this iteration's group has landed and every thread is past the
     // previous iteration's reads.
     let mut top = Cursor {
@@ -814,7 +834,7 @@ fn apply(
     for (k, rl) in plan.loads.iter().enumerate() {
         let l = rl.load;
         let loc = func.ops[l].loc;
-        let (buf, stages) = (bufs[k], stages as u8);
+        let (buf, stages) = (bufs[k], ring as u8);
         let mut reads = Vec::new();
         let mut replaced: Vec<Op> = Vec::new();
         match &rl.read {
@@ -897,9 +917,12 @@ fn apply(
         env.insert(args[k], a);
     }
     end.clone_ops(func, &plan.stage0, &mut env, Some(valid));
-    end.copies(func, &plan.loads, &bufs, stages, &env, slot_write, valid);
+    if ring == ahead {
+        end.push(func, OpKind::Barrier, vec![], None);
+    }
+    end.copies(func, &plan.loads, &bufs, ring, &env, slot_write, valid);
     let one = end.int(func, 1, DType::I32);
-    let s_c = end.int(func, stages as i64, DType::I32);
+    let s_c = end.int(func, ring as i64, DType::I32);
     let zero_in = end.int(func, 0, DType::I32);
     let next_slot = |end: &mut Cursor, func: &mut Function, s: Value| {
         let n = end.push(
@@ -917,7 +940,7 @@ fn apply(
         end.push(func, OpKind::Select, vec![wrap, zero_in, n], Some(i32t))
     };
     let read_next = next_slot(&mut end, func, slot_read);
-    let write_next = next_slot(&mut end, func, slot_write);
+    let write_next = (ring != ahead).then(|| next_slot(&mut end, func, slot_write));
     // The yield: advanced values continue ahead; extras follow the original values.
     let mut ys = func.ops[yield_op].operands.clone();
     let mut extra = Vec::new();
@@ -932,11 +955,27 @@ fn apply(
     }
     ys.extend(extra);
     ys.push(read_next);
-    ys.push(write_next);
+    ys.extend(write_next);
     func.ops[yield_op].operands = ys;
     // After the loop: retire the copies past its end before the memory is reused.
     let mut after = Cursor::after(func, parent, for_op, loc);
     after.push(func, OpKind::AsyncWait { pending: 0 }, vec![], None);
+}
+
+/// Whether a `wgmma` reads one of the ring's slots in place (as its `a` or `b`).
+fn read_by_warpgroup(func: &Function, plan: &Plan) -> bool {
+    plan.loads.iter().any(|l| match &l.read {
+        Read::Views(cvts) => cvts.iter().any(|&c| {
+            matches!(func.layout_of(func.ops[c].results[0]),
+                Some(Layout::DotOperand { parent, .. }) if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3))
+        }),
+        _ => false,
+    })
+}
+
+/// `TILES_RING_SLOTS=stages`, for developers: rings read into registers keep `S` slots too.
+fn fewer_slots() -> bool {
+    std::env::var("TILES_RING_SLOTS").map_or(true, |v| v != "stages")
 }
 
 /// Registers per thread a prefetched load may hold, and all of a loop's together.
