@@ -241,6 +241,37 @@ def test_tuple_item_assignment_is_a_compile_error():
 
 
 @tiles.jit
+def hinted_range_kernel(x_ptr, out_ptr, n, ROWS: tl.constexpr, FLAT: tl.constexpr):
+    # Python's `range` with `tl.range`'s loop hints, as Unsloth's MoE kernels write it.
+    cols = tl.arange(0, 16)
+    acc = tl.zeros((16,), tl.float32)
+    for r in range(ROWS, flatten=FLAT):
+        for c in range(0, n, 16, num_stages=2, loop_unroll_factor=1):
+            acc += tl.load(x_ptr + r * n + c + cols)
+    tl.store(out_ptr + cols, acc)
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_python_range_takes_loop_hints(dev, rng, flat):
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    out = dev.put(np.full(16, np.nan, np.float32))
+    hinted_range_kernel[(1,)](dev.put(x), out, 64, ROWS=3, FLAT=flat)
+    ref = x.astype(np.float64).reshape(3, 4, 16).sum(axis=(0, 1))
+    np.testing.assert_allclose(dev.get(out), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_python_range_rejects_unknown_keywords():
+    @tiles.jit
+    def k(x_ptr, n):
+        for i in range(n, flaten=True):
+            tl.store(x_ptr + i, i)
+
+    with pytest.raises(tiles.CompilationError, match="unexpected keyword argument 'flaten'") as e:
+        tiles.compile(k, signature={"x_ptr": "*i32", "n": "i32"})
+    assert "^" in str(e.value)
+
+
+@tiles.jit
 def fp8_bytes_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     m = offs < n

@@ -39,6 +39,11 @@ _PTX_ROUNDING = {"rn": "rn", "rz": "rz", "rd": "rm", "ru": "rp"}
 _PTX_TYPE = {"fp32": "f32", "fp64": "f64", "int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64"}
 
 
+# `tl.range`'s keyword arguments: loop hints.
+_RANGE_HINTS = frozenset({"num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten",
+                          "warp_specialize", "disable_licm"})
+
+
 class IRBackend:
     """Language ops -> `_tiles.IrBuilder` calls."""
 
@@ -923,7 +928,12 @@ class CodeGenerator(ast.NodeVisitor):
                 # and their buffers must still fit in shared memory.
                 stages = builtins.min(stages, 16)
         else:
-            if kwargs or not 1 <= len(args) <= 3:
+            # Python's `range` takes `tl.range`'s loop hints too, and Triton ignores them there
+            # (`range(n, flatten=True)` in Unsloth's MoE kernels): so does tiles.
+            unknown = sorted(set(kwargs) - _RANGE_HINTS)
+            if unknown:
+                raise self.src.error(it, f"range got an unexpected keyword argument '{unknown[0]}'")
+            if not 1 <= len(args) <= 3:
                 raise self.src.error(it, "range takes 1 to 3 positional arguments")
             lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
         reverse = False

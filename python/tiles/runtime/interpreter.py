@@ -661,6 +661,16 @@ def _interp_assert(cond: Any, msg: str = "") -> None:
         raise AssertionError(msg)
 
 
+def _interp_range(*args: Any, **hints: Any) -> range:
+    """Python's `range` given `tl.range`'s loop hints, which it ignores (as compiled kernels do)."""
+    from ..frontend import _RANGE_HINTS
+
+    unknown = sorted(set(hints) - _RANGE_HINTS)
+    if unknown:
+        raise TypeError(f"range got an unexpected keyword argument '{unknown[0]}'")
+    return range(*args)
+
+
 def _interp_print(*args: Any, **kwargs: Any) -> None:
     from ..core import tensor
 
@@ -831,6 +841,9 @@ class _Rewrite(ast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.func, ast.Name) and node.func.id == "print":
             node.func = ast.copy_location(ast.Name("__tiles_print__", ast.Load()), node.func)
+        elif isinstance(node.func, ast.Name) and node.func.id == "range" and node.keywords:
+            # `range(n, flatten=True)`: loop hints, which compiled kernels ignore on Python's range.
+            node.func = ast.copy_location(ast.Name("__tiles_range__", ast.Load()), node.func)
         elif isinstance(node.func, ast.Attribute) and node.func.attr == "to":
             # `i.to(...)` where compiled code has a tensor (a literal that became loop state) and
             # the interpreter still a Python number.
@@ -859,7 +872,8 @@ def interpreted_function(jitfn):
         ns = src.globals()
         ns.update(__tiles_assert__=_interp_assert, __tiles_print__=_interp_print, __tiles_and__=_interp_and,
                   __tiles_or__=_interp_or, __tiles_not__=_interp_not, __tiles_compare__=_interp_compare,
-                  __tiles_to__=_interp_to, __tiles_assigned__=_interp_assigned)
+                  __tiles_to__=_interp_to, __tiles_assigned__=_interp_assigned,
+                  __tiles_range__=ns.get("range", _interp_range))
         exec(code, ns)
         fn = ns[node.name]
     except Exception:
