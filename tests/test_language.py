@@ -283,6 +283,48 @@ def test_early_return_nested_in_a_constexpr_if_assembles(ptxas, left):
 
 
 @tiles.jit
+def rebound_after_return_kernel(X, OUT, n_rows, n_cols, stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                HALVES: tl.constexpr):
+    # flash-attn's rotary kernel: blocks past the end return first; then the pointer parameters
+    # are re-bound to tiles of pointers (a different type from the scalar the returning branch
+    # left them).
+    pid = tl.program_id(0)
+    if pid * BLOCK_M >= n_rows:
+        return
+    rm = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    X = X + rm[:, None] * stride + rn[None, :]
+    OUT = OUT + rm[:, None] * stride + rn[None, :]
+    mask = (rm[:, None] < n_rows) & (rn[None, :] < n_cols)
+    if HALVES:
+        x0, x1 = tl.split(tl.reshape(tl.load(X, mask=mask, other=0.0), [BLOCK_M, BLOCK_N // 2, 2]))
+        tl.store(OUT, tl.reshape(tl.join(x1, x0), [BLOCK_M, BLOCK_N]), mask=mask)
+    else:
+        tl.store(OUT, tl.load(X, mask=mask, other=0.0) * 2, mask=mask)
+
+
+@pytest.mark.parametrize("halves", [False, True])
+def test_names_rebound_after_an_early_return(dev, rng, halves):
+    rows, cols = 37, 64
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    out = dev.put(np.full((rows, cols), np.nan, np.float32))
+    rebound_after_return_kernel[(tiles.cdiv(rows, 16) + 2,)](dev.put(x), out, rows, cols, cols, BLOCK_M=16,
+                                                             BLOCK_N=64, HALVES=halves)
+    ref = x.reshape(rows, cols // 2, 2)[:, :, ::-1].reshape(rows, cols) if halves else x * 2
+    np.testing.assert_array_equal(dev.get(out), ref)
+
+
+@pytest.mark.parametrize("halves", [False, True])
+def test_names_rebound_after_an_early_return_compile(ptxas, halves):
+    from test_compile import assemble
+
+    sig = {"X": "*fp32", "OUT": "*fp32", "n_rows": "i32", "n_cols": "i32", "stride": "i32"}
+    k = tiles.compile(rebound_after_return_kernel, signature=sig,
+                      constexprs={"BLOCK_M": 16, "BLOCK_N": 64, "HALVES": halves}, target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
 def static_range_step_kernel(out_ptr, N: tl.constexpr, STEP: tl.constexpr):
     acc = tl.zeros((2,), tl.int32)
     for i in tl.static_range(0, N, step=STEP):

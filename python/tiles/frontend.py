@@ -269,6 +269,16 @@ def _terminates(stmts: Sequence[ast.stmt]) -> bool:
     return bool(stmts) and isinstance(stmts[-1], ast.Return)
 
 
+def _always_returns(stmts: Sequence[ast.stmt]) -> bool:
+    """Whether every path through `stmts` ends in a `return`."""
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, ast.If):
+        return _always_returns(last.body) and _always_returns(last.orelse)
+    return isinstance(last, ast.Return)
+
+
 def _assigned_names(stmts: Sequence[ast.stmt], owner: Optional[ast.AST] = None, plain: bool = False) -> List[str]:
     """Names stored to in `stmts` (nested functions aside), in first-assignment order, plus
     `_RETURN` if they return; cached on `owner` (the loop or `if` node), as the AST lives with
@@ -787,6 +797,12 @@ class CodeGenerator(ast.NodeVisitor):
         else_scope = self._visit_branch(node.orelse, before)
         names = [n for n in then_scope if n in else_scope and
                  (then_scope[n] is not before.get(n) or else_scope[n] is not before.get(n))]
+        if _always_returns(node.body) or _always_returns(node.orelse):
+            # No code follows an `if` with a return in it (`visit_stmts` moved it into the
+            # branches), and a branch that returns has no values to give it: only the return
+            # value meets the other branch's. (rotary_kernel: `if done: return`, then `OUT`
+            # re-bound to a tile of pointers.)
+            names = [n for n in names if n == _RETURN]
         merged, then_ys, else_ys = [], [], []
         for n in names:
             a, b = then_scope[n], else_scope[n]
