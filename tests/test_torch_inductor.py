@@ -250,6 +250,49 @@ def test_torch_finds_the_tensors_a_user_kernel_writes():
     assert r.stdout.strip().splitlines()[-1] == "['b', 'c', 'd']" and "identify_mutated_tensors" not in r.stderr
 
 
+@tiles.jit
+def rotate_in_place(OUT, X, OFFSETS, n, HAS_OFFSETS: tl.constexpr, BLOCK: tl.constexpr):
+    # flash-attn's rotary kernel's shape: an optional pointer given as None, OUT and X the same
+    # tensor, an early return.
+    if tl.program_id(0) > 0:
+        return
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(X + offs, mask=offs < n, other=0.0)
+    if HAS_OFFSETS:
+        x += tl.load(OFFSETS)
+    tl.store(OUT + offs, x * 2, mask=offs < n)
+
+
+def test_none_and_constexpr_arguments_specialise_as_triton_s():
+    from tiles.runtime.jit import mangle_type, native_specialize_impl
+
+    for v in (None, tl.constexpr(3)):
+        assert mangle_type(v) == "constexpr"
+        assert native_specialize_impl(None, v) == ("constexpr", v)
+    assert native_specialize_impl(None, 32) == ("i32", "D") and native_specialize_impl(None, 33) == ("i32", None)
+
+
+_NONE_ARGUMENT = textwrap.dedent("""
+    import torch, triton
+    from torch._higher_order_ops.triton_kernel_wrap import identify_mutated_tensors
+    from test_torch_inductor import rotate_in_place
+    x = torch.empty(64)
+    print(sorted(identify_mutated_tensors(rotate_in_place, {"OUT": x, "X": x, "OFFSETS": None, "n": 60,
+                                                            "HAS_OFFSETS": False, "BLOCK": 64}, {})))
+""")
+
+
+def test_torch_finds_the_writes_of_a_kernel_given_none():
+    # torch asks every argument's type and specialisation, None's too. When that failed it
+    # assumed every input written, and inductor copied X's stale clone over OUT (flash-attn's
+    # in-place rotary under torch.compile came out unrotated).
+    pytest.importorskip("torch")
+    env = dict(os.environ, TILES_AS_TRITON="1", PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    r = subprocess.run([sys.executable, "-c", _NONE_ARGUMENT], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "['OUT']" and "identify_mutated_tensors" not in r.stderr
+
+
 @pytest.mark.gpu
 def test_run_takes_triton_launcher_arguments(rng):
     import torch

@@ -591,7 +591,11 @@ def _dtype_ir(dt: Any) -> Optional[str]:
 def mangle_type(arg: Any, specialize: bool = False) -> str:
     """Triton's signature type of an argument: `*fp16` for a tensor of fp16 (a CPU tensor
     too: tools ask it of stand-ins), `i32`/`i64`/`u64` for ints, `fp32`, `i1`. `specialize` is
-    in Triton's signature; tiles' types do not depend on it."""
+    in Triton's signature; tiles' types do not depend on it. `None` (an absent optional pointer)
+    and a `tl.constexpr` are `constexpr`, as in Triton: torch's inductor asks for every
+    argument of a user kernel, `None`s included."""
+    if arg is None or isinstance(arg, core.constexpr):
+        return "constexpr"
     if hasattr(arg, "data_ptr") and hasattr(arg, "dtype") and not isinstance(arg, (bool, int, float)):
         dt = _dtype_ir(arg.dtype)
         if dt is None:
@@ -606,6 +610,8 @@ def native_specialize_impl(backend: Any, arg: Any, is_const: bool = False, speci
     aligned or an int divisible by 16, else None); `backend.parse_attr` reads the second.
     `backend` and `is_const` are in Triton's signature; the result depends on neither."""
     ty = mangle_type(arg)
+    if ty == "constexpr":
+        return ty, arg
     if ty.startswith("*"):
         return ty, "D" if align and arg.data_ptr() % 16 == 0 else None
     if ty in ("i32", "i64", "u64") and specialize_value and align and arg % 16 == 0:
