@@ -1821,3 +1821,60 @@ def test_ring_slots_follow_triton(monkeypatch, target, stages):
     assert tiles.compile(tile_matmul_kernel, **kw).metadata.shared // 32768 == slots
     monkeypatch.setenv("TILES_RING_SLOTS", "stages")
     assert tiles.compile(tile_matmul_kernel, **kw).metadata.shared // 32768 == stages
+
+
+@tiles.jit
+def persistent_tiles_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                            PROGRAMS: tl.constexpr):
+    # A persistent matmul: each program takes tiles PROGRAMS apart; the K loop is pipelined
+    # inside the tile loop, and the epilogue converts the result's layout to store it.
+    tiles_n = tl.cdiv(N, BN)
+    for t in range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, PROGRAMS):
+        rm = (t // tiles_n) * BM + tl.arange(0, BM)
+        rn = (t % tiles_n) * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k in range(0, K, BK):
+            a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+            acc = tl.dot(a, b, acc)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float16))
+
+
+@pytest.mark.parametrize("reuse", ["0", "1"])
+def test_persistent_matmul_with_rings_reused_as_scratch(dev, rng, monkeypatch, reuse):
+    # TILES_NESTED_RING_REUSE=1: the epilogue's scratch takes the K loop's ring memory, and the
+    # next tile's prologue refills the ring after a barrier. 4 programs, 9 tiles each.
+    monkeypatch.setenv("TILES_NESTED_RING_REUSE", reuse)
+    m, n, k = 384, 384, 256
+    a = random(rng, (m, k), "float16", -1, 1)
+    b = random(rng, (k, n), "float16", -1, 1)
+    c = dev.put(np.full((m, n), np.nan, np.float16))
+    persistent_tiles_kernel.device_caches.clear()
+    persistent_tiles_kernel[(4,)](dev.put(a), dev.put(b), c, m, n, k, BM=128, BN=128, BK=64, PROGRAMS=4,
+                                  num_stages=3)
+    assert _rel_err(dev.get(c), a.astype(np.float64) @ b.astype(np.float64)) < 1e-2
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_persistent_matmul_rings_reused_as_scratch_compile(ptxas, monkeypatch, target):
+    # Triton's sizes: the 128x256x64 tiles' ring (3 slots, 144 KiB, for wgmma; 2 for mma.sync)
+    # holds the epilogue's 64 KiB conversion too; without the reuse it comes on top.
+    from test_compile import assemble
+
+    sig = {"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16", "M": "i32:16", "N": "i32:16",
+           "K": "i32:16"}
+    kw = dict(signature=sig, constexprs={"BM": 128, "BN": 256, "BK": 64, "PROGRAMS": 132}, target=target,
+              num_warps=8, num_stages=3)
+    stage = (128 * 64 + 64 * 256) * 2
+    slots = 3 if target == "sm_90a" else 2
+    monkeypatch.setenv("TILES_NESTED_RING_REUSE", "0")
+    apart = tiles.compile(persistent_tiles_kernel, **kw)
+    monkeypatch.setenv("TILES_NESTED_RING_REUSE", "1")
+    shared = tiles.compile(persistent_tiles_kernel, **kw)
+    assert apart.metadata.shared > slots * stage + 64 * 1024
+    assert shared.metadata.shared == slots * stage
+    # One more barrier: before the next tile's prologue refills the ring.
+    assert shared.asm["ptx"].count("bar.sync") == apart.asm["ptx"].count("bar.sync") + 1
+    report = assemble(ptxas, shared.asm["ptx"], target)
+    assert "0 bytes spill stores" in report, report

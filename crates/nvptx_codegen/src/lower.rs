@@ -9,7 +9,7 @@ use inkwell::module::{Linkage, Module};
 use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{BasicValueEnum, FunctionValue, GlobalValue, IntValue, PhiValue};
 use inkwell::{AddressSpace, IntPredicate};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use tile_ir::{
     Block, Const, DType, Elem, Function, Layout, LayoutId, Op, OpKind, Shape, Type, Value,
@@ -128,6 +128,10 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// staged operands and past every ring still to be used (later loops' rings may share
     /// the memory of the finished ones).
     pub scratch_after_wait: HashMap<Op, u32>,
+    /// Prologue copies into rings whose memory scratch space reuses after their loop, inside
+    /// an enclosing loop (`TILES_NESTED_RING_REUSE=1`): each takes a barrier first where the
+    /// shared buffer may still be read (the previous iteration's epilogue).
+    pub prologue_copies: HashSet<Op>,
 }
 
 /// Conversions to a dot operand layout used only by dots inside loops below it (a
@@ -578,6 +582,7 @@ pub(crate) fn lower_kernel<'ctx>(
         persistent: HashMap::new(),
         persistent_bytes: 0,
         scratch_after_wait: HashMap::new(),
+        prologue_copies: HashSet::new(),
         async_dots: Default::default(),
         deferred: Default::default(),
     };
@@ -1025,7 +1030,12 @@ impl<'ctx> Lowering<'ctx, '_> {
                 pack,
                 ..
             } => self.lower_inline_asm(op, asm, constraints, pack)?,
-            OpKind::AsyncCopy(a) => self.lower_async_copy(&data, a)?,
+            OpKind::AsyncCopy(a) => {
+                if self.prologue_copies.contains(&op) {
+                    self.fence_before_shared_write()?;
+                }
+                self.lower_async_copy(&data, a)?
+            }
             OpKind::AsyncCommit => self.asm_void("cp.async.commit_group;", "~{memory}", &[])?,
             OpKind::AsyncWait { pending } => {
                 self.asm_void(&format!("cp.async.wait_group {pending};"), "~{memory}", &[])?;
@@ -1037,10 +1047,13 @@ impl<'ctx> Lowering<'ctx, '_> {
                 if self.warpgroup && std::env::var_os("TILES_CP_ASYNC_PROXY_FENCE").is_some() {
                     self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;
                 }
-                if pending == 0 && self.loop_depth == 0 {
+                if pending == 0
+                    && (self.loop_depth == 0 || self.scratch_after_wait.contains_key(&op))
+                {
                     // Every copy has landed: the finished rings' memory is free for scratch
                     // again (after a barrier, which the next writer takes since the rings
-                    // were read); rings of later loops stay clear.
+                    // were read); rings of later loops stay clear. (Inside a loop, only where
+                    // `plan_rings` found the finished loop's rings the only ones live.)
                     self.scratch_base = self
                         .scratch_after_wait
                         .get(&op)

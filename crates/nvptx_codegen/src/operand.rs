@@ -15,7 +15,7 @@
 use crate::lower::{int_type, Geometry, Lowering, R};
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{BasicValue, BasicValueEnum, InstructionOpcode, IntValue, PointerValue};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use tile_ir::{DType, Elem, Op, OpKind, Value};
 
 /// The XOR swizzle of 16-byte chunks.
@@ -572,6 +572,12 @@ pub(crate) fn whole_vector<'ctx>(
     whole.filter(|w| w.get_type().get_size() as usize == vals.len())
 }
 
+/// `TILES_NESTED_RING_REUSE=1`: scratch space reuses a nested loop's rings after it (see
+/// [`Lowering::plan_nested_reuse`]). Off until it has run on a GPU.
+fn nested_ring_reuse() -> bool {
+    std::env::var("TILES_NESTED_RING_REUSE").is_ok_and(|v| v == "1")
+}
+
 /// A ring of `stages` tile slots written by `async_copy`.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Ring {
@@ -746,6 +752,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         // First fit, in program order: the lowest aligned offset clear of every placed tile
         // whose span meets this one's.
         let mut placed: Vec<((usize, usize), u32, u32)> = Vec::new();
+        let mut placed_rings: Vec<(u8, (usize, usize), u32)> = Vec::new();
         let (mut total, mut staged_end) = (0u32, 0u32);
         for (span, bytes, al, item) in items {
             let mut clash: Vec<(u32, u32)> = placed
@@ -772,15 +779,22 @@ impl<'ctx> Lowering<'ctx, '_> {
                     if let Some(ring) = self.rings.get_mut(&buf) {
                         ring.offset = offset;
                     }
+                    placed_rings.push((buf, span, offset + bytes));
                 }
             }
         }
         self.persistent_bytes = staged_end;
+        if nested_ring_reuse() {
+            self.plan_nested_reuse(&top, &placed_rings, staged_end);
+        }
         for op in func.ops_in_order() {
             if !matches!(func.ops[op].kind, OpKind::AsyncWait { pending: 0 }) {
                 continue;
             }
             let Some(&at) = top.get(&op) else { continue };
+            if !func.blocks[func.entry].ops.contains(&op) {
+                continue; // a wait inside a loop: plan_nested_reuse's
+            }
             let live_after = placed
                 .iter()
                 .filter(|(s, _, _)| s.1 > at)
@@ -796,6 +810,86 @@ impl<'ctx> Lowering<'ctx, '_> {
             self.shared_buffer(total);
         }
         Ok(())
+    }
+
+    /// A pipelined loop inside another loop (a persistent matmul's K loop, a grouped GEMM's):
+    /// after its full wait, the rest of the outer body (the epilogue's layout conversions) may
+    /// use its rings' memory as scratch, as Triton's allocator lets it, where no other ring is
+    /// live there. The next outer iteration's prologue then refills the rings after a barrier
+    /// (`prologue_copies`). `rings`: (buffer, span of top-level positions, end offset).
+    fn plan_nested_reuse(
+        &mut self,
+        top: &HashMap<Op, usize>,
+        rings: &[(u8, (usize, usize), u32)],
+        staged_end: u32,
+    ) {
+        let func = self.func;
+        let parent = func.op_blocks();
+        for op in func.ops_in_order() {
+            if !matches!(func.ops[op].kind, OpKind::AsyncWait { pending: 0 }) {
+                continue;
+            }
+            let (Some(&at), Some(&block)) = (top.get(&op), parent.get(&op)) else {
+                continue;
+            };
+            if block == func.entry {
+                continue;
+            }
+            // The loop the wait retires: the op just before it.
+            let ops = &func.blocks[block].ops;
+            let Some(i) = ops.iter().position(|&o| o == op) else {
+                continue;
+            };
+            let Some(&for_op) = i.checked_sub(1).and_then(|j| ops.get(j)) else {
+                continue;
+            };
+            if !matches!(func.ops[for_op].kind, OpKind::For { .. }) {
+                continue;
+            }
+            let mut own: HashSet<u8> = HashSet::new();
+            let mut in_body: HashSet<Op> = HashSet::new();
+            let mut stack = vec![func.region_block(for_op, 0)];
+            while let Some(b) = stack.pop() {
+                for &o in &func.blocks[b].ops {
+                    in_body.insert(o);
+                    match func.ops[o].kind {
+                        OpKind::AsyncCopy(a) => {
+                            own.insert(a.buf);
+                        }
+                        OpKind::LocalView { buf, .. } | OpKind::LocalLoad { buf, .. } => {
+                            own.insert(buf);
+                        }
+                        _ => {}
+                    }
+                    for &r in &func.ops[o].regions {
+                        stack.push(func.regions[r].block);
+                    }
+                }
+            }
+            // Every ring live at this top-level op or after it must be the loop's own (scratch
+            // stays low until the kernel ends; a later loop's prologue takes no barrier).
+            if own.is_empty() || rings.iter().any(|(b, s, _)| s.1 >= at && !own.contains(b)) {
+                continue;
+            }
+            // Its prologue: the copies into its rings in the block that holds the loop.
+            let prologue: Vec<Op> = ops[..i]
+                .iter()
+                .copied()
+                .filter(
+                    |&o| matches!(func.ops[o].kind, OpKind::AsyncCopy(a) if own.contains(&a.buf)),
+                )
+                .collect();
+            let copies_elsewhere = func.ops_in_order().into_iter().any(|o| {
+                matches!(func.ops[o].kind, OpKind::AsyncCopy(a) if own.contains(&a.buf))
+                    && !in_body.contains(&o)
+                    && !prologue.contains(&o)
+            });
+            if prologue.is_empty() || copies_elsewhere {
+                continue;
+            }
+            self.prologue_copies.extend(prologue);
+            self.scratch_after_wait.insert(op, staged_end);
+        }
     }
 
     /// Slot `slot` of ring `buf` as a shared tile.
