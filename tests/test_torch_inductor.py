@@ -241,13 +241,19 @@ _MUTATIONS = textwrap.dedent("""
 """)
 
 
-def test_torch_finds_the_tensors_a_user_kernel_writes():
+def _torch_mutations(script: str) -> str:
+    """The last line `script` prints, run with tiles as `triton`; torch's TTIR analysis must
+    have run on tiles' view (no "assuming every input is mutated" warning)."""
     pytest.importorskip("torch")
     env = dict(os.environ, TILES_AS_TRITON="1", PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
-    r = subprocess.run([sys.executable, "-c", _MUTATIONS], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    # torch's TTIR analysis ran on tiles' view: no "assuming every input is mutated" warning.
-    assert r.stdout.strip().splitlines()[-1] == "['b', 'c', 'd']" and "identify_mutated_tensors" not in r.stderr
+    assert "identify_mutated_tensors" not in r.stderr, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+def test_torch_finds_the_tensors_a_user_kernel_writes():
+    assert _torch_mutations(_MUTATIONS) == "['b', 'c', 'd']"
 
 
 @tiles.jit
@@ -286,11 +292,7 @@ def test_torch_finds_the_writes_of_a_kernel_given_none():
     # torch asks every argument's type and specialisation, None's too. When that failed it
     # assumed every input written, and inductor copied X's stale clone over OUT (flash-attn's
     # in-place rotary under torch.compile came out unrotated).
-    pytest.importorskip("torch")
-    env = dict(os.environ, TILES_AS_TRITON="1", PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
-    r = subprocess.run([sys.executable, "-c", _NONE_ARGUMENT], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip().splitlines()[-1] == "['OUT']" and "identify_mutated_tensors" not in r.stderr
+    assert _torch_mutations(_NONE_ARGUMENT) == "['OUT']"
 
 
 @pytest.mark.gpu

@@ -752,7 +752,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         // First fit, in program order: the lowest aligned offset clear of every placed tile
         // whose span meets this one's.
         let mut placed: Vec<((usize, usize), u32, u32)> = Vec::new();
-        let mut placed_rings: Vec<(u8, (usize, usize), u32)> = Vec::new();
+        let mut placed_rings: Vec<(u8, (usize, usize))> = Vec::new();
         let (mut total, mut staged_end) = (0u32, 0u32);
         for (span, bytes, al, item) in items {
             let mut clash: Vec<(u32, u32)> = placed
@@ -779,7 +779,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                     if let Some(ring) = self.rings.get_mut(&buf) {
                         ring.offset = offset;
                     }
-                    placed_rings.push((buf, span, offset + bytes));
+                    placed_rings.push((buf, span));
                 }
             }
         }
@@ -816,11 +816,11 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// after its full wait, the rest of the outer body (the epilogue's layout conversions) may
     /// use its rings' memory as scratch, as Triton's allocator lets it, where no other ring is
     /// live there. The next outer iteration's prologue then refills the rings after a barrier
-    /// (`prologue_copies`). `rings`: (buffer, span of top-level positions, end offset).
+    /// (`prologue_copies`). `rings`: each ring's buffer and span of top-level positions.
     fn plan_nested_reuse(
         &mut self,
         top: &HashMap<Op, usize>,
-        rings: &[(u8, (usize, usize), u32)],
+        rings: &[(u8, (usize, usize))],
         staged_end: u32,
     ) {
         let func = self.func;
@@ -868,7 +868,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             // Every ring live at this top-level op or after it must be the loop's own (scratch
             // stays low until the kernel ends; a later loop's prologue takes no barrier).
-            if own.is_empty() || rings.iter().any(|(b, s, _)| s.1 >= at && !own.contains(b)) {
+            if own.is_empty() || rings.iter().any(|(b, s)| s.1 >= at && !own.contains(b)) {
                 continue;
             }
             // Its prologue: the copies into its rings in the block that holds the loop.

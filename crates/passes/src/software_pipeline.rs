@@ -792,7 +792,8 @@ fn apply(
     }
     let zero = cur.int(func, 0, DType::I32);
     // The loop: advanced carried values take their prologue values as inits; shared ones get
-    // an extra carried copy; two more carry the read and write slots.
+    // an extra carried copy; one more carries the read slot, and with `S` slots another the
+    // write slot.
     let mut ahead_arg: HashMap<usize, Value> = HashMap::new();
     for &(k, shared) in &plan.carried {
         if shared {
