@@ -132,6 +132,9 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// an enclosing loop (`TILES_NESTED_RING_REUSE=1`): each takes a barrier first where the
     /// shared buffer may still be read (the previous iteration's epilogue).
     pub prologue_copies: HashSet<Op>,
+    /// The full waits inside loops after which scratch space reuses the rings (see
+    /// `plan_nested_reuse`); a wait outside loops always frees the finished rings.
+    pub nested_reuse_waits: HashSet<Op>,
 }
 
 /// Conversions to a dot operand layout used only by dots inside loops below it (a
@@ -583,6 +586,7 @@ pub(crate) fn lower_kernel<'ctx>(
         persistent_bytes: 0,
         scratch_after_wait: HashMap::new(),
         prologue_copies: HashSet::new(),
+        nested_reuse_waits: HashSet::new(),
         async_dots: Default::default(),
         deferred: Default::default(),
     };
@@ -1047,9 +1051,7 @@ impl<'ctx> Lowering<'ctx, '_> {
                 if self.warpgroup && std::env::var_os("TILES_CP_ASYNC_PROXY_FENCE").is_some() {
                     self.asm_void("fence.proxy.async.shared::cta;", "~{memory}", &[])?;
                 }
-                if pending == 0
-                    && (self.loop_depth == 0 || self.scratch_after_wait.contains_key(&op))
-                {
+                if pending == 0 && (self.loop_depth == 0 || self.nested_reuse_waits.contains(&op)) {
                     // Every copy has landed: the finished rings' memory is free for scratch
                     // again (after a barrier, which the next writer takes since the rings
                     // were read); rings of later loops stay clear. (Inside a loop, only where

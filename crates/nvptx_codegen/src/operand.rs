@@ -784,17 +784,11 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
         }
         self.persistent_bytes = staged_end;
-        if nested_ring_reuse() {
-            self.plan_nested_reuse(&top, &placed_rings, staged_end);
-        }
         for op in func.ops_in_order() {
             if !matches!(func.ops[op].kind, OpKind::AsyncWait { pending: 0 }) {
                 continue;
             }
             let Some(&at) = top.get(&op) else { continue };
-            if !func.blocks[func.entry].ops.contains(&op) {
-                continue; // a wait inside a loop: plan_nested_reuse's
-            }
             let live_after = placed
                 .iter()
                 .filter(|(s, _, _)| s.1 > at)
@@ -803,6 +797,9 @@ impl<'ctx> Lowering<'ctx, '_> {
                 .unwrap_or(0);
             self.scratch_after_wait
                 .insert(op, staged_end.max(live_after));
+        }
+        if nested_ring_reuse() {
+            self.plan_nested_reuse(&top, &placed_rings, staged_end);
         }
         self.ring_bytes = total;
         self.scratch_base = total;
@@ -889,6 +886,7 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             self.prologue_copies.extend(prologue);
             self.scratch_after_wait.insert(op, staged_end);
+            self.nested_reuse_waits.insert(op);
         }
     }
 
