@@ -39,9 +39,8 @@ _PTX_ROUNDING = {"rn": "rn", "rz": "rz", "rd": "rm", "ru": "rp"}
 _PTX_TYPE = {"fp32": "f32", "fp64": "f64", "int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64"}
 
 
-# `tl.range`'s keyword arguments: loop hints.
-_RANGE_HINTS = frozenset({"num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten",
-                          "warp_specialize", "disable_licm"})
+# `tl.range`'s loop hints: its parameters after the bounds and the step.
+_RANGE_HINTS = frozenset(list(inspect.signature(language.range).parameters)[3:])
 
 
 class IRBackend:

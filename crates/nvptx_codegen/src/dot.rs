@@ -245,9 +245,9 @@ impl<'ctx> Lowering<'ctx, '_> {
 
     /// Whether `v` is in a warpgroup dot's operand layout.
     pub(crate) fn is_warpgroup_operand(&self, v: Value) -> bool {
-        matches!(self.func.layout_of(v),
-            Some(Layout::DotOperand { parent, .. })
-                if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3))
+        self.func
+            .layout_of(v)
+            .is_some_and(Layout::is_warpgroup_operand)
     }
 
     /// Whether `v` is a tile whose warpgroup dots read it K-major from shared memory: fp8,

@@ -822,7 +822,15 @@ impl<'ctx> Lowering<'ctx, '_> {
     ) {
         let func = self.func;
         let parent = func.op_blocks();
-        for op in func.ops_in_order() {
+        let all = func.ops_in_order();
+        let copies: Vec<(Op, u8)> = all
+            .iter()
+            .filter_map(|&o| match func.ops[o].kind {
+                OpKind::AsyncCopy(a) => Some((o, a.buf)),
+                _ => None,
+            })
+            .collect();
+        for &op in &all {
             if !matches!(func.ops[op].kind, OpKind::AsyncWait { pending: 0 }) {
                 continue;
             }
@@ -845,30 +853,25 @@ impl<'ctx> Lowering<'ctx, '_> {
             }
             let mut own: HashSet<u8> = HashSet::new();
             let mut in_body: HashSet<Op> = HashSet::new();
-            let mut stack = vec![func.region_block(for_op, 0)];
-            while let Some(b) = stack.pop() {
-                for &o in &func.blocks[b].ops {
-                    in_body.insert(o);
-                    match func.ops[o].kind {
-                        OpKind::AsyncCopy(a) => {
-                            own.insert(a.buf);
-                        }
-                        OpKind::LocalView { buf, .. } | OpKind::LocalLoad { buf, .. } => {
-                            own.insert(buf);
-                        }
-                        _ => {}
+            func.walk_op(for_op, |o| {
+                in_body.insert(o);
+                match func.ops[o].kind {
+                    OpKind::AsyncCopy(a) => {
+                        own.insert(a.buf);
                     }
-                    for &r in &func.ops[o].regions {
-                        stack.push(func.regions[r].block);
+                    OpKind::LocalView { buf, .. } | OpKind::LocalLoad { buf, .. } => {
+                        own.insert(buf);
                     }
+                    _ => {}
                 }
-            }
+            });
             // Every ring live at this top-level op or after it must be the loop's own (scratch
             // stays low until the kernel ends; a later loop's prologue takes no barrier).
             if own.is_empty() || rings.iter().any(|(b, s)| s.1 >= at && !own.contains(b)) {
                 continue;
             }
-            // Its prologue: the copies into its rings in the block that holds the loop.
+            // Its prologue: the copies into its rings in the block that holds the loop; no copy
+            // into them may be elsewhere.
             let prologue: Vec<Op> = ops[..i]
                 .iter()
                 .copied()
@@ -876,10 +879,8 @@ impl<'ctx> Lowering<'ctx, '_> {
                     |&o| matches!(func.ops[o].kind, OpKind::AsyncCopy(a) if own.contains(&a.buf)),
                 )
                 .collect();
-            let copies_elsewhere = func.ops_in_order().into_iter().any(|o| {
-                matches!(func.ops[o].kind, OpKind::AsyncCopy(a) if own.contains(&a.buf))
-                    && !in_body.contains(&o)
-                    && !prologue.contains(&o)
+            let copies_elsewhere = copies.iter().any(|&(o, buf)| {
+                own.contains(&buf) && !in_body.contains(&o) && !prologue.contains(&o)
             });
             if prologue.is_empty() || copies_elsewhere {
                 continue;

@@ -967,8 +967,8 @@ fn apply(
 fn read_by_warpgroup(func: &Function, plan: &Plan) -> bool {
     plan.loads.iter().any(|l| match &l.read {
         Read::Views(cvts) => cvts.iter().any(|&c| {
-            matches!(func.layout_of(func.ops[c].results[0]),
-                Some(Layout::DotOperand { parent, .. }) if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3))
+            func.layout_of(func.ops[c].results[0])
+                .is_some_and(Layout::is_warpgroup_operand)
         }),
         _ => false,
     })

@@ -323,11 +323,16 @@ impl BlockedLayout {
 }
 
 impl Layout {
+    /// Whether this is an operand layout of a warpgroup (`wgmma`) dot.
+    pub fn is_warpgroup_operand(&self) -> bool {
+        matches!(self, Layout::DotOperand { parent, .. }
+            if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3))
+    }
+
     /// Whether this is the `b` operand layout of a warpgroup (`wgmma`) dot, which the dot reads
     /// from shared memory: no register tile has it.
     pub fn is_warpgroup_b(&self) -> bool {
-        matches!(self, Layout::DotOperand { op_idx: 1, parent, .. }
-            if matches!(parent.as_ref(), Layout::Mma(m) if m.version == 3))
+        matches!(self, Layout::DotOperand { op_idx: 1, .. }) && self.is_warpgroup_operand()
     }
 
     /// Number of dimensions of the tiles this layout describes.
