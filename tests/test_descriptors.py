@@ -31,6 +31,49 @@ def test_device_descriptor_copy_with_ragged_edges(dev, rng, pad):
 
 
 @tiles.jit
+def expert_matmul_kernel(x_ptr, w_ptr, y_ptr, M, E, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
+                         BN: tl.constexpr, BK: tl.constexpr):
+    # The style of grouped-GEMM MoE kernels: a 3-d weight [E, N, K] read in [1, BN, BK] blocks,
+    # reshaped to [BN, BK] and transposed into the dot.
+    e, pm, pn = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[E * M, K], strides=[K, 1], block_shape=[BM, BK])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[E, N, K], strides=[N * K, K, 1], block_shape=[1, BN, BK])
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        x = x_desc.load([e * M + pm * BM, k])
+        w = tl.reshape(w_desc.load([e, pn * BN, k]), (BN, BK))
+        acc += tl.dot(x, w.T)
+    rows = e * M + pm * BM + tl.arange(0, BM)
+    cols = pn * BN + tl.arange(0, BN)
+    tl.store(y_ptr + rows[:, None] * N + cols[None, :], acc, mask=(cols[None, :] < N) & (rows[:, None] < E * M))
+
+
+def test_unit_block_dimensions_are_loaded_as_a_smaller_tile(dev, rng):
+    E, M, N, K, BM, BN, BK = 3, 32, 48, 64, 32, 32, 32
+    x = rng.standard_normal((E * M, K)).astype(np.float16)
+    w = rng.standard_normal((E, N, K)).astype(np.float16)
+    y = dev.put(np.full((E * M, N), np.nan, np.float32))
+    expert_matmul_kernel[(E, M // BM, 2)](dev.put(x), dev.put(w), y, M, E, N=N, K=K, BM=BM, BN=BN, BK=BK)
+    ref = np.concatenate([x[i * M:(i + 1) * M].astype(np.float64) @ w[i].astype(np.float64).T for i in range(E)])
+    np.testing.assert_allclose(dev.get(y), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_unit_block_dimensions_do_not_stop_pipelining(ptxas, target):
+    # The [1, BN, BK] block is loaded as [BN, BK] and the user's reshape folds away: both
+    # operands go through rings, as with 2-d descriptors.
+    from test_compile import assemble
+
+    sig = {"x_ptr": "*fp16:16", "w_ptr": "*fp16:16", "y_ptr": "*fp32:16", "M": "i32:16", "E": "i32"}
+    k = tiles.compile(expert_matmul_kernel, signature=sig, target=target, num_warps=4, num_stages=3,
+                      constexprs=dict(N=1024, K=2048, BM=64, BN=128, BK=64))
+    ir = k.asm["tir_opt"]
+    assert "reshape" not in ir and "async_copy {buf = 1" in ir, ir
+    assert "<1x128x64x" not in ir, "a 3-d block is left"
+    assemble(ptxas, k.asm["ptx"], target)
+
+
+@tiles.jit
 def padded_rows_kernel(x_ptr, y_ptr, M, N, ld, BM: tl.constexpr, BN: tl.constexpr):
     # Rows of N elements `ld` apart: a row can end inside a 16-byte granule.
     xd = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[ld, 1], block_shape=[BM, BN])

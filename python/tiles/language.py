@@ -953,39 +953,52 @@ class tensor_descriptor:
         return tensor_descriptor(base, shape, strides, self.block_shape, self.padding, self.assume_aligned,
                                  self.round_tf32)
 
-    def _pointers(self, offsets):
-        """The block's pointers and in-range mask."""
+    def _pointers(self, offsets, squeeze=False):
+        """The block's pointers and in-range mask. With `squeeze`, the block's dimensions of
+        size 1 are left out of both (their offsets and range checks are scalars), and the
+        dimensions kept come back too: a `[1, BN, BK]` block of a 3-d weight is then a 2-d
+        load, which the pipeliner can put in a ring once the user's reshape to `[BN, BK]`
+        folds away."""
         offsets = list(_v(offsets)) if isinstance(_v(offsets), (list, tuple)) else [offsets]
         rank = len(self.block_shape)
         if len(offsets) != rank:
             raise ValueError(f"this descriptor takes {rank} offsets, got {len(offsets)}")
+        kept = [d for d in _builtin_range(rank) if not squeeze or self.block_shape[d] > 1] or [rank - 1]
         ptr, mask = self.base, None
         for d in _builtin_range(rank):
-            rel = semantic.arange(0, self.block_shape[d])
-            idx = semantic.add(rel, offsets[d])
-            for e in _builtin_range(rank):
-                if e < d:
-                    idx, rel = semantic.expand_dims(idx, 0), semantic.expand_dims(rel, 0)
-                elif e > d:
-                    idx, rel = semantic.expand_dims(idx, len(idx.shape)), semantic.expand_dims(rel, len(rel.shape))
             stride = semantic.cast(semantic.to_tensor(self.strides[d]), int64)
             # The block's start (a scalar) and the offsets within the block (the same every time
             # the block moves: hoisted out of loops) are scaled apart, in 64 bits.
             start = semantic.mul(semantic.cast(semantic.to_tensor(offsets[d]), int64), stride)
-            ptr = semantic.add(semantic.add(ptr, start), semantic.mul(semantic.cast(rel, int64), stride))
+            ptr = semantic.add(ptr, start)
+            if d in kept:
+                j = kept.index(d)
+                rel = semantic.arange(0, self.block_shape[d])
+                idx = semantic.add(rel, offsets[d])
+                for e in _builtin_range(len(kept)):
+                    if e < j:
+                        idx, rel = semantic.expand_dims(idx, 0), semantic.expand_dims(rel, 0)
+                    elif e > j:
+                        idx, rel = semantic.expand_dims(idx, len(idx.shape)), semantic.expand_dims(rel, len(rel.shape))
+                ptr = semantic.add(ptr, semantic.mul(semantic.cast(rel, int64), stride))
+            else:
+                idx = semantic.to_tensor(offsets[d])
             inside = semantic.logical_and(semantic.greater_equal(idx, 0), semantic.less(idx, self.shape[d]))
             mask = inside if mask is None else semantic.logical_and(mask, inside)
-        return ptr, mask
+        return (ptr, mask, kept) if squeeze else (ptr, mask)
 
     @builtin
     def load(self, offsets, _semantic=None):
         """The block at `offsets` (out-of-range elements per the padding)."""
         other = float("nan") if self.padding == "nan" else 0
-        ptr, mask = self._pointers(offsets)
+        ptr, mask, kept = self._pointers(offsets, squeeze=True)
         # A descriptor made in the kernel promises Triton's TMA contract (16-byte aligned base
         # and rows), so whole 16-byte granules of a row may be read: the compiler then reads
         # the row's last, partly selected granule at once and selects its elements after.
         x = semantic.load(ptr, mask, other, whole_granules=self.assume_aligned)
+        dropped = [d for d in _builtin_range(len(self.block_shape)) if d not in kept]
+        if dropped:  # back to the block's shape (the unit dimensions hold no data)
+            x = semantic.expand_dims(x, dropped)
         return _round_to_tf32(x) if self.round_tf32 else x
 
     @builtin

@@ -12,6 +12,11 @@
 //! | `x / 1 -> x`      |                   |
 //! | `splat(c) -> c`   | a tile of one constant |
 //! | `cast(c) -> c'`   | integer to integer (not to `i1`, which tests `!= 0`): sign- or zero-extended from the source, wrapped to the result |
+//!
+//! And, for every element type: `reshape(expand_dims(x))` and `reshape(reshape(x))` read `x`
+//! directly (each is a row-major reinterpretation, so their composition is one), and a
+//! reshape to its operand's own shape is its operand. A descriptor's `[1, BN, BK]` block,
+//! loaded as `[BN, BK]` and expanded, is then the 2-d load a user's `reshape` asked for.
 
 use std::collections::HashMap;
 use tile_ir::{BinaryOp, Block, Const, DType, Function, Op, OpKind, Type, Value};
@@ -64,6 +69,10 @@ fn int_const(func: &Function, v: Value) -> Option<i64> {
 pub fn fold_constants(func: &mut Function) -> usize {
     let mut changed = 0;
     for op in func.ops_in_order() {
+        if func.ops[op].kind == OpKind::Reshape {
+            changed += fold_reshape(func, op);
+            continue;
+        }
         let data = &func.ops[op];
         let Some(&res) = data.results.first() else {
             continue;
@@ -118,6 +127,35 @@ pub fn fold_constants(func: &mut Function) -> usize {
             }
             _ => {}
         }
+    }
+    changed
+}
+
+/// A reshape of an `expand_dims` or of a reshape reads their operand instead; a reshape to its
+/// operand's type is replaced by the operand. Returns how many rewrites were made.
+fn fold_reshape(func: &mut Function, op: Op) -> usize {
+    let mut changed = 0;
+    let layouts_free = |f: &Function, v: Value| f.ty(v).layout.is_none();
+    loop {
+        let src = func.ops[op].operands[0];
+        let Some(inner) = func.def_op(src) else { break };
+        if !matches!(
+            func.ops[inner].kind,
+            OpKind::ExpandDims(_) | OpKind::Reshape
+        ) {
+            break;
+        }
+        let x = func.ops[inner].operands[0];
+        if !layouts_free(func, x) || !layouts_free(func, src) || func.ty(x).shape.rank() == 0 {
+            break;
+        }
+        func.ops[op].operands[0] = x;
+        changed += 1;
+    }
+    let (src, res) = (func.ops[op].operands[0], func.ops[op].results[0]);
+    if func.ty(src) == func.ty(res) {
+        func.replace_uses(res, src);
+        changed += 1;
     }
     changed
 }
