@@ -1875,8 +1875,9 @@ def persistent_tiles_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: 
 
 @pytest.mark.parametrize("reuse", ["0", "1"])
 def test_persistent_matmul_with_rings_reused_as_scratch(dev, rng, monkeypatch, reuse):
-    # TILES_NESTED_RING_REUSE=1: the epilogue's scratch takes the K loop's ring memory, and the
-    # next tile's prologue refills the ring after a barrier. 4 programs, 9 tiles each.
+    # By default the epilogue's scratch takes the K loop's ring memory, and the next tile's
+    # prologue refills the ring after a barrier (TILES_NESTED_RING_REUSE=0: apart). 4 programs,
+    # 9 tiles each.
     monkeypatch.setenv("TILES_NESTED_RING_REUSE", reuse)
     m, n, k = 384, 384, 256
     a = random(rng, (m, k), "float16", -1, 1)

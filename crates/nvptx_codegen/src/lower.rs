@@ -129,7 +129,7 @@ pub(crate) struct Lowering<'ctx, 'f> {
     /// the memory of the finished ones).
     pub scratch_after_wait: HashMap<Op, u32>,
     /// Prologue copies into rings whose memory scratch space reuses after their loop, inside
-    /// an enclosing loop (`TILES_NESTED_RING_REUSE=1`): each takes a barrier first where the
+    /// an enclosing loop (unless `TILES_NESTED_RING_REUSE=0`): each takes a barrier first where the
     /// shared buffer may still be read (the previous iteration's epilogue).
     pub prologue_copies: HashSet<Op>,
     /// The full waits inside loops after which scratch space reuses the rings (see

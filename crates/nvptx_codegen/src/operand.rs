@@ -572,10 +572,10 @@ pub(crate) fn whole_vector<'ctx>(
     whole.filter(|w| w.get_type().get_size() as usize == vals.len())
 }
 
-/// `TILES_NESTED_RING_REUSE=1`: scratch space reuses a nested loop's rings after it (see
-/// [`Lowering::plan_nested_reuse`]). Off until it has run on a GPU.
+/// Scratch space reuses a nested loop's rings after it (see [`Lowering::plan_nested_reuse`]),
+/// unless `TILES_NESTED_RING_REUSE=0`.
 fn nested_ring_reuse() -> bool {
-    std::env::var("TILES_NESTED_RING_REUSE").is_ok_and(|v| v == "1")
+    std::env::var("TILES_NESTED_RING_REUSE").map_or(true, |v| v != "0")
 }
 
 /// A ring of `stages` tile slots written by `async_copy`.
