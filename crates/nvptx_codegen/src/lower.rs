@@ -237,12 +237,23 @@ fn deferrable_conversions(func: &Function) -> std::collections::HashSet<Value> {
     for (b, data) in func.blocks.iter() {
         for &op in &data.ops {
             let d = &func.ops[op];
-            // A transpose into an `mma.sync` operand layout (`tl.trans(k)`) too: the dot reads
-            // the tile staged as it was, through a transposed view ([`SmemTile::transposed`]).
+            // A transpose into a tensor-core operand layout (`tl.trans(k)`, `dY.T`) too: the
+            // dot reads the tile staged as it was, through a transposed view
+            // ([`SmemTile::transposed`]): `ldmatrix` for `mma.sync`, an MN-major descriptor
+            // for `wgmma` (16-bit types; fp8, int8 and tf32 must be K-major there).
             let transpose_to_mma = matches!(d.kind, OpKind::Permute { perm } if perm[..2] == [1, 0])
-                && matches!(func.layout_of(d.results[0]),
-                    Some(tile_ir::Layout::DotOperand { parent, .. })
-                        if matches!(parent.as_ref(), tile_ir::Layout::Mma(m) if m.version == 2));
+                && match func.layout_of(d.results[0]) {
+                    Some(tile_ir::Layout::DotOperand { parent, .. }) => match parent.as_ref() {
+                        tile_ir::Layout::Mma(m) if m.version == 2 => true,
+                        tile_ir::Layout::Mma(m) if m.version == 3 => !func
+                            .ty(d.results[0])
+                            .elem
+                            .dtype()
+                            .is_some_and(crate::dot::wgmma_k_major_dtype),
+                        _ => false,
+                    },
+                    _ => false,
+                };
             if d.kind != OpKind::ConvertLayout && !transpose_to_mma {
                 continue;
             }
