@@ -551,6 +551,52 @@ def test_transposed_operand_read_with_ldmatrix(ptxas, target):
 
 
 @tiles.jit
+def gathered_transposed_a_kernel(d_ptr, x_ptr, rows_ptr, out_ptr, M, BLOCK_M: tl.constexpr,
+                                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # A MoE weight gradient's shape: out = d[rows].T @ x[rows], over blocks of gathered rows,
+    # the loads under an `if` (no ring takes them); `a` is the transpose of a loaded tile.
+    rn = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    for m0 in range(0, M, BLOCK_M):
+        left = tl.minimum(BLOCK_M, M - m0)
+        if left > 0:
+            rm = m0 + tl.arange(0, BLOCK_M)
+            rows = tl.load(rows_ptr + rm, mask=rm < M, other=0)
+            d = tl.load(d_ptr + rows[:, None] * BLOCK_N + rn[None, :], mask=(rm < M)[:, None])
+            x = tl.load(x_ptr + rm[:, None] * BLOCK_K + rk[None, :], mask=(rm < M)[:, None])
+            acc += tl.dot(d.T, x)
+    tl.store(out_ptr + rn[:, None] * BLOCK_K + rk[None, :], acc)
+
+
+def test_transposed_warpgroup_a_from_gathered_rows(dev, rng):
+    M, N, K = 200, 128, 64
+    d = random(rng, (M, N), "float16", -1, 1)
+    x = random(rng, (M, K), "float16", -1, 1)
+    rows = rng.permutation(M).astype(np.int32)
+    out = dev.put(np.full((N, K), np.nan, np.float32))
+    gathered_transposed_a_kernel[(1,)](dev.put(d), dev.put(x), dev.put(rows), out, M, BLOCK_M=64, BLOCK_N=N,
+                                       BLOCK_K=K)
+    ref = d[rows].astype(np.float64).T @ x.astype(np.float64)
+    np.testing.assert_allclose(dev.get(out), ref, rtol=1e-3, atol=1e-3)
+
+
+def test_transposed_warpgroup_a_is_read_through_a_view(ptxas):
+    # wgmma reads `d.T` from the tile staged as loaded, through an MN-major descriptor: no
+    # shared memory round trip into registers (64 scalar 16-bit loads a thread before).
+    from test_compile import assemble
+
+    sig = {"d_ptr": "*fp16:16", "x_ptr": "*fp16:16", "rows_ptr": "*i32:16", "out_ptr": "*fp32:16", "M": "i32"}
+    k = tiles.compile(gathered_transposed_a_kernel, signature=sig, target="sm_90a", num_warps=4,
+                      constexprs={"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64})
+    ptx = k.asm["ptx"]
+    assert "wgmma.mma_async" in ptx and "ld.shared.b16" not in ptx
+    # Both operands from shared memory; `a` (M-contiguous) takes the transpose flag.
+    assert re.search(r"wgmma\.mma_async[^;]*%rd\d+, %rd\d+, p, 1, 1, 1, [01];", ptx), ptx[ptx.find("wgmma.mma"):][:300]
+    assemble(ptxas, ptx, "sm_90a")
+
+
+@tiles.jit
 def vector_scaled_operands_kernel(a_ptr, b_ptr, sk_ptr, sn_ptr, out_ptr, K, BLOCK_M: tl.constexpr,
                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     # `b` scaled by a vector along K (a column, `[:, None]`) and one along N (a row,
