@@ -740,6 +740,24 @@ def _scaled_copy(x_ptr, out_ptr, acc_ptr, n, BLOCK: tl.constexpr):
         tl.atomic_add(acc_ptr + offs, x, mask=offs < n)
 
 
+def test_interpreter_autotune_runs_each_config_once(cache_dir, monkeypatch):
+    # The interpreter times each config by one run (do_bench's repeats made a debugging run of
+    # an autotuned kernel several times its number of configs slower); the choice then runs.
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    runs = []
+    configs = [tiles.Config({"BLOCK": b}, num_warps=4, pre_hook=lambda a, b=b: runs.append(b))
+               for b in (32, 64, 128, 256)]
+    tuned = tiles.autotune(configs, key=["n"])(_scaled_copy)
+    n = 500
+    x = np.random.default_rng().standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    tuned[lambda m: (tiles.cdiv(n, m["BLOCK"]),)](x, out, None, n)
+    assert sorted(runs[:4]) == [32, 64, 128, 256] and len(runs) == 5, runs
+    assert runs[4] == tuned.best_config.kwargs["BLOCK"]
+    assert all(t > 0 for t in tuned.configs_timings.values())
+    np.testing.assert_allclose(out, 3 * x, rtol=1e-6)
+
+
 class _CachingTuner(Autotuner):
     """What model libraries do with Triton's Autotuner: subclass it with Triton's positional
     arguments, fill `cache` with a stored choice under Triton's key, replace hooks."""

@@ -285,6 +285,13 @@ class Autotuner(KernelInterface):
         try:
             if quick:
                 return _screen(call, warmup_ms=warmup_ms)
+            if self.user_do_bench is None and not self._runs_compiled():
+                # The interpreter: one timed run a config. Its host-clock times say little
+                # about the GPU, and do_bench's repeats (3 to 100 runs) made a debugging run of
+                # an autotuned kernel take its number of configs times that long.
+                t0 = time.perf_counter()
+                call()
+                return (time.perf_counter() - t0) * 1e3
             bench = self.user_do_bench or (
                 lambda f, quantiles=None: do_bench(f, warmup=self.num_warmups, rep=self.num_reps, quantiles=(0.5,)))
             t = bench(call, quantiles=(0.5, 0.2, 0.8))
