@@ -73,6 +73,28 @@ def per_call_us(call, n_launch=5000, reps=7):
     return statistics.median(samples)
 
 
+def per_call_burst_us(call, burst=64, reps=400):
+    """CPU microseconds one `call()` takes when the GPU keeps up: the median over `reps` bursts
+    of `burst` calls, each burst timed from an idle GPU. `per_call_us`'s 5,000 calls in a row
+    fill the launch queue, after which each call waits for the GPU to retire a kernel: a
+    host and GPU whose kernel rate is below the CPU's launch rate then time the GPU. A burst
+    stays far below the queue's depth, so it times only the CPU's work."""
+    import torch
+
+    for _ in range(200):
+        call()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(burst):
+            call()
+        t1 = time.perf_counter()
+        samples.append((t1 - t0) / burst * 1e6)
+    return statistics.median(samples)
+
+
 def launch_cost_us(kernel, args, n_launch=5000, reps=7):
     return per_call_us(lambda: kernel[(1,)](*args, BLOCK_SIZE=1024), n_launch, reps)
 
