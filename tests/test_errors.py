@@ -403,3 +403,21 @@ def test_compile_errors_keep_the_original_exception_as_their_cause(kernel, const
 
     assert re.search(text, str(e.__cause__)) and re.search(text, str(e))
     assert "test_errors.py" in str(e) and "^" in str(e)
+
+
+@tiles.jit
+def literal_against_a_tile(x_ptr, LEFT: tl.constexpr, VALUE: tl.constexpr):
+    offs = tl.arange(0, 16)
+    x = tl.load(x_ptr + offs)
+    y = VALUE + x if LEFT else x * VALUE
+    tl.store(x_ptr + offs, y)
+
+
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("ty, value, text", [("*i8", 300, "literal 300 is out of range for int8"),
+                                              ("*u32", -1, "negative literal -1"),
+                                              ("*i16", 1 << 40, "out of range for int16")])
+def test_literals_out_of_a_tiles_range_are_refused(left, ty, value, text):
+    # Either side of the operator, and a constexpr as the plain number: each is checked.
+    e = compile_error(literal_against_a_tile, {"x_ptr": ty}, {"LEFT": left, "VALUE": value})
+    assert text in str(e)

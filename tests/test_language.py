@@ -185,6 +185,35 @@ def test_unsigned_tensors_with_int_literals(dev, rng):
     np.testing.assert_array_equal(dev.get(od), ref.astype(name))
 
 
+@tiles.jit
+def literal_operands_kernel(x_ptr, s, out_ptr, n, K: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    # Numbers on either side, plain and constexpr, take the tile's type; `s` (a scalar of the
+    # tile's type) broadcasts; a float meeting an integer tile promotes it.
+    r = (3 - x) * 2 + x * K + (x < 1) + tl.where(x > s, s, x) + (x + 0.5).to(x.dtype)
+    tl.store(out_ptr + offs, r, mask=mask)
+
+
+@pytest.mark.parametrize("name", ["int8", "uint16", "int32", "float16", "float32"])
+def test_literal_operands_take_the_tiles_type(dev, rng, name):
+    n, k = 300, 5
+    x = random(rng, n, name, 0, 20)
+    s = x.dtype.type(7)
+    wide = np.int64 if x.dtype.kind in "iu" else np.float64
+    xw = x.astype(wide)
+    half = np.trunc(xw + 0.5) if x.dtype.kind in "iu" else xw + 0.5
+    ref = (3 - xw) * 2 + xw * k + (xw < 1) + np.where(xw > 7, 7, xw) + half
+    out = np.zeros_like(x)
+    xd, od = dev.put(x), dev.put(out)
+    literal_operands_kernel[(tiles.cdiv(n, 128),)](xd, s, od, n, K=k, BLOCK=128)
+    if x.dtype.kind in "iu":
+        np.testing.assert_array_equal(dev.get(od), ref.astype(x.dtype))  # wraps as the tile's type does
+    else:
+        np.testing.assert_allclose(dev.get(od).astype(np.float64), ref, rtol=2e-3, atol=2e-2)
+
+
 def test_2d_broadcast_and_masks(dev, rng):
     M, N = 37, 53
     x = rng.standard_normal(M).astype(np.float32)

@@ -57,7 +57,8 @@ def make(handle: Any, dt: dtype, shape: Sequence[int] = ()) -> tensor:
     return tensor(handle, dt, shape)
 
 
-def scalar_constant(value: Any, dt: dtype) -> tensor:
+def scalar_constant(value: Any, dt: dtype, shape: tuple = ()) -> tensor:
+    """`value` as a constant of `dt`: a scalar, or a tile of `shape` holding it."""
     value = _unwrap(value)
     if dt.is_int() and not isinstance(value, bool):
         value = int(value)
@@ -65,7 +66,7 @@ def scalar_constant(value: Any, dt: dtype) -> tensor:
         value = int(bool(value))
     if dt.is_floating():
         value = float(value)
-    return make(_be().constant(value, dt, ()), dt, ())
+    return make(_be().constant(value, dt, shape), dt, shape)
 
 
 def assigned(x: Any) -> Any:
@@ -155,7 +156,12 @@ def _computation_type(a: dtype, a_lit: bool, b: dtype, b_lit: bool, div_or_mod: 
 def _to_computation_type(x: Any, dt: dtype) -> tensor:
     if isinstance(x, tensor):
         return cast(x, dt)
-    v = _unwrap(x)
+    return scalar_constant(_literal_in_range(_unwrap(x), dt), dt)
+
+
+def _literal_in_range(v: Any, dt: dtype) -> Any:
+    """A Python number that meets a tensor of `dt` (an int one drops a float's fraction), or
+    the error of one out of its range."""
     if dt.is_int():
         if isinstance(v, float):
             v = int(v)
@@ -164,7 +170,7 @@ def _to_computation_type(x: Any, dt: dtype) -> tensor:
             raise ValueError(f"cannot combine an unsigned tensor ({dt}) with the negative literal {v}; cast first")
         if not lo <= v <= hi:
             raise ValueError(f"literal {v} is out of range for {dt}")
-    return scalar_constant(v, dt)
+    return v
 
 
 def _check_ptr(a: dtype, b: dtype, allow_ptr_a: bool) -> None:
@@ -180,10 +186,22 @@ def _check_ptr(a: dtype, b: dtype, allow_ptr_a: bool) -> None:
 def binary_operands(lhs: Any, rhs: Any, allow_lhs_ptr=False, allow_rhs_ptr=False, arithmetic=True,
                     div_or_mod=False):
     """Promotes and broadcasts two operands (Triton's `binary_op_type_checking_impl`)."""
-    if (type(lhs) is tensor and type(rhs) is tensor and lhs.dtype is rhs.dtype and type(lhs.dtype) is dtype
-            and lhs.shape == rhs.shape and not div_or_mod):
-        # Two numeric tiles of one dtype and shape: nothing to promote or broadcast.
-        return lhs, rhs
+    lt, rt = type(lhs), type(rhs)
+    if lt is tensor and not div_or_mod and type(lhs.dtype) is dtype:
+        if rt is tensor and lhs.dtype is rhs.dtype:
+            # Two numeric tensors of one dtype: nothing to promote, at most a broadcast.
+            return (lhs, rhs) if lhs.shape == rhs.shape else broadcast_pair(lhs, rhs)
+        number = _number(rhs) if arithmetic else None
+        if number is not None:
+            c = _literal_operand(number, lhs, False)
+            if c is not None:
+                return lhs, c
+    elif rt is tensor and not div_or_mod and arithmetic and type(rhs.dtype) is dtype:
+        number = _number(lhs)
+        if number is not None:
+            c = _literal_operand(number, rhs, True)
+            if c is not None:
+                return c, rhs
     lhs_lit, rhs_lit = _is_literal(lhs), _is_literal(rhs)
     if not lhs_lit and not isinstance(lhs, tensor):
         raise TypeError(f"unsupported operand {_unwrap(lhs)!r}")
@@ -199,6 +217,27 @@ def binary_operands(lhs: Any, rhs: Any, allow_lhs_ptr=False, allow_rhs_ptr=False
     else:
         lhs, rhs = to_tensor(lhs), to_tensor(rhs)
     return broadcast_pair(lhs, rhs)
+
+
+def _number(x: Any) -> Any:
+    """`x` as a Python int or float where it is one, plain or a constexpr (bools excluded);
+    else None."""
+    if type(x) is core.constexpr:
+        x = x.value
+    return x if type(x) is int or type(x) is float else None
+
+
+def _literal_operand(value: Any, t: tensor, literal_left: bool) -> Optional[tensor]:
+    """`binary_operands` for a Python number (not a bool) and a numeric tensor `t` whose type
+    the number takes: the number as a constant of `t`'s type and shape (what the general path's
+    scalar constant, splat to the shape, folds to). None where the number widens the type
+    (an int32 tile and a float): the general path casts the tensor too."""
+    lit = literal_type(value)
+    ct = (computation_type(lit, True, t.dtype, False, False) if literal_left
+          else computation_type(t.dtype, False, lit, True, False))
+    if ct is not t.dtype:
+        return None
+    return scalar_constant(_literal_in_range(value, ct), ct, t.shape)
 
 
 # -- shapes ---------------------------------------------------------------------------------
