@@ -56,7 +56,11 @@ def bandwidth(kernel, x, y, out, n):
 
 def per_call_us(call, n_launch=5000, reps=7):
     """CPU microseconds one `call()` takes, no sync: the median of `reps` runs of `n_launch`
-    calls, after 200 (the GPU drained between runs)."""
+    calls, after 200 (the GPU drained between runs). 5,000 calls in a row fill the launch
+    queue, after which each waits for the GPU to retire a kernel, so a GPU slower at
+    back-to-back kernels than the CPU at launching them is what that times; runs of 64 from the
+    drained GPU (`per_call_us(call, 64, 400)`) stay below the queue's depth and time the CPU's
+    work alone."""
     import torch
 
     for _ in range(200):
@@ -70,28 +74,6 @@ def per_call_us(call, n_launch=5000, reps=7):
         t1 = time.perf_counter()
         torch.cuda.synchronize()
         samples.append((t1 - t0) / n_launch * 1e6)
-    return statistics.median(samples)
-
-
-def per_call_burst_us(call, burst=64, reps=400):
-    """CPU microseconds one `call()` takes when the GPU keeps up: the median over `reps` bursts
-    of `burst` calls, each burst timed from an idle GPU. `per_call_us`'s 5,000 calls in a row
-    fill the launch queue, after which each call waits for the GPU to retire a kernel: a
-    host and GPU whose kernel rate is below the CPU's launch rate then time the GPU. A burst
-    stays far below the queue's depth, so it times only the CPU's work."""
-    import torch
-
-    for _ in range(200):
-        call()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(burst):
-            call()
-        t1 = time.perf_counter()
-        samples.append((t1 - t0) / burst * 1e6)
     return statistics.median(samples)
 
 

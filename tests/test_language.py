@@ -190,8 +190,8 @@ def literal_operands_kernel(x_ptr, s, out_ptr, n, K: tl.constexpr, BLOCK: tl.con
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
-    # Numbers on either side, plain and constexpr, take the tile's type; `s` (a scalar of the
-    # tile's type) broadcasts; a float meeting an integer tile promotes it.
+    # Numbers on either side, plain and constexpr, take the tile's type; the scalar argument `s`
+    # broadcasts; a float meeting an integer tile promotes it.
     r = (3 - x) * 2 + x * K + (x < 1) + tl.where(x > s, s, x) + (x + 0.5).to(x.dtype)
     tl.store(out_ptr + offs, r, mask=mask)
 
