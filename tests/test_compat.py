@@ -620,6 +620,73 @@ def test_jit_function_introspection():
     assert isinstance(tuple_args_kernel.cache_key, str) and len(tuple_args_kernel.cache_key) >= 16
     assert tuple_args_kernel.cache_key != map_kernel.cache_key
     assert tuple_args_kernel.parse().body[0].name == "tuple_args_kernel"
+    # FlagGems' LibEntry reads the parameters' names from `signature`.
+    assert list(tuple_args_kernel.signature.parameters) == tuple_args_kernel.arg_names
+
+
+class DataPtrBuffer:
+    """What FlagGems' StridedBuffer is: not a tensor, only `data_ptr()` and a `dtype` (a view of
+    `base` from element `offset` on). Triton passes any such object as a pointer."""
+
+    def __init__(self, base: Any, offset: int = 0, dtype: Any = None):
+        self.base, self.offset = base, offset
+        self.dtype = dtype if dtype is not None else base.dtype
+
+    def data_ptr(self) -> int:
+        return self.base.data_ptr() + self.offset * self.base.element_size()
+
+
+def test_objects_with_a_data_ptr_and_dtype_compile_as_pointers(ptxas, monkeypatch):
+    from test_compile import assemble
+
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    monkeypatch.setattr(driver, "available", lambda: False)
+
+    class Addr:
+        def __init__(self, addr):
+            self.addr = addr
+
+        def data_ptr(self):
+            return self.addr
+
+        def element_size(self):
+            return 4
+
+    x, y = DataPtrBuffer(Addr(1 << 20), dtype=tl.float32), DataPtrBuffer(Addr(1 << 21), 4, tl.float32)
+    k = bias_act_kernel.warmup(x, None, y, 64, BLOCK=64, ACT="relu", grid=(1,))
+    assert "*fp32" in k.asm["tir"] and "ld.global" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+    assert tiles.runtime.jit.mangle_type(x) == "*fp32"
+
+
+def test_the_interpreter_names_a_data_ptr_object_it_cannot_read(monkeypatch):
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+
+    class Addr:
+        def data_ptr(self):
+            return 1 << 20
+
+        def element_size(self):
+            return 4
+
+    y = np.zeros(64, np.float32)
+    with pytest.raises(tiles.LaunchError, match="'x_ptr' \\(DataPtrBuffer\\) has a data_ptr"):
+        bias_act_kernel[(1,)](DataPtrBuffer(Addr(), dtype=tl.float32), None, y, 64, BLOCK=64, ACT="relu")
+
+
+@pytest.mark.gpu
+def test_objects_with_a_data_ptr_and_dtype_are_launched_as_pointers(rng, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    xn = rng.standard_normal(80).astype(np.float32)
+    x = torch.from_numpy(xn).cuda()
+    for offset in (16, 3, 16):  # aligned, unaligned, and the aligned one again (the native path)
+        y = torch.full((64,), float("nan"), device="cuda")
+        bias_act_kernel[(1,)](DataPtrBuffer(x, offset), None, DataPtrBuffer(y), 64, BLOCK=64, ACT="none")
+        torch.cuda.synchronize()
+        np.testing.assert_allclose(y.cpu().numpy(), np.clip(xn[offset:offset + 64], -1, 1) + 1, rtol=1e-6)
 
 
 def test_knobs_and_triton_environment_names(monkeypatch):

@@ -311,12 +311,13 @@ impl Dispatcher {
                 key.push(3);
                 values.push(ArgValue::Float(v.extract::<f64>()?));
             } else if let Ok(ptr) = v.call_method0(pyo3::intern!(py, "data_ptr")) {
-                // A torch tensor: dtype object identity, device and alignment.
-                let is_cuda = v
-                    .getattr(pyo3::intern!(py, "is_cuda"))
-                    .and_then(|c| c.extract::<bool>());
-                if !matches!(is_cuda, Ok(true)) {
-                    return Ok(None);
+                // A torch tensor, or another object with `data_ptr()` and a `dtype` (FlagGems'
+                // StridedBuffer), which passes as a device pointer: dtype object identity,
+                // device (where it tells one) and alignment.
+                if let Ok(c) = v.getattr(pyo3::intern!(py, "is_cuda")) {
+                    if !matches!(c.extract::<bool>(), Ok(true)) {
+                        return Ok(None);
+                    }
                 }
                 let (Ok(addr), Ok(dtype)) =
                     (ptr.extract::<u64>(), v.getattr(pyo3::intern!(py, "dtype")))

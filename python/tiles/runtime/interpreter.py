@@ -915,6 +915,9 @@ def _host_array(v: Any, name: str):
         raise LaunchError(f"argument '{name}' lives in GPU memory; the interpreter needs host arrays")
     if hasattr(v, "__array_interface__"):
         return np.asarray(v)
+    if hasattr(v, "data_ptr") and hasattr(v, "dtype"):
+        raise LaunchError(f"argument '{name}' ({type(v).__name__}) has a data_ptr() but no array the interpreter "
+                          "can read: pass a numpy array, a torch tensor or an object with __array_interface__")
     return None
 
 

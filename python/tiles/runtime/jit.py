@@ -572,6 +572,13 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
         if dt is None:
             raise LaunchError(f"argument '{name}' has typestr {ts!r}, which tiles does not support")
         return int(cai["data"][0]), dt
+    if hasattr(v, "data_ptr") and hasattr(v, "dtype"):
+        # Any object with `data_ptr()` and a `dtype` passes as a device pointer, as in Triton:
+        # FlagGems' StridedBuffer (a strided view of a torch tensor) and similar wrappers.
+        dt = _dtype_ir(v.dtype)
+        if dt is None:
+            raise LaunchError(f"argument '{name}' has dtype {v.dtype}, which tiles does not support")
+        return int(v.data_ptr()), dt
     if t.__module__ == "numpy" and t.__name__ == "ndarray":
         raise HostMemoryError(f"argument '{name}' is a host (numpy) array; the GPU kernel needs device memory "
                           "(a CUDA tensor), or run with TILES_INTERPRET=1")
@@ -850,6 +857,11 @@ class JITFunction(KernelInterface):
         self._dispatcher = None
         self._driver_set = False
         self._interp_fn = None
+
+    @property
+    def signature(self) -> inspect.Signature:
+        """The Python function's signature (Triton's `JITFunction.signature`)."""
+        return inspect.signature(self.fn)
 
     @property
     def src(self) -> str:
