@@ -214,6 +214,37 @@ def test_literal_operands_take_the_tiles_type(dev, rng, name):
         np.testing.assert_allclose(dev.get(od).astype(np.float64), ref, rtol=2e-3, atol=2e-2)
 
 
+@tiles.jit
+def _dtype_floor(dtype):
+    # FlagGems' `get_dtype_min`: a dtype argument read through `.value`, as Triton's constexpr
+    # wrapping of a callee's non-tensor arguments allows.
+    dtype_ = dtype.value
+    if dtype_.is_floating():
+        value: tl.constexpr = float("-inf")
+        return value
+    width: tl.constexpr = dtype_.int_bitwidth
+    value: tl.constexpr = -1 * 2 ** (width - 1)
+    return value
+
+
+@tiles.jit
+def masked_max_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    tl.store(out_ptr, tl.max(tl.where(offs < n, x, _dtype_floor(x.dtype)), 0))
+    tl.store(out_ptr + 1, tl.max(tl.where(offs < n, x, _dtype_floor(x_ptr.dtype.element_ty)), 0))
+
+
+@pytest.mark.parametrize("name", ["float32", "int16"])
+def test_dtype_arguments_read_through_value(dev, rng, name):
+    n = 37
+    x = (-rng.integers(1, 1000, n)).astype(name)  # all negative: the padding's 0 would win
+    out = np.zeros(2, name)
+    xd, od = dev.put(x), dev.put(out)
+    masked_max_kernel[(1,)](xd, od, n, BLOCK=64)
+    np.testing.assert_array_equal(dev.get(od), [x.max(), x.max()])
+
+
 def test_2d_broadcast_and_masks(dev, rng):
     M, N = 37, 53
     x = rng.standard_normal(M).astype(np.float32)

@@ -689,7 +689,7 @@ def test_autotune_times_no_config_that_failed_to_compile_ahead(cache_dir, backen
 
     x = tiles.MockTensor(tl.float32, [300])
     timed = []
-    monkeypatch.setattr(type(tuned_kernel), "_bench", lambda self, cfg, *a, quick=False, **k:
+    monkeypatch.setattr(type(tuned_kernel), "_time_config", lambda self, cfg, *a, quick=False, **k:
                         timed.append((cfg.kwargs["BLOCK"], quick)) or {64: 2.0, 256: 1.0}[cfg.kwargs["BLOCK"]])
     monkeypatch.setattr(jit, "interpreting", lambda fn: False)
     tuned_kernel.fn.fn.cache.clear()
@@ -801,7 +801,7 @@ def test_autotune_screens_out_configs_far_slower_than_the_fastest(cache_dir, mon
         timed.append(cfg.kwargs["SPIN"])
         return full[cfg.kwargs["SPIN"]]
 
-    monkeypatch.setattr(type(_spin_tuned), "_bench", bench)
+    monkeypatch.setattr(type(_spin_tuned), "_time_config", bench)
     monkeypatch.setattr(type(_spin_tuned), "_compile_ahead", lambda self, *a: {})
     monkeypatch.setattr(jit, "interpreting", lambda fn: False)
     _spin_tuned.cache.clear()
@@ -892,6 +892,50 @@ def test_autotuner_subclasses_see_tritons_surface(dev, cache_dir):
     tuner.cache.clear()
     tuner[grid](xd, od, None, n)
     assert ("pre", False) in calls and ("post", None) in calls and ("pre", True) in calls
+
+
+class _TimingTuner(Autotuner):
+    """A tuner that chooses by itself, as FlagGems' LibTuner does: it times each config through
+    Triton's `_bench(*args, config=..., **kwargs)` (whose kwargs hold `grid`), keeps the
+    fastest median, and launches it through `fn.run`."""
+
+    def run(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args))
+        timings = {c: self._bench(*args, config=c, **kwargs) for c in self.configs}
+        self.configs_timings = timings
+        self.best_config = min(timings, key=lambda c: timings[c][0])
+        self.pre_hook({**self.nargs, **kwargs, **self.best_config.all_kwargs()}, reset_only=True)
+        try:
+            return self.fn.run(*args, **kwargs, **self.best_config.all_kwargs())
+        finally:
+            self.nargs = None
+
+
+def test_autotuner_subclasses_time_configs_through_tritons_bench(dev, cache_dir):
+    configs = [tiles.Config({"BLOCK": 64}), tiles.Config({"BLOCK": 128}), tiles.Config({"BLOCK": 4096})]
+    medians = {64: 2.0, 128: 1.0, 4096: 3.0}
+
+    def bench(fn, quantiles=None):
+        fn()
+        return [medians[bench.block], 0.5, 4.0]
+
+    tuner = _TimingTuner(_scaled_copy, _scaled_copy.arg_names, configs, ["n"], ["acc_ptr"], None, do_bench=bench)
+    n = 300
+    x = np.random.default_rng().standard_normal(n).astype(np.float32)
+    xd, od, ad = dev.put(x), dev.put(np.zeros(n, np.float32)), dev.put(np.full(n, 7.0, np.float32))
+
+    def grid(meta):
+        bench.block = meta["BLOCK"]
+        return (tiles.cdiv(n, meta["BLOCK"]),)
+
+    tuner[grid](xd, od, ad, n)
+    # Each config's three quantiles, as Triton's `_bench` returns them; the fastest median runs.
+    assert {c.kwargs["BLOCK"]: t for c, t in tuner.configs_timings.items()} == {
+        64: [2.0, 0.5, 4.0], 128: [1.0, 0.5, 4.0], 4096: [3.0, 0.5, 4.0]}
+    assert tuner.best_config is configs[1]
+    np.testing.assert_allclose(dev.get(od), 3 * x, rtol=1e-6)
+    # `reset_to_zero`: the accumulator is zeroed before each timed launch and the real one.
+    np.testing.assert_allclose(dev.get(ad), x, rtol=1e-6)
 
 
 def test_config_takes_tritons_arguments_and_version_reads_as_tritons():

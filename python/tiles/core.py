@@ -47,6 +47,12 @@ class dtype:
             raise ValueError(f"unknown dtype {name!r}")
         self.name = name
 
+    @property
+    def value(self) -> "dtype":
+        """The dtype itself. Triton hands a dtype argument of a @jit function over wrapped in a
+        `tl.constexpr`, so helpers read it as `dtype.value` (FlagGems' `get_dtype_min`)."""
+        return self
+
     # -- classification ---------------------------------------------------------------
     def is_floating(self) -> bool:
         return self.name in self.FP_TYPES

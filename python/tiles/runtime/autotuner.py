@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AutotunerError, OutOfResources
 from .jit import KernelInterface, env_setting
@@ -257,10 +257,20 @@ class Autotuner(KernelInterface):
             configs = sorted(configs, key=lambda c: est[c])[:top_k]
         return configs
 
-    def _bench(self, cfg: Config, args, kwargs, grid, nargs, quick: bool = False, warmup_ms: float = 0.0) -> float:
+    def _bench(self, *args, config: Config, **meta) -> List[float]:
+        """Triton's `_bench`, as subclasses call it (FlagGems' LibTuner): `config`'s median,
+        20th and 80th percentile times in ms (each `inf` where it fails to compile or launch)
+        for a launch with `args` and the keywords `meta` (`grid` among them)."""
+        grid = meta.pop("grid", None)
+        meta.pop("warmup", None)
+        nargs = self.nargs if self.nargs is not None else dict(zip(self.arg_names, args))
+        return self._time_config(config, args, meta, grid, nargs, quantiles=(0.5, 0.2, 0.8))
+
+    def _time_config(self, cfg: Config, args, kwargs, grid, nargs, quick: bool = False, warmup_ms: float = 0.0,
+                     quantiles: Optional[Tuple[float, ...]] = None) -> Any:
         """`cfg`'s time in ms (`inf` where it fails to compile or launch): `do_bench`'s (or the
         user's `do_bench`), or with `quick` the screen's estimate (`testing._screen`, after
-        `warmup_ms` of runs)."""
+        `warmup_ms` of runs). With `quantiles`, a list of those quantiles of the times."""
         from ..testing import _screen, do_bench
 
         conflicts = set(cfg.kwargs) & set(kwargs)
@@ -291,13 +301,18 @@ class Autotuner(KernelInterface):
                 # an autotuned kernel take its number of configs times that long.
                 t0 = time.perf_counter()
                 call()
-                return (time.perf_counter() - t0) * 1e3
+                t = (time.perf_counter() - t0) * 1e3
+                return t if quantiles is None else [t] * len(quantiles)
             bench = self.user_do_bench or (
-                lambda f, quantiles=None: do_bench(f, warmup=self.num_warmups, rep=self.num_reps, quantiles=(0.5,)))
-            t = bench(call, quantiles=(0.5, 0.2, 0.8))
-            return float(t[0] if isinstance(t, (list, tuple)) else t)
+                lambda f, quantiles=None: do_bench(f, warmup=self.num_warmups, rep=self.num_reps,
+                                                   quantiles=quantiles or (0.5,)))
+            t = bench(call, quantiles=quantiles or (0.5, 0.2, 0.8))
+            if quantiles is None:
+                return float(t[0] if isinstance(t, (list, tuple)) else t)
+            return [float(x) for x in t] if isinstance(t, (list, tuple)) else [float(t)] * len(quantiles)
         except Exception as e:  # a config that does not compile or launch is skipped, not fatal
-            return self._skip(cfg, e)
+            t = self._skip(cfg, e)
+            return t if quantiles is None else [t] * len(quantiles)
         finally:
             _tuning.active = False
 
@@ -367,7 +382,7 @@ class Autotuner(KernelInterface):
         timings, contenders = self._screen([c for c in pruned if c not in failed], args, kwargs, grid)
         timings.update(failed)
         for c in contenders:
-            timings[c] = self._bench(c, args, kwargs, grid, self.nargs)
+            timings[c] = self._time_config(c, args, kwargs, grid, self.nargs)
             if _printing():
                 print(f"tiles autotune: {self.__name__} [{c}]: {timings[c]:.4f} ms", file=sys.stderr)
         self.bench_time = time.perf_counter() - t0
@@ -400,7 +415,8 @@ class Autotuner(KernelInterface):
         if not ratio or self.user_do_bench is not None or len(configs) <= 2 or not self._runs_compiled():
             return {}, list(configs)
         # The first config runs for 10 ms first: an idle GPU's clocks would make it look slow.
-        screens = {c: self._bench(c, args, kwargs, grid, self.nargs, quick=True, warmup_ms=10.0 if i == 0 else 0.0)
+        screens = {c: self._time_config(c, args, kwargs, grid, self.nargs, quick=True,
+                                        warmup_ms=10.0 if i == 0 else 0.0)
                    for i, c in enumerate(configs)}
         inf = float("inf")
         best = builtins.min(screens.values())
@@ -409,7 +425,7 @@ class Autotuner(KernelInterface):
         # the clocks, must not drop it), and keeps the lower estimate.
         for c, t in screens.items():
             if t != inf and t > limit:
-                screens[c] = builtins.min(t, self._bench(c, args, kwargs, grid, self.nargs, quick=True))
+                screens[c] = builtins.min(t, self._time_config(c, args, kwargs, grid, self.nargs, quick=True))
         best = builtins.min(screens.values())
         limit = ratio * best + _SCREEN_SLACK_MS
         timings = {c: t for c, t in screens.items() if t == inf or t > limit}
