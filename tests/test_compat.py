@@ -676,6 +676,46 @@ def test_the_interpreter_names_a_data_ptr_object_it_cannot_read(monkeypatch):
         bias_act_kernel[(1,)](DataPtrBuffer(Addr(), dtype=tl.float32), None, y, 64, BLOCK=64, ACT="relu")
 
 
+class HostStridedBuffer:
+    """FlagGems' StridedBuffer over host memory: a data_ptr(), dtype, shape and stride() in
+    elements, which may be negative (its `flip`)."""
+
+    def __init__(self, arr: np.ndarray, flipped: bool = False):
+        self.arr = arr  # keeps the memory alive
+        step = arr.itemsize
+        self.shape = arr.shape
+        self._strides = tuple(s // step for s in arr.strides)
+        self._ptr = arr.ctypes.data
+        if flipped:
+            self._ptr += (arr.shape[0] - 1) * arr.strides[0]
+            self._strides = (-self._strides[0],) + self._strides[1:]
+        self.dtype = tl.float32
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
+
+
+def test_the_interpreter_reads_host_strided_buffers(rng, monkeypatch):
+    from kernels import column_sum_kernel
+
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    M, N = 5, 48
+    x = rng.standard_normal((M, N)).astype(np.float32)
+    y = np.full(N, np.nan, np.float32)
+    flipped = HostStridedBuffer(x, flipped=True)  # rows last to first: row 0 is x's last
+    stride = flipped.stride()[0]
+    column_sum_kernel[(1,)](flipped, HostStridedBuffer(y), 1, N, stride, BLOCK=64)
+    np.testing.assert_array_equal(y, x[-1])
+    column_sum_kernel[(1,)](flipped, HostStridedBuffer(y), M, N, stride, BLOCK=64)
+    np.testing.assert_allclose(y, x.sum(0), rtol=1e-5, atol=1e-6)
+    # Its extent is its shape's: a row past it is caught.
+    with pytest.raises(tiles.OutOfBoundsError):
+        column_sum_kernel[(1,)](flipped, HostStridedBuffer(y), M + 1, N, stride, BLOCK=64)
+
+
 @pytest.mark.gpu
 def test_objects_with_a_data_ptr_and_dtype_are_launched_as_pointers(rng, monkeypatch):
     torch = pytest.importorskip("torch")

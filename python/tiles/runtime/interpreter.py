@@ -916,9 +916,41 @@ def _host_array(v: Any, name: str):
     if hasattr(v, "__array_interface__"):
         return np.asarray(v)
     if hasattr(v, "data_ptr") and hasattr(v, "dtype"):
-        raise LaunchError(f"argument '{name}' ({type(v).__name__}) has a data_ptr() but no array the interpreter "
-                          "can read: pass a numpy array, a torch tensor or an object with __array_interface__")
+        arr = _strided_host_view(v)
+        if arr is None:
+            raise LaunchError(f"argument '{name}' ({type(v).__name__}) has a data_ptr() but no array the interpreter "
+                              "can read: pass a numpy array, a torch tensor, an object with __array_interface__, "
+                              "or one with a host data_ptr(), shape and stride() (FlagGems' StridedBuffer)")
+        return arr
     return None
+
+
+def _strided_host_view(v: Any):
+    """A numpy view of an object that describes host memory as torch does, without being a
+    tensor: `data_ptr()`, `dtype`, `shape` and `stride()` in elements, and a CPU `device` if it
+    has one (FlagGems' StridedBuffer, a strided view of a tensor, negative strides included).
+    None where it lacks any of them."""
+    from .._numpy_types import numpy_dtype
+    from .jit import _dtype_ir
+
+    shape, stride = getattr(v, "shape", None), getattr(v, "stride", None)
+    device = getattr(v, "device", None)
+    if shape is None or not callable(stride) or getattr(device, "type", "cpu") != "cpu":
+        return None
+    ir = _dtype_ir(v.dtype)
+    if ir is None:
+        return None
+    npdt = np.dtype(numpy_dtype(core.dtype_from_ir(ir)))
+    shape = tuple(int(n) for n in shape)
+    strides = tuple(int(s) * npdt.itemsize for s in stride())
+    if len(strides) != len(shape):
+        return None
+
+    class _Interface:
+        __array_interface__ = {"data": (int(v.data_ptr()), False), "shape": shape, "strides": strides,
+                               "typestr": f"|u{npdt.itemsize}" if npdt.itemsize > 1 else "|u1", "version": 3}
+
+    return np.asarray(_Interface()).view(npdt)
 
 
 def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
