@@ -938,6 +938,25 @@ def test_autotuner_subclasses_time_configs_through_tritons_bench(dev, cache_dir)
     np.testing.assert_allclose(dev.get(ad), x, rtol=1e-6)
 
 
+class _OwnBenchTuner(Autotuner):
+    """Overrides Triton's `_bench`: the inherited `run` times the configs through it."""
+
+    def _bench(self, *args, config, **meta):
+        assert "grid" in meta and self.nargs is not None
+        return [{64: 3.0, 256: 1.0}[config.kwargs["BLOCK"]], 0.0, 9.0]
+
+
+def test_an_overridden_bench_times_the_configs(dev, cache_dir):
+    configs = [tiles.Config({"BLOCK": 64}), tiles.Config({"BLOCK": 256})]
+    tuner = _OwnBenchTuner(_scaled_copy, _scaled_copy.arg_names, configs, ["n"], cache_results=False)
+    n = 300
+    x = np.random.default_rng().standard_normal(n).astype(np.float32)
+    xd, od = dev.put(x), dev.put(np.zeros(n, np.float32))
+    tuner[lambda meta: (tiles.cdiv(n, meta["BLOCK"]),)](xd, od, None, n)
+    assert tuner.best_config is configs[1] and tuner.configs_timings[configs[0]] == 3.0
+    np.testing.assert_allclose(dev.get(od), 3 * x, rtol=1e-6)
+
+
 def test_config_takes_tritons_arguments_and_version_reads_as_tritons():
     from packaging.version import Version
 
