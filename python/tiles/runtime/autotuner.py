@@ -291,6 +291,7 @@ class Autotuner(KernelInterface):
 
         from .jit import _tuning
 
+        qs = quantiles or (0.5, 0.2, 0.8)
         _tuning.active = True
         try:
             if quick:
@@ -301,20 +302,17 @@ class Autotuner(KernelInterface):
                 # an autotuned kernel take its number of configs times that long.
                 t0 = time.perf_counter()
                 call()
-                t = (time.perf_counter() - t0) * 1e3
-                return t if quantiles is None else [t] * len(quantiles)
-            bench = self.user_do_bench or (
-                lambda f, quantiles=None: do_bench(f, warmup=self.num_warmups, rep=self.num_reps,
-                                                   quantiles=quantiles or (0.5,)))
-            t = bench(call, quantiles=quantiles or (0.5, 0.2, 0.8))
-            if quantiles is None:
-                return float(t[0] if isinstance(t, (list, tuple)) else t)
-            return [float(x) for x in t] if isinstance(t, (list, tuple)) else [float(t)] * len(quantiles)
+                times = [(time.perf_counter() - t0) * 1e3] * len(qs)
+            else:
+                bench = self.user_do_bench or (
+                    lambda f, quantiles: do_bench(f, warmup=self.num_warmups, rep=self.num_reps, quantiles=quantiles))
+                t = bench(call, quantiles=qs)
+                times = [float(x) for x in t] if isinstance(t, (list, tuple)) else [float(t)] * len(qs)
         except Exception as e:  # a config that does not compile or launch is skipped, not fatal
-            t = self._skip(cfg, e)
-            return t if quantiles is None else [t] * len(quantiles)
+            times = [self._skip(cfg, e)] * len(qs)
         finally:
             _tuning.active = False
+        return times if quantiles is not None else times[0]
 
     def _skip(self, cfg: Config, e: Exception) -> float:
         """Reports a config that failed to compile or launch and returns its time, `inf`.

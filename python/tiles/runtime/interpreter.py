@@ -16,6 +16,7 @@ import operator
 import os
 import sys
 import time
+import types
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -946,11 +947,11 @@ def _strided_host_view(v: Any):
     if len(strides) != len(shape):
         return None
 
-    class _Interface:
-        __array_interface__ = {"data": (int(v.data_ptr()), False), "shape": shape, "strides": strides,
-                               "typestr": f"|u{npdt.itemsize}" if npdt.itemsize > 1 else "|u1", "version": 3}
-
-    return np.asarray(_Interface()).view(npdt)
+    # Read as unsigned ints of the element's width, then viewed as the dtype: numpy's array
+    # interface has no typestr for bfloat16 or the fp8 types.
+    interface = {"data": (int(v.data_ptr()), False), "shape": shape, "strides": strides,
+                 "typestr": f"|u{npdt.itemsize}", "version": 3}
+    return np.asarray(types.SimpleNamespace(__array_interface__=interface)).view(npdt)
 
 
 def _register(mem: Memory, arr: np.ndarray, name: str) -> int:

@@ -557,11 +557,13 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
         if dt is None:
             raise LaunchError(f"argument '{name}' is a MockTensor of {v.dtype}, which tiles does not support")
         return 0, dt
-    if hasattr(v, "data_ptr") and hasattr(v, "dtype") and hasattr(v, "is_cuda"):  # torch
-        if not v.is_cuda and not getattr(_warming_up, "active", False) and not _pinned(v):
+    if hasattr(v, "data_ptr") and hasattr(v, "dtype"):
+        # A torch tensor, or as in Triton any object with `data_ptr()` and a `dtype` (FlagGems'
+        # StridedBuffer): a device pointer, unless it says it is not on the GPU.
+        if not getattr(v, "is_cuda", True) and not getattr(_warming_up, "active", False) and not _pinned(v):
             raise HostMemoryError(f"argument '{name}' is a CPU tensor; the GPU kernel needs a CUDA tensor "
                                   "(pinned host memory works too), or run with TILES_INTERPRET=1")
-        dt = _TORCH_DTYPES.get(str(v.dtype))
+        dt = _dtype_ir(v.dtype)
         if dt is None:
             raise LaunchError(f"argument '{name}' has dtype {v.dtype}, which tiles does not support")
         return v.data_ptr(), dt
@@ -572,13 +574,6 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
         if dt is None:
             raise LaunchError(f"argument '{name}' has typestr {ts!r}, which tiles does not support")
         return int(cai["data"][0]), dt
-    if hasattr(v, "data_ptr") and hasattr(v, "dtype"):
-        # Any object with `data_ptr()` and a `dtype` passes as a device pointer, as in Triton:
-        # FlagGems' StridedBuffer (a strided view of a torch tensor) and similar wrappers.
-        dt = _dtype_ir(v.dtype)
-        if dt is None:
-            raise LaunchError(f"argument '{name}' has dtype {v.dtype}, which tiles does not support")
-        return int(v.data_ptr()), dt
     if t.__module__ == "numpy" and t.__name__ == "ndarray":
         raise HostMemoryError(f"argument '{name}' is a host (numpy) array; the GPU kernel needs device memory "
                           "(a CUDA tensor), or run with TILES_INTERPRET=1")
