@@ -217,6 +217,39 @@ def test_warmup_takes_cpu_tensors(ptxas, monkeypatch):
     assert isinstance(e.value, ValueError)  # what Triton raises for a CPU tensor
 
 
+def test_a_compiled_kernel_takes_every_parameter_or_the_runtime_ones(ptxas, monkeypatch):
+    # FlagGems' LibEntry launches the CompiledKernel of a cache hit with the runtime parameters
+    # alone; Triton's own call passes every parameter. Both reach the launch in full order.
+    from test_compile import assemble
+
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    monkeypatch.setattr(driver, "available", lambda: False)
+    x, y = tiles.MockTensor(tl.float32, [64]), tiles.MockTensor(tl.float32, [64])
+    k = bias_act_kernel.warmup(x, None, y, 64, BLOCK=64, ACT="relu", grid=(1,))
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+    seen = []
+    monkeypatch.setattr(driver, "current_stream", lambda: 0)
+    monkeypatch.setattr(type(k), "_launch_natively", lambda self, g0, g1, g2, s, args: seen.append(args) or True)
+    k[(1,)](x, None, y, 64, 64, "relu")
+    k[(1,)](x, y, 64)
+    assert seen[0] == seen[1] and seen[1][3:] == (64, 64, "relu") and seen[1][1] is None
+    with pytest.raises(tiles.LaunchError, match=r"takes 6 arguments .* or its 3 runtime ones, got 2"):
+        k[(1,)](x, y)
+
+
+@pytest.mark.gpu
+def test_a_compiled_kernel_launches_with_the_runtime_parameters_alone(rng):
+    torch = pytest.importorskip("torch")
+    xn = rng.standard_normal(64).astype(np.float32)
+    x, y = torch.from_numpy(xn).cuda(), torch.full((64,), float("nan"), device="cuda")
+    k = bias_act_kernel.warmup(x, None, y, 64, BLOCK=64, ACT="none", grid=(1,))
+    k[(1,)](x, y, 64)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(y.cpu().numpy(), np.clip(xn, -1, 1) + 1, rtol=1e-6)
+
+
 @pytest.mark.gpu
 def test_pinned_host_tensors_are_kernel_arguments(rng):
     # Page-locked host memory is reachable from the GPU at its own address (as Triton allows).

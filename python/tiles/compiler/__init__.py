@@ -224,7 +224,8 @@ class CompiledKernel:
 
     def __getitem__(self, grid):
         """`kernel[grid](*args)`: launches with every parameter of the kernel in order,
-        constexprs included (their values must match the compiled ones; they are not passed)."""
+        constexprs included (their values must match the compiled ones; they are not passed),
+        or with the runtime parameters alone, in order."""
         def runner(*args, stream: Optional[int] = None):
             self._launch(grid, args, stream)
 
@@ -239,8 +240,15 @@ class CompiledKernel:
 
         names = self.arg_names or self.params
         if len(args) != len(names):
-            raise LaunchError(f"{self.function_name} takes {len(names)} arguments ({', '.join(names)}), "
-                              f"got {len(args)}")
+            if len(args) != len(self.params):
+                alt = f" or its {len(self.params)} runtime ones" if len(self.params) != len(names) else ""
+                raise LaunchError(f"{self.function_name} takes {len(names)} arguments ({', '.join(names)}){alt}, "
+                                  f"got {len(args)}")
+            # Only the runtime parameters, constexprs left out (FlagGems' LibEntry launches a
+            # CompiledKernel so): the constexprs take their compiled values.
+            vals = dict(self.constexprs)
+            vals.update(zip(self.params, args))
+            args = tuple(vals.get(n) for n in names)
         vals = dict(zip(names, args))
         g = grid(vals) if callable(grid) else grid
         g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
