@@ -245,6 +245,39 @@ def test_dtype_arguments_read_through_value(dev, rng, name):
     np.testing.assert_array_equal(dev.get(od), [x.max(), x.max()])
 
 
+@tiles.jit
+def optional_scale_kernel(x_ptr, w_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # Triton's laxities FlagGems relies on: a pointer's truth value is whether it is null, and a
+    # `tl.constexpr` annotation on a runtime value leaves the value as it is.
+    SPAN: tl.constexpr = BLOCK * n
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < SPAN
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    if w_ptr:
+        x = x * tl.load(w_ptr)
+    tl.store(out_ptr + offs, x, mask=m)
+
+
+def test_pointer_truth_and_constexpr_annotated_runtime_values(dev, rng):
+    x, w = rng.standard_normal(48).astype(np.float32), rng.standard_normal(1).astype(np.float32)
+    out = np.full(64, np.nan, np.float32)
+    xd, wd, od = dev.put(x), dev.put(w), dev.put(out)
+    optional_scale_kernel[(1,)](xd, wd, od, 1, BLOCK=32)  # SPAN = 32 * n: the runtime 1 is not specialised away
+    optional_scale_kernel[(1,)](xd, wd, od, 2, BLOCK=16)
+    got = dev.get(od)
+    np.testing.assert_allclose(got[:32], x[:32] * w[0], rtol=1e-6)
+    assert np.isnan(got[32:]).all()
+
+
+def test_pointer_truth_compiles_to_a_null_test(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(optional_scale_kernel, signature={"x_ptr": "*fp32", "w_ptr": "*fp32", "out_ptr": "*fp32",
+                                                        "n": "i32"}, constexprs={"BLOCK": 64}, target="sm_90a")
+    assert "setp.eq.b64" in k.asm["ptx"] or "setp.ne.b64" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
 def test_2d_broadcast_and_masks(dev, rng):
     M, N = 37, 53
     x = rng.standard_normal(M).astype(np.float32)

@@ -745,9 +745,11 @@ class CodeGenerator(ast.NodeVisitor):
         if ann is constexpr:
             if type(value) is core.constant_tensor:
                 value = value.value
-            if not isinstance(value, constexpr):
-                if _is_tensor(value):
-                    raise self.src.error(node, "a tl.constexpr variable needs a compile-time value")
+            if _is_tensor(value):
+                # Triton accepts `x: tl.constexpr = <runtime value>` and goes on with the value as
+                # it is; so does tiles (FlagGems' radix sort relies on it).
+                value = semantic.assigned(value)
+            elif not isinstance(value, constexpr):
                 value = constexpr(value)
         else:
             value = semantic.assigned(value)

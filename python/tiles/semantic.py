@@ -477,6 +477,9 @@ def cast(x: Any, dt: Any) -> tensor:
         num = dt if x.dtype.is_ptr() else x.dtype
         if num.is_int() and num.primitive_bitwidth == 64:
             return make(_be().bitcast(x, dt), dt, x.shape)
+        if x.dtype.is_ptr() and dt.is_int1():
+            # A pointer's truth value (`if ptr:`) is whether it is null, as in Triton.
+            return not_equal(cast(x, core.int64), 0)
         raise TilesTypeError(f"cannot cast {x.dtype} to {dt} (pointers convert to and from 64-bit integers only)")
     return make(_be().cast(x, dt), dt, x.shape)
 
