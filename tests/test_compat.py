@@ -233,9 +233,10 @@ def test_a_compiled_kernel_takes_every_parameter_or_the_runtime_ones(ptxas, monk
     monkeypatch.setattr(driver, "current_stream", lambda: 0)
     monkeypatch.setattr(type(k), "_launch_natively", lambda self, g0, g1, g2, s, args: seen.append(args) or True)
     k[(1,)](x, None, y, 64, 64, "relu")
-    k[(1,)](x, y, 64)
-    assert seen[0] == seen[1] and seen[1][3:] == (64, 64, "relu") and seen[1][1] is None
-    with pytest.raises(tiles.LaunchError, match=r"takes 6 arguments .* or its 3 runtime ones, got 2"):
+    k[(1,)](x, None, y, 64)  # the parameters not declared constexpr (b_ptr's None is a constant)
+    k[(1,)](x, y, 64)  # those the compile kept
+    assert seen[0] == seen[1] == seen[2] and seen[1][3:] == (64, 64, "relu") and seen[1][1] is None
+    with pytest.raises(tiles.LaunchError, match=r"takes 6 arguments .* or its 4 runtime ones, got 2"):
         k[(1,)](x, y)
 
 
@@ -245,9 +246,11 @@ def test_a_compiled_kernel_launches_with_the_runtime_parameters_alone(rng):
     xn = rng.standard_normal(64).astype(np.float32)
     x, y = torch.from_numpy(xn).cuda(), torch.full((64,), float("nan"), device="cuda")
     k = bias_act_kernel.warmup(x, None, y, 64, BLOCK=64, ACT="none", grid=(1,))
-    k[(1,)](x, y, 64)
-    torch.cuda.synchronize()
-    np.testing.assert_allclose(y.cpu().numpy(), np.clip(xn, -1, 1) + 1, rtol=1e-6)
+    for args in ((x, y, 64), (x, None, y, 64)):  # those the compile kept; those not declared constexpr
+        y.fill_(float("nan"))
+        k[(1,)](*args)
+        torch.cuda.synchronize()
+        np.testing.assert_allclose(y.cpu().numpy(), np.clip(xn, -1, 1) + 1, rtol=1e-6)
 
 
 @pytest.mark.gpu

@@ -240,14 +240,18 @@ class CompiledKernel:
 
         names = self.arg_names or self.params
         if len(args) != len(names):
-            if len(args) != len(self.params):
-                alt = f" or its {len(self.params)} runtime ones" if len(self.params) != len(names) else ""
+            # The parameters not declared `tl.constexpr` alone (FlagGems' LibEntry launches a
+            # CompiledKernel so), or those the compile kept (a None argument is a constant): the
+            # constexprs take their compiled values.
+            fn = getattr(self.src, "fn", None)
+            declared = [p.name for p in fn.params if not p.is_constexpr] if hasattr(fn, "params") else self.params
+            given = declared if len(args) == len(declared) else self.params if len(args) == len(self.params) else None
+            if given is None:
+                alt = f" or its {len(declared)} runtime ones" if len(declared) != len(names) else ""
                 raise LaunchError(f"{self.function_name} takes {len(names)} arguments ({', '.join(names)}){alt}, "
                                   f"got {len(args)}")
-            # Only the runtime parameters, constexprs left out (FlagGems' LibEntry launches a
-            # CompiledKernel so): the constexprs take their compiled values.
             vals = dict(self.constexprs)
-            vals.update(zip(self.params, args))
+            vals.update(zip(given, args))
             args = tuple(vals.get(n) for n in names)
         vals = dict(zip(names, args))
         g = grid(vals) if callable(grid) else grid
