@@ -646,6 +646,24 @@ def test_autotune_skips_failing_configs_and_keeps_the_choice(dev, cache_dir, cap
     assert "cached choice" in capfd.readouterr().err
 
 
+@tiles.autotune(configs=[tiles.Config({"BLOCK": 100}), tiles.Config({"BLOCK": 48}, num_warps=2)], key=["n"])
+@tiles.jit
+def never_fits_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)  # neither block is a power of two
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def test_autotune_names_the_first_failure_when_every_config_fails(dev, cache_dir, capfd):
+    # The error itself says why (FlagGems' users saw only "every config failed", the reasons
+    # in a captured stderr), and chains the first config's exception.
+    never_fits_kernel.cache.clear()
+    xd = dev.put(np.random.default_rng().standard_normal(64).astype(np.float32))
+    with pytest.raises(tiles.errors.AutotunerError, match=r"the first, \[BLOCK: 100.*power of 2") as e:
+        never_fits_kernel[(1,)](xd, 64)
+    assert e.value.__cause__ is not None and "power of 2" in str(e.value.__cause__)
+    capfd.readouterr()
+
+
 @pytest.fixture
 def backend_threads(monkeypatch):
     """The names of the threads that run compiles' back halves (passes, LLVM, PTX), in order;

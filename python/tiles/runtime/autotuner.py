@@ -133,6 +133,8 @@ class Autotuner(KernelInterface):
     Triton. `cache` maps Triton's key (the `key` arguments' values, then the dtype of every
     argument that has one) to the chosen Config."""
 
+    _first_failure = None  # (config, exception) of the first config skipped while choosing
+
     def __init__(self, fn, arg_names: Sequence[str], configs: Sequence[Config], key: Sequence[str],
                  reset_to_zero: Optional[Sequence[str]] = None, restore_value: Optional[Sequence[str]] = None,
                  pre_hook: Optional[Callable] = None, post_hook: Optional[Callable] = None,
@@ -320,6 +322,8 @@ class Autotuner(KernelInterface):
         Triton does; others (or all, with TILES_PRINT_AUTOTUNING=1) are reported."""
         from ..errors import CompileTimeAssertionFailure
 
+        if self._first_failure is None:
+            self._first_failure = (cfg, e)
         out_of_resources = isinstance(e, OutOfResources) or "out of resource" in str(e).lower()
         if _printing() or not (out_of_resources or isinstance(e, CompileTimeAssertionFailure)):
             msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
@@ -376,6 +380,7 @@ class Autotuner(KernelInterface):
                 print(f"tiles autotune: {self.__name__} key {stable_key}: cached choice [{cfg}]", file=sys.stderr)
             return cfg
         t0 = time.perf_counter()
+        self._first_failure = None
         failed = self._compile_ahead(pruned, args, kwargs, grid)
         timings, contenders = self._screen([c for c in pruned if c not in failed], args, kwargs, grid)
         timings.update(failed)
@@ -392,7 +397,13 @@ class Autotuner(KernelInterface):
         self.bench_time = time.perf_counter() - t0
         ok = {c: timings[c] for c in contenders if timings[c] != float("inf")}
         if not ok:
-            raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
+            first = self._first_failure
+            if first is None:
+                raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
+            lines = [ln.strip() for ln in str(first[1]).splitlines() if ln.strip()] or [""]
+            why = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
+            raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed; the first, [{first[0]}]: "
+                                 f"{type(first[1]).__name__}: {why}") from first[1]
         cfg = builtins.min(ok, key=ok.get)
         self.configs_timings = timings
         # The benchmarks' effects do not leak into the real run.
