@@ -278,6 +278,53 @@ def test_pointer_truth_compiles_to_a_null_test(ptxas):
     assemble(ptxas, k.asm["ptx"], "sm_90a")
 
 
+@tiles.jit
+def approx_div_cumprod_kernel(x_ptr, y_ptr, o_ptr, p_ptr, n, BLOCK: tl.constexpr):
+    # Triton >= 3.7: `tl.fdiv(..., approx=True)` and `tl.cumprod(..., dtype=)`.
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    y = tl.load(y_ptr + offs, mask=m, other=1.0)
+    tl.store(o_ptr + offs, tl.fdiv(x, y, approx=True), mask=m)
+    small = tl.load(p_ptr + offs, mask=m, other=1).to(tl.int8)
+    tl.store(p_ptr + offs, tl.cumprod(small, 0, dtype=tl.int32), mask=m)
+
+
+def test_approx_division_and_cumprod_dtype(dev, rng):
+    n = 29
+    x = rng.uniform(-100, 100, n).astype(np.float32)
+    y = rng.uniform(0.5, 4, n).astype(np.float32) * rng.choice([-1, 1], n).astype(np.float32)
+    p = rng.integers(-3, 4, n).astype(np.int32)
+    o = np.full(n, np.nan, np.float32)
+    xd, yd, od, pd = dev.put(x), dev.put(y), dev.put(o), dev.put(p)
+    approx_div_cumprod_kernel[(1,)](xd, yd, od, pd, n, BLOCK=32)
+    exact = x.astype(np.float64) / y
+    assert np.all(np.abs(dev.get(od) - exact) <= 2 * np.spacing(np.abs(exact).astype(np.float32)))
+    np.testing.assert_array_equal(dev.get(pd), np.cumprod(p.astype(np.int64)).astype(np.int32))
+
+
+def test_approx_division_compiles_to_div_approx(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(approx_div_cumprod_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "o_ptr": "*fp32",
+                                                            "p_ptr": "*i32", "n": "i32"},
+                      constexprs={"BLOCK": 32}, target="sm_90a")
+    assert "div.approx.f32" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@pytest.mark.parametrize("bad", ["both", "fp64"])
+def test_approx_division_refuses_what_triton_refuses(bad):
+    @tiles.jit
+    def k(x_ptr, IEEE: tl.constexpr):
+        x = tl.load(x_ptr + tl.arange(0, 16))
+        tl.store(x_ptr + tl.arange(0, 16), tl.fdiv(x, x, ieee_rounding=IEEE, approx=True))
+
+    with pytest.raises(tiles.CompilationError, match="approx"):
+        tiles.compile(k, signature={"x_ptr": "*fp32" if bad == "both" else "*fp64"},
+                      constexprs={"IEEE": bad == "both"}, target="sm_90a")
+
+
 def test_2d_broadcast_and_masks(dev, rng):
     M, N = 37, 53
     x = rng.standard_normal(M).astype(np.float32)

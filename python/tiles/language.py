@@ -317,9 +317,18 @@ def div_rn(x, y, _semantic=None):
 
 
 @builtin
-def fdiv(x, y, ieee_rounding=False, _semantic=None):
-    """`x / y` on floats; IEEE-rounded with `ieee_rounding=True`."""
-    return semantic.div_rn(x, y) if _v(ieee_rounding) else semantic.truediv(x, y)
+def fdiv(x, y, ieee_rounding=False, approx=False, _semantic=None):
+    """`x / y` on floats; IEEE-rounded with `ieee_rounding=True`; the hardware's approximation
+    (`div.approx.f32`, 2 ulp for denominators of magnitude 2**-126 to 2**126) with `approx=True`,
+    fp32 only (Triton >= 3.7)."""
+    if not _v(approx):
+        return semantic.div_rn(x, y) if _v(ieee_rounding) else semantic.truediv(x, y)
+    if _v(ieee_rounding):
+        raise ValueError("approx and ieee_rounding cannot both be True")
+    x, y = semantic.binary_operands(x, y, div_or_mod=True)
+    if not x.dtype.is_fp32():
+        raise ValueError("approx division requires float32 operands")
+    return semantic.inline_asm_elementwise("div.approx.f32 $0, $1, $2;", "=f,f,f", [x, y], float32, True, 1)
 
 
 @_method
@@ -1425,9 +1434,13 @@ def cumsum(input, axis=0, reverse=False, dtype=None, _semantic=None):
 
 
 @_method
-def cumprod(input, axis=0, reverse=False, _semantic=None):
-    """Inclusive running product along `axis` (bf16 in fp32)."""
-    return semantic.scan([_bf16_as_fp32(semantic.to_tensor(input))], _v(axis), _prod_combine, _v(reverse))[0]
+def cumprod(input, axis=0, reverse=False, dtype=None, _semantic=None):
+    """Inclusive running product along `axis` (bf16 in fp32), in `dtype` where given (Triton
+    >= 3.7's parameter)."""
+    input = _bf16_as_fp32(semantic.to_tensor(input))
+    if _v(dtype) is not None:
+        input = semantic.cast(input, _v(dtype))
+    return semantic.scan([input], _v(axis), _prod_combine, _v(reverse))[0]
 
 
 @_method
