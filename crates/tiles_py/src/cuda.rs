@@ -316,6 +316,7 @@ pub struct Loaded {
     pub module: usize,
     pub function: usize,
     pub n_regs: i32,
+    /// Local memory per thread in 32-bit words (Triton's `n_spills`: the local bytes / 4).
     pub n_spills: i32,
 }
 
@@ -426,7 +427,7 @@ fn function(a: &Api, module: *mut c_void, cname: &CStr, shared: u32) -> R<Loaded
             module: module as usize,
             function: f as usize,
             n_regs: regs,
-            n_spills: local,
+            n_spills: local / 4,
         })
     }
 }
