@@ -325,6 +325,21 @@ def test_approx_division_refuses_what_triton_refuses(bad):
                       constexprs={"IEEE": bad == "both"}, target="sm_90a")
 
 
+@tiles.jit
+def block_type_sizes_kernel(x_ptr, out_ptr):
+    x = tl.load(x_ptr + tl.arange(0, 8)[:, None] * 4 + tl.arange(0, 4)[None, :])
+    tl.static_assert(x.type.is_block() and x.type.get_block_shapes() == (8, 4))
+    tl.store(out_ptr + tl.arange(0, 2), tl.where(tl.arange(0, 2) == 0, x.type.numel, x.type.nbytes))
+
+
+def test_block_type_numel_and_nbytes(dev, rng):
+    x = rng.standard_normal(32).astype(np.float32)
+    out = np.zeros(2, np.int32)
+    od = dev.put(out)
+    block_type_sizes_kernel[(1,)](dev.put(x), od)
+    np.testing.assert_array_equal(dev.get(od), [32, 128])
+
+
 def test_2d_broadcast_and_masks(dev, rng):
     M, N = 37, 53
     x = rng.standard_normal(M).astype(np.float32)

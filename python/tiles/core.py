@@ -327,6 +327,21 @@ class block_type:
     def get_block_shapes(self):
         return self.shape
 
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * (self.element_ty.primitive_bitwidth // 8)
+
+    @property
+    def name(self) -> str:
+        return repr(self)
+
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, block_type) and other.element_ty == self.element_ty and other.shape == self.shape
 
