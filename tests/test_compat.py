@@ -1480,6 +1480,30 @@ def test_a_changed_global_is_an_error_not_a_stale_kernel(dev, monkeypatch):
     assert not tiles.jit(hooked_scale_kernel.fn).used_global_vals  # tl and tiles are not values
 
 
+GLOBAL_DTYPE = tl.float16
+
+
+@tiles.jit
+def reads_a_global_dtype_kernel(X):
+    tl.store(X, tl.full([1], 3, GLOBAL_DTYPE).to(tl.int32).reshape(()))
+
+
+def test_a_global_dtype_is_checked_by_identity(monkeypatch):
+    # A dtype has a `value` (itself, for helpers that read `dtype.value`), yet it cannot change in
+    # place as a constexpr can: the check on each launch compares the object, no fingerprint.
+    from tiles.runtime import cache
+
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    k = tiles.jit(reads_a_global_dtype_kernel.fn)
+    x = np.zeros(1, np.int32)
+    k[(1,)](x)
+    seen = []
+    fingerprint = cache._value_fingerprint
+    monkeypatch.setattr(cache, "_value_fingerprint", lambda v: seen.append(v) or fingerprint(v))
+    k[(1,)](x)
+    assert x[0] == 3 and not seen
+
+
 def test_a_changed_global_is_caught_before_compiling_again(monkeypatch):
     global GUARDED
     monkeypatch.setenv("TILES_INTERPRET", "0")
