@@ -1540,6 +1540,82 @@ def test_a_jit_function_argument_edited_compiles_again(dev):
     assert dev.get(out)[0] == 1
 
 
+@tiles.jit
+def add_one_helper(i):
+    return i + 1
+
+
+@tiles.jit
+def calls_add_one_kernel(X, i):
+    tl.store(X, add_one_helper(i))
+
+
+@tiles.constexpr_function
+def flag_helper():
+    return False
+
+
+@tiles.jit
+def reads_a_flag_kernel(out):
+    FLAG: tl.constexpr = flag_helper()
+    tl.store(out, FLAG)
+
+
+def test_cache_key_follows_edited_callees_once_hash_is_reset():
+    # Triton's cache tests: edit a callee with `_unsafe_update_src`, reset the caller's `hash`
+    # (its memo of `cache_key`), and the key changes; the same text gives the same key.
+    base = calls_add_one_kernel.cache_key
+    assert calls_add_one_kernel.hash == base
+    text = add_one_helper.src
+    try:
+        for new, changed in ((text, False), (text.replace("i + 1", "i + 2"), True)):
+            add_one_helper._unsafe_update_src(new)
+            calls_add_one_kernel.hash = None
+            assert (calls_add_one_kernel.cache_key != base) is changed
+    finally:
+        add_one_helper._unsafe_update_src(text)
+        calls_add_one_kernel.hash = None
+    assert calls_add_one_kernel.cache_key == base
+    # A constexpr function's new text is the one kernels call and key on.
+    base = reads_a_flag_kernel.cache_key
+    text = flag_helper.src
+    try:
+        flag_helper._unsafe_update_src(text.replace("False", "True"))
+        assert flag_helper() is True
+        reads_a_flag_kernel.hash = None
+        assert reads_a_flag_kernel.cache_key != base
+    finally:
+        flag_helper._unsafe_update_src(text)
+        reads_a_flag_kernel.hash = None
+    assert reads_a_flag_kernel.cache_key == base and flag_helper() is False
+
+
+def test_a_kernel_moved_to_other_lines_has_another_key(tmp_path):
+    # Its asserts and errors report other lines, so a stored compile must not answer for it.
+    import importlib.util
+
+    body = "import tiles\n\n@tiles.jit\ndef moved_kernel(X):\n    tl_ok = 1\n"
+    keys = []
+    for n in (0, 1):
+        path = tmp_path / f"moved{n}.py"
+        path.write_text("# a line\n" * n + body)
+        spec = importlib.util.spec_from_file_location("moved_module", str(path))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        keys.append(mod.moved_kernel.cache_key)
+    assert keys[0] != keys[1]
+
+
+def test_an_updated_source_reports_its_own_lines():
+    # The text from the `def` on starts where the def did, decorators above it or not.
+    k = tiles.jit(patched_template_kernel.fn)  # a fresh one: another test leaves the original edited
+    k._unsafe_update_src(k.src.replace("GENERATE_TEST_HERE", "undefined_name"))
+    with pytest.raises(tiles.CompilationError) as e:
+        tiles.compile(k, signature={"x_ptr": "*fp32", "out_ptr": "*fp32"}, constexprs={"BLOCK": 64})
+    line = next(i for i, ln in enumerate(open(__file__), 1) if "z = GENERATE_TEST_HERE" in ln)
+    assert f"test_compat.py:{line}:" in str(e.value)
+
+
 DEFAULT_SOURCE = 1
 
 

@@ -463,8 +463,12 @@ class FunctionSource:
             if text is not None:
                 lines = text.splitlines(keepends=True)
                 try:
-                    start = inspect.getsourcelines(fn)[1]
+                    old, start = inspect.getsourcelines(fn)
                     self.file = inspect.getsourcefile(fn) or "<unknown>"
+                    if text.lstrip().startswith(("def ", "async def ")):
+                        # Text from the `def` on (Triton's `src`): it starts where the def did.
+                        start += next((i for i, ln in enumerate(old) if ln.lstrip().startswith(("def ", "async def "))),
+                                      0)
                 except (OSError, TypeError):
                     start, self.file = 1, "<string>"
             else:

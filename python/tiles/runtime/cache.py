@@ -128,7 +128,7 @@ def function_fingerprint(jitfn) -> str:
     fp = getattr(jitfn, "_fingerprint", None)
     if fp is not None:
         return fp
-    from .jit import JITFunction
+    from .jit import JITFunction, _from_def
 
     h = hashlib.sha256()
     seen = set()
@@ -139,8 +139,11 @@ def function_fingerprint(jitfn) -> str:
             return
         seen.add(id(fn))
         src = fn.source()
-        h.update(f"{fn.__module__}.{fn.__name__}\n".encode())
-        h.update("".join(src.lines).encode())
+        # The text from the `def` on (what `_unsafe_update_src` takes: the same text is the same
+        # key) and the line the `def` is on: a kernel that moved in its file reports other lines
+        # (asserts, errors, line info), as Triton's key says too.
+        h.update(f"{fn.__module__}.{fn.__name__}@{src.first_line + src.node.lineno - 1}\n".encode())
+        h.update(_from_def("".join(src.lines)).encode())
         g = src.globals()
         cells = dict(zip(fn.fn.__code__.co_freevars, fn.fn.__closure__ or ()))
         # Names the body reads are guarded; a parameter's default was taken when the function

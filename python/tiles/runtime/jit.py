@@ -415,7 +415,28 @@ class ConstexprFunction:
     @property
     def src(self) -> str:
         """The function's source from its `def` on, dedented."""
-        return _from_def(inspect.getsource(self.fn))
+        text = self.__dict__.get("_new_src")
+        return text if text is not None else _from_def(inspect.getsource(self.fn))
+
+    @property
+    def cache_key(self) -> str:
+        """A hash of the function's code (what the kernels that call it key on)."""
+        from .cache import _value_fingerprint
+
+        return _value_fingerprint(self)
+
+    hash = cache_key
+
+    def _unsafe_update_src(self, new_src: str) -> None:
+        """Replaces the function by `new_src` (Triton's test helper): later compiles call the
+        new one, and kernels that call it key on its code, once their own `hash` is reset."""
+        scope: Dict[str, Any] = {}
+        exec(compile(new_src, f"<{self.__name__}, updated>", "exec"), self.fn.__globals__, scope)
+        fn = scope.get(self.__name__)
+        if not callable(fn):
+            raise ValueError(f"the new source does not define {self.__name__}")
+        self.fn = self.__wrapped__ = fn
+        self._new_src = new_src
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -867,6 +888,16 @@ class JITFunction(KernelInterface):
     def cache_key(self) -> str:
         """A hash of the source and of everything it uses (what the on-disk cache keys on)."""
         return cache.function_fingerprint(self)
+
+    @property
+    def hash(self) -> Optional[str]:
+        """Triton's memo of `cache_key`: set to None, the next `cache_key` is computed afresh
+        (after a function this one calls changed its source, say)."""
+        return self.__dict__.get("_fingerprint")
+
+    @hash.setter
+    def hash(self, value: Optional[str]) -> None:
+        self._fingerprint = value
 
     @property
     def used_global_vals(self) -> Dict[Tuple[str, int], Tuple[Any, Any]]:
