@@ -765,6 +765,52 @@ def test_objects_with_a_data_ptr_and_dtype_are_launched_as_pointers(rng, monkeyp
         np.testing.assert_allclose(y.cpu().numpy(), np.clip(xn[offset:offset + 64], -1, 1) + 1, rtol=1e-6)
 
 
+def test_triton_knobs_tiles_does_not_use_read_their_defaults(monkeypatch):
+    # torch's inductor reads `knobs.nvidia.libdevice_path` before compiling; an unset knob
+    # reads as Triton's default (from its environment variable), never an AttributeError.
+    from tiles import knobs
+
+    monkeypatch.delenv("TRITON_LIBDEVICE_PATH", raising=False)
+    assert knobs.nvidia.libdevice_path is None and knobs.compilation.listener is None
+    assert knobs.compilation.always_compile is False and knobs.compilation.instrumentation_mode == ""
+    monkeypatch.setenv("TRITON_LIBDEVICE_PATH", "/opt/libdevice.10.bc")
+    monkeypatch.setenv("TRITON_ALWAYS_COMPILE", "1")
+    assert knobs.nvidia.libdevice_path == "/opt/libdevice.10.bc" and knobs.compilation.always_compile is True
+    with knobs.nvidia.scope():
+        knobs.nvidia.libdevice_path = "/elsewhere.bc"
+        assert knobs.nvidia.libdevice_path == "/elsewhere.bc"
+    assert knobs.nvidia.libdevice_path == "/opt/libdevice.10.bc"
+    with pytest.raises(AttributeError):
+        knobs.nvidia.no_such_setting  # noqa: B018
+
+
+def test_the_compilation_listener_and_always_compile(tmp_path, monkeypatch):
+    # Triton's `knobs.compilation.listener`: told of each compile (stage times) and disk-cache
+    # hit (none); `always_compile` makes a kernel in the cache compile again.
+    from tiles import knobs
+
+    monkeypatch.setenv("TILES_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRITON_ALWAYS_COMPILE", raising=False)
+    seen = []
+    sig = {"x_ptr": "*fp32", "b_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"}
+    cx = {"BLOCK": 64, "ACT": "relu"}
+    with knobs.compilation.scope():
+        knobs.compilation.listener = lambda **kw: seen.append(kw)
+        first = tiles.compile(bias_act_kernel, signature=sig, constexprs=cx)
+        tiles.compile(tiles.jit(bias_act_kernel.fn), signature=sig, constexprs=cx)
+        knobs.compilation.always_compile = True
+        tiles.compile(tiles.jit(bias_act_kernel.fn), signature=sig, constexprs=cx)
+    assert knobs.compilation.listener is None and knobs.compilation.always_compile is False
+    assert [kw["cache_hit"] for kw in seen] == [False, True, False]
+    made, hit = seen[0], seen[1]
+    assert made["metadata"]["hash"] == first.hash == hit["metadata"]["hash"]
+    assert made["metadata"]["target"] == tiles.backends.compiler.GPUTarget("cuda", 90, 32)
+    assert made["src"].fn is bias_act_kernel and made["times"].total_lowering > 0 and made["times"].total > 0
+    stages = [n for n, _ in made["times"].lowering_stages]
+    assert stages[-2:] == ["llvm_opt", "ptx"] and "assign_layouts" in stages  # each pass, then LLVM
+    assert hit["times"].total_lowering == 0 and hit["times"].lowering_stages == []
+
+
 def test_knobs_and_triton_environment_names(monkeypatch):
     # `triton.knobs` settings tiles has map to its own; Triton's environment names work too.
     monkeypatch.delenv("TILES_PRINT_AUTOTUNING", raising=False)
@@ -772,8 +818,9 @@ def test_knobs_and_triton_environment_names(monkeypatch):
     assert tiles.knobs.autotuning.print and os.environ["TILES_PRINT_AUTOTUNING"] == "1"
     tiles.knobs.autotuning.print = False
     assert not tiles.knobs.autotuning.print
-    tiles.knobs.compilation.always_compile = True  # kept, no effect
-    assert tiles.knobs.compilation.always_compile is True
+    with tiles.knobs.compilation.scope():
+        tiles.knobs.compilation.front_end_debugging = True  # kept, no effect
+        assert tiles.knobs.compilation.front_end_debugging is True
     with pytest.raises(AttributeError):
         tiles.knobs.runtime.no_such_knob  # noqa: B018
     from tiles.runtime.jit import interpreting
@@ -801,17 +848,17 @@ def test_knob_groups_scope_copy_and_reset(monkeypatch, tmp_path):
         knobs.cache.home_dir = "kept"
         assert knobs.cache.dir == str(tmp_path) and os.environ["TILES_CACHE_DIR"] == str(tmp_path)
     assert knobs.cache.dir is None and "TILES_CACHE_DIR" not in os.environ
-    with pytest.raises(AttributeError):
-        knobs.cache.home_dir  # noqa: B018
+    assert knobs.cache.home_dir == os.environ.get("TRITON_HOME", os.path.expanduser("~/"))  # Triton's default
     fusion = knobs.language.default_fp_fusion
     with knobs.language.scope():
         knobs.language.default_fp_fusion = not fusion
     assert knobs.language.default_fp_fusion == fusion
-    knobs.compilation.always_compile = True
-    fresh = knobs.compilation.copy().reset()
-    assert isinstance(fresh, knobs.base_knobs) and knobs.compilation.always_compile is True
-    with pytest.raises(AttributeError):
-        fresh.always_compile  # noqa: B018
+    monkeypatch.delenv("TRITON_ALWAYS_COMPILE", raising=False)
+    with knobs.compilation.scope():  # the setting has an effect: it must not outlive the test
+        knobs.compilation.always_compile = True
+        fresh = knobs.compilation.copy().reset()
+        assert isinstance(fresh, knobs.base_knobs) and knobs.compilation.always_compile is True
+        assert fresh.always_compile is False  # Triton's default again
     assert knobs.runtime.knob_descriptors["interpret"].key == "TILES_INTERPRET"
     assert knobs.nvidia.copy().reset().ptxas.name == "ptxas" and knobs.propagate_env
 

@@ -246,10 +246,78 @@ class _Descriptor:
 # Settings tiles reads from `_kept` that read as None until set (Triton's defaults):
 # `jit_cache_hook(key=, repr=, fn=, compile=, is_manual_warmup=, already_compiled=)` before a
 # kernel compiles (a true result skips the compile and the launch), `jit_post_compile_hook`
-# after.
+# after; `compilation.listener(src=, metadata=, metadata_group=, times=, cache_hit=)` after each
+# compile or disk-cache hit (`times` a `CompileTimes`).
 _DEFAULTS: Dict[str, Dict[str, Any]] = {
-    "runtime": {"jit_cache_hook": None, "jit_post_compile_hook": None},
+    "runtime": {"jit_cache_hook": None, "jit_post_compile_hook": None, "add_stages_inspection_hook": None},
+    "compilation": {"listener": None},
+    "build": {"impl": None},
 }
+
+# Triton 3.6's other knobs that read the environment: (variable, kind, default). Until set from
+# Python they read as in Triton, so code that reads one (torch's inductor reads
+# `knobs.nvidia.libdevice_path`) gets its value rather than an AttributeError. Of these, tiles
+# acts on `compilation.always_compile` (no disk-cache hits); the rest concern Triton's own
+# toolchain and have no effect here.
+_TRITON_ENV: Dict[str, Dict[str, Tuple[str, str, Any]]] = {
+    "compilation": {"override": ("TRITON_KERNEL_OVERRIDE", "bool", False),
+                    "dump_ir": ("TRITON_KERNEL_DUMP", "bool", False),
+                    "dump_ir_extract_di_local_variables": ("LLVM_EXTRACT_DI_LOCAL_VARIABLES", "bool", False),
+                    "store_binary_only": ("TRITON_STORE_BINARY_ONLY", "bool", False),
+                    "always_compile": ("TRITON_ALWAYS_COMPILE", "bool", False),
+                    "use_ir_loc": ("USE_IR_LOC", "str", None),
+                    "enable_asan": ("TRITON_ENABLE_ASAN", "bool", False),
+                    "disable_line_info": ("TRITON_DISABLE_LINE_INFO", "bool", False),
+                    "front_end_debugging": ("TRITON_FRONT_END_DEBUGGING", "bool", False),
+                    "allow_non_constexpr_globals": ("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS", "bool", False),
+                    "instrumentation_mode": ("TRITON_INSTRUMENTATION_MODE", "str", "")},
+    "autotuning": {"cache": ("TRITON_CACHE_AUTOTUNING", "bool", False)},
+    "build": {"cc": ("CC", "str", None), "cudacrt_path": ("TRITON_CUDACRT_PATH", "str", None),
+              "cudart_path": ("TRITON_CUDART_PATH", "str", None)},
+    "cache": {"home_dir": ("TRITON_HOME", "str", os.path.expanduser("~/")),
+              "dump_dir": ("TRITON_DUMP_DIR", "str", None), "override_dir": ("TRITON_OVERRIDE_DIR", "str", None)},
+    "nvidia": {"dump_nvptx": ("NVPTX_ENABLE_DUMP", "bool", False),
+               "disable_ptxas_opt": ("DISABLE_PTXAS_OPT", "bool", False),
+               "ptxas_options": ("PTXAS_OPTIONS", "str", None),
+               "mock_ptx_version": ("TRITON_MOCK_PTX_VERSION", "str", None),
+               "dump_ptxas_log": ("TRITON_DUMP_PTXAS_LOG", "bool", False),
+               "libdevice_path": ("TRITON_LIBDEVICE_PATH", "str", None),
+               "libcuda_path": ("TRITON_LIBCUDA_PATH", "str", None)},
+    "proton": {"disable": ("TRITON_PROTON_DISABLE", "bool", False),
+               "enable_nvtx": ("TRITON_ENABLE_NVTX", "bool", True)},
+}
+
+
+def _read_env(var: str, kind: str, default: Any) -> Any:
+    text = os.environ.get(var)
+    if text is None:
+        return default
+    if kind == "bool":
+        return text.strip().lower() in ("1", "true", "on", "yes", "y")
+    return text
+
+
+class CompileTimes:
+    """Triton's `knobs.CompileTimes`, what a compilation listener receives (microseconds): the
+    frontend (`ir_initialization`), each later stage by name (`lowering_stages`), and the
+    cache write (`store_results`)."""
+
+    def __init__(self, ir_initialization: int, lowering_stages: List[Tuple[str, int]], store_results: int):
+        self.ir_initialization = ir_initialization
+        self.lowering_stages = lowering_stages
+        self.store_results = store_results
+
+    @property
+    def total_lowering(self) -> int:
+        return sum(t for _, t in self.lowering_stages)
+
+    @property
+    def total(self) -> int:
+        return self.ir_initialization + self.total_lowering + self.store_results
+
+    def __repr__(self) -> str:
+        return (f"CompileTimes(ir_initialization={self.ir_initialization}, lowering_stages={self.lowering_stages}, "
+                f"store_results={self.store_results})")
 
 
 class base_knobs:  # noqa: N801  (Triton's name)
@@ -305,6 +373,9 @@ class base_knobs:  # noqa: N801  (Triton's name)
         defaults = _DEFAULTS.get(self._group, {})
         if name in defaults:
             return defaults[name]
+        env = _TRITON_ENV.get(self._group, {}).get(name)
+        if env is not None:
+            return _read_env(*env)
         raise AttributeError(f"knobs.{self._group} has no setting {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:

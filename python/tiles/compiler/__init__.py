@@ -542,12 +542,32 @@ class _Backend:
                             self.constexprs, self.fn.source().file, self.fn.param_names, self.fp_fusion,
                             self.maxnreg, self.ftz)
         _describe(ck, self.fn, self.src, self.sig, self.constexprs, self.launch_attrs)
+        t3 = time.perf_counter()
         if not self.dump:
             cache.store(self.key, {"name": out["name"], "shared": out["shared"], "num_threads": out["num_threads"],
                                    "asserts": out["asserts"], "target": self.target},
                         {k: out[k] for k in ("tir", "tir_opt", "ptx")})
             ck.cache_key = self.key
+        _notify_listener(ck, self.key, self.frontend_s, out["timings"], time.perf_counter() - t3, False)
         return ck
+
+
+def _notify_listener(ck: CompiledKernel, key: str, frontend_s: float, stages: Sequence[Tuple[str, float]],
+                     store_s: float, cache_hit: bool) -> None:
+    """Calls `knobs.compilation.listener`, where one is set, as Triton does after a compile or
+    a disk-cache hit (times in microseconds; a hit has no stages)."""
+    from .. import knobs
+
+    listener = knobs.compilation.listener
+    if listener is None:
+        return
+    from ..runtime import driver
+
+    md = dict(vars(ck.metadata))
+    digits = "".join(c for c in str(md["target"]) if c.isdigit())
+    md.update(hash=key, target=driver.GPUTarget("cuda", int(digits or 0), 32))
+    times = knobs.CompileTimes(int(frontend_s * 1e6), [(n, int(t * 1e6)) for n, t in stages], int(store_s * 1e6))
+    listener(src=ck.src, metadata=md, metadata_group={}, times=times, cache_hit=cache_hit)
 
 
 def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[Dict[str, Any]] = None,
@@ -628,11 +648,12 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
     from ..runtime import cache
 
     dump = bool(os.environ.get("TILES_DUMP_IR"))
+    t_key = time.perf_counter()
     key = cache.kernel_key(fn, signature=sig, spec=spec, ones=sorted(equal_to_1), constexprs=constexprs,
                            target=target, num_warps=num_warps, num_stages=num_stages, debug=bool(debug),
                            fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg, sanitize_overflow=sanitize,
                            ftz=bool(enable_reflect_ftz), fp32_default=fp32_default)
-    hit = None if dump else cache.load(key)
+    hit = None if dump or _always_compile() else cache.load(key)
     if hit is not None:
         out = dict(hit["stages"], name=hit["name"], shared=hit["shared"], num_threads=hit["num_threads"],
                    asserts=[tuple(a) for a in hit["asserts"]])
@@ -644,6 +665,7 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
         _describe(ck, fn, src, sig, constexprs, launch_attrs)
         if _timing():
             print(f"tiles: {ck.name}: disk cache hit", file=sys.stderr)
+        _notify_listener(ck, key, time.perf_counter() - t_key, (), 0.0, True)
         return ck
     from ..runtime import driver
 
@@ -655,6 +677,14 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
                     sig=sig, constexprs=constexprs, fp_fusion=bool(enable_fp_fusion), maxnreg=maxnreg,
                     ftz=bool(enable_reflect_ftz), dump=dump, src=src, launch_attrs=launch_attrs,
                     frontend_s=time.perf_counter() - t0)
+
+
+def _always_compile() -> bool:
+    """Triton's `knobs.compilation.always_compile` (`TRITON_ALWAYS_COMPILE`, or tiles'
+    `TILES_ALWAYS_COMPILE`): compile even where the disk cache holds the kernel."""
+    from .. import knobs
+
+    return bool(knobs.compilation.always_compile) or os.environ.get("TILES_ALWAYS_COMPILE", "0") not in ("", "0")
 
 
 def _describe(ck: "CompiledKernel", fn, src: Optional["ASTSource"], sig: Dict[str, str], constexprs: Dict[str, Any],
