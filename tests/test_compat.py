@@ -566,6 +566,9 @@ def test_triton_module_paths():
     assert isinstance(bias_act_kernel, KernelInterface) and isinstance(bias_act_kernel, tiles.KernelInterface)
     assert issubclass(OutOfResources, TritonError) and issubclass(PTXASError, TritonError)
     assert issubclass(AutotunerError, RuntimeError)
+    from tiles.runtime import autotuner  # torch's inductor imports PTXASError from here
+
+    assert autotuner.PTXASError is PTXASError and autotuner.OutOfResources is OutOfResources
     # `triton.runtime.jit` is the module (test harnesses import names from it), as is
     # `triton.runtime._allocation` (pytest fixtures reset the allocator with its NullAllocator).
     import types

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import AutotunerError, OutOfResources
+from ..errors import AutotunerError, OutOfResources, PTXASError  # noqa: F401  (Triton exports these here)
 from .jit import KernelInterface, env_setting
 
 
@@ -499,7 +499,7 @@ class Autotuner(KernelInterface):
         that failed to compile (a compile error, a failed static_assert, too many resources),
         reported and timed `inf` without a second compile; a config that fails otherwise is left
         to its timed launch, which reports it as before."""
-        from ..errors import CompilationError, PTXASError
+        from ..errors import CompilationError
 
         if not self._compiles_ahead(configs):
             return {}
