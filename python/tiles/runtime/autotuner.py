@@ -123,6 +123,12 @@ def _restore(dst: Any, src: Any) -> None:
         dst[...] = src
 
 
+def _one_line(text: str) -> str:
+    """A report on one line: where (a compile error's first line) and why (its last)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()] or [""]
+    return lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
+
+
 class Autotuner(KernelInterface):
     """Triton's `Autotuner`, with its constructor, attributes and hooks, so code that subclasses
     it (caching tuners that fill `cache`, hooks replaced after `__init__`) works unchanged.
@@ -327,10 +333,7 @@ class Autotuner(KernelInterface):
         out_of_resources = isinstance(e, OutOfResources) or "out of resource" in str(e).lower()
         if _printing() or not (out_of_resources or isinstance(e, CompileTimeAssertionFailure)):
             msg = f"tiles autotune: {self.__name__}: skipping config [{cfg}]: {type(e).__name__}: {e}"
-            if not _printing():  # one line: where (a compile error's first line) and why (its last)
-                lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
-                msg = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
-            print(msg, file=sys.stderr)
+            print(msg if _printing() else _one_line(msg), file=sys.stderr)
         return float("inf")
 
     def _key(self, all_args: Dict[str, Any]):
@@ -400,10 +403,8 @@ class Autotuner(KernelInterface):
             first = self._first_failure
             if first is None:
                 raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
-            lines = [ln.strip() for ln in str(first[1]).splitlines() if ln.strip()] or [""]
-            why = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
             raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed; the first, [{first[0]}]: "
-                                 f"{type(first[1]).__name__}: {why}") from first[1]
+                                 f"{_one_line(f'{type(first[1]).__name__}: {first[1]}')}") from first[1]
         cfg = builtins.min(ok, key=ok.get)
         self.configs_timings = timings
         # The benchmarks' effects do not leak into the real run.
