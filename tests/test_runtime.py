@@ -664,6 +664,34 @@ def test_autotune_names_the_first_failure_when_every_config_fails(dev, cache_dir
     capfd.readouterr()
 
 
+def test_autotuner_do_bench_and_check_disk_cache_for_subclasses(cache_dir):
+    # Triton's Autotuner offers subclasses `do_bench` (the timing function) and
+    # `check_disk_cache(key, configs, bench_fn)` (the stored choice, else bench_fn's).
+    from tiles.runtime.autotuner import Autotuner
+
+    calls = []
+    timer = lambda fn, quantiles=None: calls.append(quantiles) or [1.0, 1.0, 1.0]  # noqa: E731
+    configs = [tiles.Config({"BLOCK": 64}), tiles.Config({"BLOCK": 256}, num_warps=4)]
+
+    def tuner():
+        return Autotuner(tuned_kernel.fn, tuned_kernel.arg_names, configs, ["n"], do_bench=timer)
+
+    first = tuner()
+    assert first.do_bench is timer
+
+    def bench():
+        first.cache[(1000, "float32")] = configs[1]
+
+    assert first.check_disk_cache((1000, "float32"), configs, bench) is False
+    again = tuner()
+    assert again.check_disk_cache((1000, "float32"), configs, lambda: pytest.fail("benchmarked again")) is True
+    assert again.cache[(1000, "float32")] is configs[1]
+    assert tuner().check_disk_cache((999, "float32"), configs, lambda: calls.append("bench")) is False
+    assert calls == ["bench"]
+    default = Autotuner(tuned_kernel.fn, tuned_kernel.arg_names, configs, ["n"]).do_bench
+    assert callable(default)
+
+
 @pytest.fixture
 def backend_threads(monkeypatch):
     """The names of the threads that run compiles' back halves (passes, LLVM, PTX), in order;

@@ -246,6 +246,35 @@ class Autotuner(KernelInterface):
         except OSError:
             pass
 
+    @property
+    def do_bench(self) -> Callable:
+        """Triton's `Autotuner.do_bench`: the timing function, `do_bench(fn, quantiles=...)` (the
+        user's where `autotune(do_bench=...)` gave one), for subclasses that time configs."""
+        if self.user_do_bench is not None:
+            return self.user_do_bench
+        from ..testing import do_bench
+
+        return lambda fn, quantiles=None: do_bench(fn, warmup=self.num_warmups, rep=self.num_reps,
+                                                   quantiles=quantiles)
+
+    def check_disk_cache(self, tuning_key, configs: Sequence[Config], bench_fn: Callable[[], Any]) -> bool:
+        """Triton's hook for subclasses: True where the choice for `tuning_key` among `configs`
+        is on disk (then in `cache`); else runs `bench_fn` (which fills `cache[tuning_key]`)
+        and stores what it chose. Configs with a pre_hook are never stored, as in Triton."""
+        configs = list(configs)
+        if not tuning_key or any(c.pre_hook for c in configs):
+            bench_fn()
+            return False
+        key = tuple(_key_part(k) for k in (tuning_key if isinstance(tuning_key, tuple) else (tuning_key,)))
+        cfg = self._load_choice(key, configs)
+        if cfg is not None:
+            self.cache[tuning_key] = cfg
+            return True
+        bench_fn()
+        if tuning_key in self.cache:
+            self._save_choice(key, configs, self.cache[tuning_key])
+        return False
+
     # -- tuning ---------------------------------------------------------------------------------------
     def prune_configs(self, kwargs: Dict[str, Any], nargs: Optional[Dict[str, Any]] = None) -> List[Config]:
         """Triton's pruning: `early_config_prune(configs, named_args, **kwargs)` (positional
