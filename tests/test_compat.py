@@ -1626,6 +1626,9 @@ def test_cache_key_follows_edited_callees_once_hash_is_reset():
         add_one_helper._unsafe_update_src(text)
         calls_add_one_kernel.hash = None
     assert calls_add_one_kernel.cache_key == base
+    k = tiles.jit(calls_add_one_kernel.fn)
+    k.hash = "given"  # a memo set by hand is the key, and the globals are still guarded
+    assert k.cache_key == "given" and isinstance(k.used_global_vals, dict)
     # A constexpr function's new text is the one kernels call and key on.
     base = reads_a_flag_kernel.cache_key
     text = flag_helper.src

@@ -897,6 +897,8 @@ class JITFunction(KernelInterface):
 
     @hash.setter
     def hash(self, value: Optional[str]) -> None:
+        if value is not None and self.fn is not None:
+            cache.function_fingerprint(self)  # the guards on globals come with the real one
         self._fingerprint = value
 
     @property
