@@ -231,11 +231,16 @@ def test_a_compiled_kernel_takes_every_parameter_or_the_runtime_ones(ptxas, monk
     assemble(ptxas, k.asm["ptx"], "sm_90a")
     seen = []
     monkeypatch.setattr(driver, "current_stream", lambda: 0)
-    monkeypatch.setattr(type(k), "_launch_natively", lambda self, g0, g1, g2, s, args: seen.append(args) or True)
+    grids = []
+    monkeypatch.setattr(type(k), "_launch_natively",
+                        lambda self, g0, g1, g2, s, args: grids.append((g0, g1, g2)) or seen.append(args) or True)
     k[(1,)](x, None, y, 64, 64, "relu")
     k[(1,)](x, None, y, 64)  # the parameters not declared constexpr (b_ptr's None is a constant)
     k[(1,)](x, y, 64)  # those the compile kept
     assert seen[0] == seen[1] == seen[2] and seen[1][3:] == (64, 64, "relu") and seen[1][1] is None
+    k[[2, 3]](x, y, 64)
+    k[lambda meta: (meta["n"] // meta["BLOCK"], 1, 5)](x, y, 128)  # the grid sees constexprs too
+    assert grids == [(1, 1, 1)] * 3 + [(2, 3, 1), (2, 1, 5)]
     with pytest.raises(tiles.LaunchError, match=r"takes 6 arguments .* or its 4 runtime ones, got 2"):
         k[(1,)](x, y)
 

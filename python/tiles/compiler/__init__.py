@@ -99,8 +99,7 @@ class CompiledKernel:
         returns the loaded kernel of the current one: from the cubin `link` makes (once for
         every device), or from the PTX, which the driver's JIT compiles as it loads
         (`TILES_ASSEMBLER=load`)."""
-        from ..runtime import driver
-
+        driver = _DRIVER or _driver()
         threads = self.metadata.num_warps * 32
         if threads > 1024:  # as Triton reports it, before the driver is asked
             from ..errors import OutOfResources
@@ -232,17 +231,34 @@ class CompiledKernel:
         return runner
 
     def _launch(self, grid, args, stream, native: bool = True) -> None:
-        import ctypes
-
-        from ..errors import LaunchError
-        from ..runtime import driver
-        from ..runtime.jit import _CTYPES, _pointer_info
-
         names = self.arg_names or self.params
         if len(args) != len(names):
-            # The parameters not declared `tl.constexpr` alone (FlagGems' LibEntry launches a
-            # CompiledKernel so), or those the compile kept (a None argument is a constant): the
-            # constexprs take their compiled values.
+            args = self._every_argument(args, names)
+        if callable(grid):
+            grid = grid(dict(zip(names, args)))
+        if not isinstance(grid, (tuple, list)):
+            grid = (grid,)
+        n = len(grid)
+        g = (int(grid[0]), int(grid[1]) if n > 1 else 1, int(grid[2]) if n > 2 else 1)
+        if stream is None:
+            s = (_DRIVER or _driver()).current_stream()
+        else:
+            s = int(stream)
+        if native and min(g) > 0 and self._launch_natively(g[0], g[1], g[2], s, args):
+            return
+        self._launch_by_ctypes(g, args, names, s)
+
+    def _every_argument(self, args: Sequence[Any], names: Sequence[str]) -> tuple:
+        """`args` given as the parameters not declared `tl.constexpr` (FlagGems' LibEntry
+        launches a CompiledKernel so), or as those the compile kept (a None argument is a
+        constant), completed with the constexprs' compiled values."""
+        plans = self.__dict__.get("_arg_plans")
+        if plans is None:
+            plans = self._arg_plans = {}
+        plan = plans.get(len(args))
+        if plan is None:
+            from ..errors import LaunchError
+
             fn = getattr(self.src, "fn", None)
             declared = [p.name for p in fn.params if not p.is_constexpr] if hasattr(fn, "params") else self.params
             given = declared if len(args) == len(declared) else self.params if len(args) == len(self.params) else None
@@ -250,16 +266,19 @@ class CompiledKernel:
                 alt = f" or its {len(declared)} runtime ones" if len(declared) != len(names) else ""
                 raise LaunchError(f"{self.function_name} takes {len(names)} arguments ({', '.join(names)}){alt}, "
                                   f"got {len(args)}")
-            vals = dict(self.constexprs)
-            vals.update(zip(given, args))
-            args = tuple(vals.get(n) for n in names)
+            # Per parameter: the position of its value in `args`, or -1 and its compiled value.
+            at = {n: i for i, n in enumerate(given)}
+            plan = plans[len(args)] = [(at.get(n, -1), self.constexprs.get(n)) for n in names]
+        return tuple([args[i] if i >= 0 else v for i, v in plan])
+
+    def _launch_by_ctypes(self, g: Tuple[int, int, int], args: Sequence[Any], names: Sequence[str], s: int) -> None:
+        """The launch through ctypes, for what the native launcher does not take."""
+        import ctypes
+
+        from ..errors import LaunchError
+        from ..runtime.jit import _CTYPES, _pointer_info
+
         vals = dict(zip(names, args))
-        g = grid(vals) if callable(grid) else grid
-        g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
-        g = g + (1,) * (3 - len(g))
-        s = driver.current_stream() if stream is None else int(stream)
-        if native and min(g) > 0 and self._launch_natively(g[0], g[1], g[2], s, args):
-            return
         cargs = []
         for n in self.params:
             ty = self.signature[n]
@@ -300,6 +319,17 @@ class CompiledKernel:
 
     def __repr__(self) -> str:
         return f"<CompiledKernel {self.name} {self.metadata.target} num_warps={self.metadata.num_warps}>"
+
+
+_DRIVER = None  # tiles.runtime.driver, once imported (a function-level import costs ~1 us a launch)
+
+
+def _driver():
+    global _DRIVER
+    from ..runtime import driver
+
+    _DRIVER = driver
+    return driver
 
 
 class _Pending:
