@@ -93,6 +93,9 @@ def _key_part(v: Any) -> Any:
     return repr(v)
 
 
+# A dtype's text, as the key holds it (numpy's `str(dtype)` costs ~1.5 us; asked on every launch).
+_DTYPE_TEXT: Dict[Any, str] = {}
+
 # Argument types that carry no dtype.
 _PLAIN = frozenset((int, float, bool, str, type(None)))
 
@@ -369,12 +372,19 @@ class Autotuner(KernelInterface):
         """Triton's key: the `key` arguments' values, then every argument's dtype (on every
         launch: numbers are passed over without asking them for a dtype)."""
         key = [_hashable(all_args[k]) for k in self.keys if k in all_args]
+        get = all_args.get
         for name in self.arg_names:
-            v = all_args.get(name)
+            v = get(name)
             if type(v) not in _PLAIN:
                 dt = getattr(v, "dtype", None)
                 if dt is not None:
-                    key.append(str(dt))
+                    try:
+                        text = _DTYPE_TEXT.get(dt)
+                        if text is None:
+                            text = _DTYPE_TEXT[dt] = str(dt)
+                    except TypeError:  # a dtype that does not hash
+                        text = str(dt)
+                    key.append(text)
         return tuple(key)
 
     def run(self, *args, grid=None, **kwargs):
