@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 from .. import core
 from ..errors import ArgumentOverflowError, HostMemoryError, LaunchError
-from . import async_compile, cache
+from . import async_compile, cache, driver
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
                    "sanitize_overflow", "arch", "enable_reflect_ftz", "launch_cooperative_grid", "launch_pdl",
@@ -211,8 +211,6 @@ def arch_target(arch: Any) -> Optional[str]:
 def _target(arch: Optional[str], gpu: bool) -> str:
     """What a launch compiles for: `arch` if given, else this GPU, else (no GPU: `warmup` on a
     CPU machine) an H100, as the interpreter and `driver.active` present one."""
-    from . import driver
-
     return arch or (driver.default_target() if gpu else "sm_90a")
 
 
@@ -232,8 +230,6 @@ def _code_options(debug: bool, opts: Dict[str, Any], arch: Optional[str]) -> Tup
 def _check_clusters(arch: Optional[str]) -> None:
     """`num_ctas > 1` (Triton's thread-block clusters; tiles runs each program as one CTA)
     is refused for GPUs before Hopper, as Triton refuses it."""
-    from . import driver
-
     target = _target(arch, driver.available())
     if int(re.sub(r"\D", "", target)) < 90:
         raise ValueError(f"num_ctas > 1 requires NVIDIA SM90+ (Hopper). Current target is {target}. "
@@ -373,8 +369,6 @@ def interpreting(jitfn: "JITFunction") -> bool:
     env = env_setting("INTERPRET")
     if env is not None:
         return env not in ("", "0")
-    from . import driver
-
     return not driver.available()
 
 
@@ -1089,8 +1083,6 @@ class JITFunction(KernelInterface):
         `(key, num_warps, num_stages, debug, fp_fusion, maxnreg, sanitize_overflow, arch, ftz,
         f32_default)`; `arch` (Triton's option, or `knobs.runtime.override_arch`) compiles for
         another GPU than this one."""
-        from . import driver
-
         arch = arch_target(opts.get("arch") or env_setting("OVERRIDE_ARCH"))
         if arch is None and driver.targets_differ():
             arch = driver.default_target()  # GPUs of several kinds: this device's own
@@ -1122,7 +1114,6 @@ class JITFunction(KernelInterface):
         frontend would take turns at the GIL. A frontend's error is raised by the returned
         function, where the compile's result is asked for."""
         from .. import compiler
-        from . import driver
 
         signature, constexprs, spec, ones = {}, {}, {}, []
         packers, slots = [], []
@@ -1250,8 +1241,6 @@ class JITFunction(KernelInterface):
         g = g + (1,) * (3 - len(g))
         if min(g) <= 0:
             return spec.compiled
-        from . import driver
-
         cargs = [ctor(info[i][3]) for i, ctor in spec.packers]
         ptrs = (ctypes.c_void_p * max(1, len(cargs)))(*[ctypes.addressof(c) for c in cargs])
         stream = opts.get("stream")
@@ -1273,8 +1262,6 @@ class JITFunction(KernelInterface):
 
     def _teach(self, args, kwargs, spec: "_Specialization") -> None:
         """Lets the native dispatcher launch these arguments' specialisation by itself."""
-        from . import driver
-
         if any(kind == "?" for _, kind in spec.slots):
             return
         if not self._driver_set:
@@ -1338,8 +1325,6 @@ class JITFunction(KernelInterface):
         maps each specialisation's key to its compiled kernel, whose `asm` holds the PTX): a
         snapshot, the same under every device index: one compile serves every device of its
         target, each loading it on first use."""
-        from . import driver
-
         kernels = _CompiledKernels(self, {key: spec.compiled for key, spec in list(self.cache.items())
                                           if isinstance(spec, _Specialization)})
         entry = (kernels, {}, driver.active.get_current_target(), None, None)
