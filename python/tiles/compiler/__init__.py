@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .. import _tiles
+from .. import _tiles, knobs
 from ..errors import CompilationError
 
 
@@ -108,8 +108,6 @@ class CompiledKernel:
         ctx = driver.current_context()
         loaded = self._loads.get(ctx)
         if loaded is None:
-            from .. import knobs
-
             from_ptx = driver.loads_ptx()
             cubin = None if from_ptx else self.link()
             t0 = time.perf_counter()
@@ -210,8 +208,6 @@ class CompiledKernel:
     def launch_metadata(self, grid: Any, stream: Any, *args: Any) -> Optional["LazyDict"]:
         """What launch hooks receive for a launch with `args` (every parameter, in order): None
         while no launch_enter_hook is set, as in Triton (then nothing reads it)."""
-        from .. import knobs
-
         enter = knobs.runtime.launch_enter_hook
         if enter is None or not getattr(enter, "calls", True):
             return None
@@ -586,8 +582,6 @@ def _notify_listener(ck: CompiledKernel, key: str, frontend_s: float, stages: Se
                      store_s: float, cache_hit: bool) -> None:
     """Calls `knobs.compilation.listener`, where one is set, as Triton does after a compile or
     a disk-cache hit (times in microseconds; a hit has no stages)."""
-    from .. import knobs
-
     listener = knobs.compilation.listener
     if listener is None:
         return
@@ -712,8 +706,6 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
 def _always_compile() -> bool:
     """Triton's `knobs.compilation.always_compile` (`TRITON_ALWAYS_COMPILE`, or tiles'
     `TILES_ALWAYS_COMPILE`): compile even where the disk cache holds the kernel."""
-    from .. import knobs
-
     return bool(knobs.compilation.always_compile) or os.environ.get("TILES_ALWAYS_COMPILE", "0") not in ("", "0")
 
 
