@@ -161,10 +161,15 @@ class _KnobLaunchHooks:
     launch's metadata, a `LazyDict` of name, function and stream to which `.get()` adds the
     kernel's `launch_metadata(grid, metadata, args)`."""
 
-    def enter(self, fn, grid, args, compiled, stream):
-        from .. import knobs
-        from ..compiler import LazyDict
+    knobs = LazyDict = None  # the modules' names, looked up once (not at each launch)
 
+    def enter(self, fn, grid, args, compiled, stream):
+        if self.knobs is None:
+            from .. import knobs
+            from ..compiler import LazyDict
+
+            _KnobLaunchHooks.knobs, _KnobLaunchHooks.LazyDict = knobs, LazyDict
+        knobs, LazyDict = self.knobs, self.LazyDict
         function = getattr(compiled, "_loaded", None)
         md = LazyDict({"name": compiled.name, "function": function.handle if function is not None else None,
                        "stream": stream})
@@ -174,9 +179,7 @@ class _KnobLaunchHooks:
         return md
 
     def exit(self, md) -> None:
-        from .. import knobs
-
-        knobs.runtime.launch_exit_hook(md)
+        self.knobs.runtime.launch_exit_hook(md)
 
 
 _KNOB_HOOKS = _KnobLaunchHooks()
