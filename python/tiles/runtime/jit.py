@@ -886,6 +886,10 @@ class JITFunction(KernelInterface):
         """A hash of the source and of everything it uses (what the on-disk cache keys on)."""
         return cache.function_fingerprint(self)
 
+    def is_gluon(self) -> bool:
+        """Triton's test for its Gluon dialect's kernels: a tiles kernel never is one."""
+        return False
+
     @property
     def hash(self) -> Optional[str]:
         """Triton's memo of `cache_key`: set to None, the next `cache_key` is computed afresh
