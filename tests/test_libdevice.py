@@ -733,3 +733,58 @@ def test_directed_products_below_the_subnormals(dev):
         got = dev.get(out)
         np.testing.assert_array_equal(got, np.array(w))
         assert list(np.signbit(got)) == list(np.signbit(np.array(w))), mode
+
+
+# Triton's way of declaring a library function (its own libdevice module is written so, and
+# some codebases add functions the same way): `@core.extern` + `core.extern_elementwise`.
+@tl.core.extern
+def declared_exp(arg0, _semantic=None):
+    return tl.core.extern_elementwise("", "", [arg0], {(tl.core.dtype("fp32"),): ("__nv_expf", tl.core.dtype("fp32")),
+                                                       (tl.core.dtype("fp64"),): ("__nv_exp", tl.core.dtype("fp64"))},
+                                      is_pure=True, _semantic=_semantic)
+
+
+@tl.core.extern
+def declared_pow(a, b, _builder=None):  # the older keyword
+    return tl.core.extern_elementwise("", "", [a, b], {(tl.float32, tl.float32): ("__nv_powf", tl.float32)},
+                                      is_pure=True, _builder=_builder)
+
+
+@tl.core.extern
+def declared_unknown(a, _semantic=None):
+    return tl.core.extern_elementwise("mylib", "/opt/mylib.bc", [a], {(tl.float32,): ("my_fn", tl.float32)},
+                                      is_pure=True, _semantic=_semantic)
+
+
+@tiles.jit
+def declared_externs_kernel(x_ptr, e_ptr, p_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    tl.store(e_ptr + offs, declared_exp(x), mask=m)
+    tl.store(p_ptr + offs, declared_pow(x, 2.5), mask=m)
+
+
+@tiles.jit
+def declared_unknown_kernel(x_ptr):
+    tl.store(x_ptr, declared_unknown(tl.load(x_ptr)))
+
+
+def test_extern_elementwise_maps_libdevice_symbols(dev, rng):
+    n = 45
+    x = rng.uniform(0.1, 4, n).astype(np.float32)
+    e, p = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    ed, pd = dev.put(e), dev.put(p)
+    declared_externs_kernel[(1,)](dev.put(x), ed, pd, n, BLOCK=64)
+    np.testing.assert_allclose(dev.get(ed), np.exp(x.astype(np.float64)), rtol=4e-7)
+    np.testing.assert_allclose(dev.get(pd), x.astype(np.float64) ** 2.5, rtol=4e-6)
+
+
+def test_extern_elementwise_compiles_and_names_what_it_cannot_link(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(declared_externs_kernel, signature={"x_ptr": "*fp32", "e_ptr": "*fp32", "p_ptr": "*fp32",
+                                                          "n": "i32"}, constexprs={"BLOCK": 64}, target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+    with pytest.raises(tiles.CompilationError, match="'my_fn' of /opt/mylib.bc cannot be linked"):
+        tiles.compile(declared_unknown_kernel, signature={"x_ptr": "*fp32"}, target="sm_90a")

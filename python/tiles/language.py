@@ -1698,6 +1698,45 @@ def condition(arg1, disable_licm=False, _semantic=None):
 pi32_t = pointer_type(int32)
 
 
+# -- Triton's way of declaring library functions: `@core.extern` + `core.extern_elementwise` ------
+
+def extern_elementwise(lib_name, lib_path, args, arg_type_symbol_dict, is_pure, _semantic=None, **_ignored):
+    """Triton's `core.extern_elementwise`: the function of `arg_type_symbol_dict` whose argument
+    types match `args` (`{(dtypes...): (symbol, result dtype)}`), elementwise. tiles links no
+    library: a libdevice symbol (`__nv_expf`, `__nv_pow`, ...) is tiles' own function of that
+    name (`tl.extra.libdevice`); any other is a compile error that says so."""
+    from . import libdevice as _libdevice
+
+    tensors = [semantic.to_tensor(a) for a in args]
+    types_ = tuple(t.dtype for t in tensors)
+    entry = arg_type_symbol_dict.get(types_)
+    if entry is None:
+        raise TypeError(f"extern_elementwise: no function of {lib_name or 'the library'} takes "
+                        f"({', '.join(str(t) for t in types_)}); it has {list(arg_type_symbol_dict)}")
+    symbol, ret = entry[0], _v(entry[1])
+    name = symbol[5:] if symbol.startswith("__nv_") else None
+    fn = None
+    if name is not None:
+        for cand in (name, name[:-1] if name[-1:] in ("f", "d") else None):
+            if cand and cand in _libdevice.__all__:
+                fn = getattr(_libdevice, cand)
+                break
+    if fn is None:
+        raise NotImplementedError(f"extern_elementwise: {symbol!r} of {lib_path or lib_name or 'an external library'}"
+                                  " cannot be linked: tiles links no external library, and has libdevice's "
+                                  "__nv_* functions as its own (tl.extra.libdevice)")
+    out = fn(*tensors)
+    return out if not isinstance(out, core.tensor) or out.dtype == ret else semantic.cast(out, ret)
+
+
+def extern(fn):
+    """Triton's `core.extern`: marks a library function written with `extern_elementwise`."""
+    return builtin(fn)
+
+
+core.extern, core.extern_elementwise = extern, extern_elementwise
+
+
 def _register_submodules():
     # `import triton.language.math`, `from triton.language.random import philox`, ...: Triton's
     # submodules are namespaces of this module here.
