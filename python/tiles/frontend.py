@@ -397,6 +397,9 @@ def _is_code_line(line: str) -> bool:
     return bool(s) and not s.startswith("#")
 
 
+_DEF_HEADS = ("def ", "async def ")  # how a function's definition line starts
+
+
 def _indented_block(fn) -> Optional[Tuple[List[str], int, str, ast.FunctionDef]]:
     """The lines of `fn`'s definition (decorators included) read by indentation, with its first
     line's number, its file and its parsed definition; None where that reading is unsure (the
@@ -418,8 +421,7 @@ def _indented_block(fn) -> Optional[Tuple[List[str], int, str, ast.FunctionDef]]
     first = all_lines[start - 1]
     base = len(first) - len(first.lstrip())
     i = start - 1
-    head = ("def ", "async def ")
-    while i < len(all_lines) and not all_lines[i][base:].startswith(head):
+    while i < len(all_lines) and not all_lines[i][base:].startswith(_DEF_HEADS):
         i += 1  # decorators, which may span lines
     end = i + 1
     while end < len(all_lines):
@@ -465,10 +467,9 @@ class FunctionSource:
                 try:
                     old, start = inspect.getsourcelines(fn)
                     self.file = inspect.getsourcefile(fn) or "<unknown>"
-                    if text.lstrip().startswith(("def ", "async def ")):
+                    if text.lstrip().startswith(_DEF_HEADS):
                         # Text from the `def` on (Triton's `src`): it starts where the def did.
-                        start += next((i for i, ln in enumerate(old) if ln.lstrip().startswith(("def ", "async def "))),
-                                      0)
+                        start += next((i for i, ln in enumerate(old) if ln.lstrip().startswith(_DEF_HEADS)), 0)
                 except (OSError, TypeError):
                     start, self.file = 1, "<string>"
             else:

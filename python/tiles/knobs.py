@@ -289,12 +289,12 @@ _TRITON_ENV: Dict[str, Dict[str, Tuple[str, str, Any]]] = {
 
 
 def _read_env(var: str, kind: str, default: Any) -> Any:
+    from .runtime.jit import env_true
+
     text = os.environ.get(var)
     if text is None:
         return default
-    if kind == "bool":
-        return text.strip().lower() in ("1", "true", "on", "yes", "y")
-    return text
+    return env_true(text) if kind == "bool" else text
 
 
 class CompileTimes:

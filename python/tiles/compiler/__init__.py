@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import _tiles, knobs
 from ..errors import CompilationError
+from ..runtime import driver
 
 
 def _asserts_by_line(asserts) -> Dict[int, str]:
@@ -83,7 +84,7 @@ class CompiledKernel:
         warmed up on a pool assemble in parallel."""
         cubin = self.asm.get("cubin")
         if cubin is None:
-            from ..runtime import cache, driver
+            from ..runtime import cache
 
             t0 = time.perf_counter()
             cubin = driver.assemble(self.asm["ptx"], self.name, self.metadata.target)
@@ -99,7 +100,6 @@ class CompiledKernel:
         returns the loaded kernel of the current one: from the cubin `link` makes (once for
         every device), or from the PTX, which the driver's JIT compiles as it loads
         (`TILES_ASSEMBLER=load`)."""
-        driver = _DRIVER or _driver()
         threads = self.metadata.num_warps * 32
         if threads > 1024:  # as Triton reports it, before the driver is asked
             from ..errors import OutOfResources
@@ -126,8 +126,6 @@ class CompiledKernel:
         """After a launch with debugging on: raises DeviceAssertionError if a device_assert failed."""
         if not self.metadata.asserts or not self._loads:
             return
-        from ..runtime import driver
-
         loaded = self._loads.get(driver.current_context())
         if loaded is None:
             return
@@ -186,7 +184,6 @@ class CompiledKernel:
         """The native launch of `run`'s arguments for this loaded kernel, or False where a
         parameter's kind (descriptors, fp64 and 16-bit scalars) or a launch attribute needs
         the Python path."""
-        from ..runtime import driver
         from ..runtime.jit import _SLOT_KINDS
 
         md = self.metadata
@@ -237,7 +234,7 @@ class CompiledKernel:
         n = len(grid)
         g = (int(grid[0]), int(grid[1]) if n > 1 else 1, int(grid[2]) if n > 2 else 1)
         if stream is None:
-            s = (_DRIVER or _driver()).current_stream()
+            s = driver.current_stream()
         else:
             s = int(stream)
         if native and min(g) > 0 and self._launch_natively(g[0], g[1], g[2], s, args):
@@ -299,8 +296,6 @@ class CompiledKernel:
 
     def _launch_flags(self) -> int:
         """The launch attributes the compile asked for, as `LoadedKernel.launch` takes them."""
-        from ..runtime import driver
-
         md = self.metadata
         return ((driver.LAUNCH_PDL if md.launch_pdl else 0)
                 | (driver.LAUNCH_COOPERATIVE if md.launch_cooperative_grid else 0))
@@ -315,17 +310,6 @@ class CompiledKernel:
 
     def __repr__(self) -> str:
         return f"<CompiledKernel {self.name} {self.metadata.target} num_warps={self.metadata.num_warps}>"
-
-
-_DRIVER = None  # tiles.runtime.driver, once imported (a function-level import costs ~1 us a launch)
-
-
-def _driver():
-    global _DRIVER
-    from ..runtime import driver
-
-    _DRIVER = driver
-    return driver
 
 
 class _Pending:
@@ -585,8 +569,6 @@ def _notify_listener(ck: CompiledKernel, key: str, frontend_s: float, stages: Se
     listener = knobs.compilation.listener
     if listener is None:
         return
-    from ..runtime import driver
-
     md = dict(vars(ck.metadata))
     digits = "".join(c for c in str(md["target"]) if c.isdigit())
     md.update(hash=key, target=driver.GPUTarget("cuda", int(digits or 0), 32))
@@ -691,8 +673,6 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
             print(f"tiles: {ck.name}: disk cache hit", file=sys.stderr)
         _notify_listener(ck, key, time.perf_counter() - t_key, (), 0.0, True)
         return ck
-    from ..runtime import driver
-
     driver.warm_jit()  # a miss: the PTX will be assembled here, on a GPU
     t0 = time.perf_counter()
     kernel = frontend.generate_ir(fn, sig, constexprs, num_warps, spec, equal_to_1, debug, num_stages, target,
@@ -706,7 +686,9 @@ def _front(fn, signature: Optional[Dict[str, str]] = None, constexprs: Optional[
 def _always_compile() -> bool:
     """Triton's `knobs.compilation.always_compile` (`TRITON_ALWAYS_COMPILE`, or tiles'
     `TILES_ALWAYS_COMPILE`): compile even where the disk cache holds the kernel."""
-    return bool(knobs.compilation.always_compile) or os.environ.get("TILES_ALWAYS_COMPILE", "0") not in ("", "0")
+    from ..runtime.jit import env_flag
+
+    return bool(knobs.compilation.always_compile) or env_flag("ALWAYS_COMPILE")
 
 
 def _describe(ck: "CompiledKernel", fn, src: Optional["ASTSource"], sig: Dict[str, str], constexprs: Dict[str, Any],
@@ -820,8 +802,6 @@ from . import errors  # noqa: E402,F401  (`triton.compiler.errors`, found as an 
 def max_shared_mem(device: Any = None) -> int:
     """The shared memory one program may use on the GPU, in bytes (Triton's
     `triton.compiler.max_shared_mem`; an H100's without a GPU)."""
-    from ..runtime import driver
-
     return driver.shared_limit()
 
 

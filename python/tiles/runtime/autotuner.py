@@ -311,7 +311,7 @@ class Autotuner(KernelInterface):
         """`cfg`'s time in ms (`inf` where it fails to compile or launch): `do_bench`'s (or the
         user's `do_bench`), or with `quick` the screen's estimate (`testing._screen`, after
         `warmup_ms` of runs). With `quantiles`, a list of those quantiles of the times."""
-        from ..testing import _screen, do_bench
+        from ..testing import _screen
 
         conflicts = set(cfg.kwargs) & set(kwargs)
         if conflicts:
@@ -344,9 +344,7 @@ class Autotuner(KernelInterface):
                 call()
                 times = [(time.perf_counter() - t0) * 1e3] * len(qs)
             else:
-                bench = self.user_do_bench or (
-                    lambda f, quantiles: do_bench(f, warmup=self.num_warmups, rep=self.num_reps, quantiles=quantiles))
-                t = bench(call, quantiles=qs)
+                t = self.do_bench(call, quantiles=qs)
                 times = [float(x) for x in t] if isinstance(t, (list, tuple)) else [float(t)] * len(qs)
         except Exception as e:  # a config that does not compile or launch is skipped, not fatal
             times = [self._skip(cfg, e)] * len(qs)

@@ -212,9 +212,10 @@ def check_globals(jitfn) -> bool:
     rebound = False
     for g in jitfn._global_guards:
         now = g.current()
+        # The same object, and not a `tl.constexpr` whose value may change in place (a dtype's
+        # `value` is the dtype itself): nothing to check.
         if now is g.value and (not hasattr(now, "value") or isinstance(now, _dtype)):
-            continue  # the same object, and not a `tl.constexpr` whose value may change in place
-            # (a dtype's `value` is the dtype itself)
+            continue
         if now is _MISSING or _value_fingerprint(now) != g.fingerprint:
             shown = "<deleted>" if now is _MISSING else repr(now)
             raise RuntimeError(f"Global variable {g.name} has changed since we compiled this kernel, from "
