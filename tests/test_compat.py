@@ -773,6 +773,34 @@ def test_objects_with_a_data_ptr_and_dtype_are_launched_as_pointers(rng, monkeyp
         np.testing.assert_allclose(y.cpu().numpy(), np.clip(xn[offset:offset + 64], -1, 1) + 1, rtol=1e-6)
 
 
+def test_a_data_ptr_object_over_host_memory_is_refused_by_name(rng, monkeypatch):
+    # No `is_cuda` and no CUDA `device`: the driver is asked whether the GPU reaches the
+    # address (as Triton's launcher asks), here answered "no" without a GPU.
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    asked = []
+    monkeypatch.setattr(driver, "device_accessible", lambda addr: asked.append(addr) or False)
+    x = HostStridedBuffer(rng.standard_normal(64).astype(np.float32))
+    y = np.zeros(64, np.float32)
+    with pytest.raises(tiles.errors.HostMemoryError, match="'x_ptr' \\(HostStridedBuffer\\) points at host memory"):
+        bias_act_kernel[(1,)](x, None, HostStridedBuffer(y), 64, BLOCK=64, ACT="none")
+    assert asked == [x.data_ptr()]
+
+
+@pytest.mark.gpu
+def test_a_data_ptr_object_over_host_memory_raises_on_the_gpu(rng, monkeypatch):
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    x = HostStridedBuffer(rng.standard_normal(64).astype(np.float32))
+    y = HostStridedBuffer(np.zeros(64, np.float32))
+    for _ in range(2):  # the second launch too: the native path leaves such objects to Python
+        with pytest.raises(tiles.errors.HostMemoryError, match="'x_ptr' \\(HostStridedBuffer\\)"):
+            bias_act_kernel[(1,)](x, None, y, 64, BLOCK=64, ACT="none")
+    from tiles.runtime import driver
+
+    driver.synchronize()  # the context is still good
+
+
 def test_triton_knobs_tiles_does_not_use_read_their_defaults(monkeypatch):
     # torch's inductor reads `knobs.nvidia.libdevice_path` before compiling; an unset knob
     # reads as Triton's default (from its environment variable), never an AttributeError.

@@ -91,6 +91,7 @@ api! {
     event_elapsed_time: "cuEventElapsedTime" => fn(*mut f32, *mut c_void, *mut c_void),
     event_destroy: "cuEventDestroy_v2" => fn(*mut c_void),
     launch_kernel_ex: "cuLaunchKernelEx" => fn(*const LaunchConfig, *mut c_void, *mut *mut c_void, *mut *mut c_void),
+    pointer_get_attribute: "cuPointerGetAttribute" => fn(*mut c_void, c_int, u64),
 }
 
 /// `CUlaunchAttribute`: an attribute id, padding to 8 bytes, then a 64-byte value union (only
@@ -136,6 +137,10 @@ pub mod attr {
     pub const COMPUTE_CAPABILITY_MINOR: i32 = 76;
     pub const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
 }
+/// `CU_POINTER_ATTRIBUTE_DEVICE_POINTER`.
+const POINTER_ATTRIBUTE_DEVICE_POINTER: c_int = 3;
+/// `CUDA_ERROR_INVALID_VALUE`: what the driver answers for an address it does not know.
+const ERROR_INVALID_VALUE: CuResult = 1;
 const FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: c_int = 3;
 const FUNC_ATTRIBUTE_NUM_REGS: c_int = 4;
 const FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
@@ -463,6 +468,25 @@ pub fn read_and_clear_u32(addr: u64) -> R<u32> {
     Ok(v)
 }
 
+/// Whether the GPU can reach `addr`: device memory, managed memory or registered (pinned) host
+/// memory. Plain host memory is `false`, which a kernel would otherwise fault on.
+pub fn device_accessible(addr: u64) -> R<bool> {
+    let a = api()?;
+    let mut dev: u64 = 0;
+    // SAFETY: the out-pointer is a live u64, the size DEVICE_POINTER writes.
+    let r = unsafe {
+        (a.pointer_get_attribute)(
+            &mut dev as *mut u64 as *mut c_void,
+            POINTER_ATTRIBUTE_DEVICE_POINTER,
+            addr,
+        )
+    };
+    if r == ERROR_INVALID_VALUE {
+        return Ok(false);
+    }
+    check(a, r, "cuPointerGetAttribute").map(|()| true)
+}
+
 /// Waits for the current context's work.
 pub fn synchronize() -> R<()> {
     let a = api()?;
@@ -642,6 +666,12 @@ pub mod py {
         Ok(current_device().map_err(err)?.unwrap_or(-1))
     }
 
+    /// Whether the GPU can reach an address (false for plain host memory).
+    #[pyfunction]
+    pub fn cuda_device_accessible(addr: u64) -> PyResult<bool> {
+        device_accessible(addr).map_err(err)
+    }
+
     /// A device's attribute by its `CU_DEVICE_ATTRIBUTE_*` number.
     #[pyfunction]
     #[pyo3(signature = (which, device = 0))]
@@ -776,6 +806,7 @@ pub mod py {
         m.add_function(wrap_pyfunction!(cuda_current_context, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_current_device, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_device_attribute, m)?)?;
+        m.add_function(wrap_pyfunction!(cuda_device_accessible, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_link_ptx, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_load, m)?)?;
         m.add_function(wrap_pyfunction!(cuda_warm_jit, m)?)?;

@@ -314,10 +314,17 @@ impl Dispatcher {
                 // A torch tensor, or another object with `data_ptr()` and a `dtype` (FlagGems'
                 // StridedBuffer), which passes as a device pointer: dtype object identity,
                 // device (where it tells one) and alignment.
-                if let Ok(c) = v.getattr(pyo3::intern!(py, "is_cuda")) {
-                    if !matches!(c.extract::<bool>(), Ok(true)) {
-                        return Ok(None);
-                    }
+                // Anything not plainly on a CUDA device takes the Python path, which accepts
+                // pinned host memory and raises for the rest.
+                let on_gpu = match v.getattr(pyo3::intern!(py, "is_cuda")) {
+                    Ok(c) => matches!(c.extract::<bool>(), Ok(true)),
+                    Err(_) => v
+                        .getattr(pyo3::intern!(py, "device"))
+                        .and_then(|d| d.getattr(pyo3::intern!(py, "type")))
+                        .is_ok_and(|t| t.eq(pyo3::intern!(py, "cuda")).unwrap_or(false)),
+                };
+                if !on_gpu {
+                    return Ok(None);
                 }
                 let (Ok(addr), Ok(dtype)) =
                     (ptr.extract::<u64>(), v.getattr(pyo3::intern!(py, "dtype")))

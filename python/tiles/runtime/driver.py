@@ -96,6 +96,13 @@ def init() -> None:
     _tls.bound = True
 
 
+def device_accessible(addr: int) -> bool:
+    """Whether the GPU can reach `addr`: device, managed or pinned host memory (False for
+    plain host memory, which a kernel would fault on)."""
+    init()
+    return _call(_native().cuda_device_accessible, addr)
+
+
 def current_context() -> int:
     """The context kernels load into and launch on from this thread (see `init`)."""
     init()

@@ -561,6 +561,12 @@ def _pinned(v: Any) -> bool:
         return False
 
 
+def _says_cuda(v: Any) -> bool:
+    """An object's `device` (a torch device, or its text) names a CUDA device."""
+    d = getattr(v, "device", None)
+    return str(getattr(d, "type", d)).startswith("cuda")
+
+
 def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
     """(address, dtype) of a device array argument, or None if `v` is not an array."""
     t = type(v)
@@ -578,13 +584,20 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
     if hasattr(v, "data_ptr") and hasattr(v, "dtype"):
         # A torch tensor, or as in Triton any object with `data_ptr()` and a `dtype` (FlagGems'
         # StridedBuffer): a device pointer, unless it says it is not on the GPU.
-        if not getattr(v, "is_cuda", True) and not getattr(_warming_up, "active", False) and not _pinned(v):
+        warming = getattr(_warming_up, "active", False)
+        is_cuda = getattr(v, "is_cuda", None)
+        if is_cuda is not None and not is_cuda and not warming and not _pinned(v):
             raise HostMemoryError(f"argument '{name}' is a CPU tensor; the GPU kernel needs a CUDA tensor "
                                   "(pinned host memory works too), or run with TILES_INTERPRET=1")
         dt = _dtype_ir(v.dtype)
         if dt is None:
             raise LaunchError(f"argument '{name}' has dtype {v.dtype}, which tiles does not support")
-        return v.data_ptr(), dt
+        addr = v.data_ptr()
+        if is_cuda is None and addr and not warming and not _says_cuda(v) and not driver.device_accessible(addr):
+            # No `is_cuda` and no CUDA `device`: the driver is asked, as Triton's launcher asks.
+            raise HostMemoryError(f"argument '{name}' ({type(v).__name__}) points at host memory the GPU "
+                                  "cannot reach; pass device memory, or run with TILES_INTERPRET=1")
+        return addr, dt
     cai = getattr(v, "__cuda_array_interface__", None)
     if cai is not None:
         ts = cai["typestr"]
