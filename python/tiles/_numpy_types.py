@@ -27,6 +27,8 @@ def numpy_dtype(dt) -> np.dtype:
             raise TypeError("bf16 needs the ml_dtypes package")
         return _BF16
     dt.refuse_foreign()
+    if dt.name == "fp8e4b15":
+        return np.dtype(np.uint8)  # no numpy type: its bits, converted by the interpreter's casts
     if dt.name in ("fp8e5", "fp8e4nv"):
         if dt.name not in _FP8:
             raise TypeError("fp8 needs the ml_dtypes package")

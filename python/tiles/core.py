@@ -17,7 +17,7 @@ _IR_NAMES = {
     "int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
     "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
     "fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64",
-    "fp8e5": "fp8e5", "fp8e4nv": "fp8e4nv",
+    "fp8e5": "fp8e5", "fp8e4nv": "fp8e4nv", "fp8e4b15": "fp8e4b15",
 }
 _FROM_IR = {v: k for k, v in _IR_NAMES.items()}
 # Kinds for literal promotion: bool < integer < float (signed and unsigned integers are one kind, as
@@ -29,10 +29,9 @@ _KIND = {"bool": 0, "int": 1, "float": 2}
 _BITWIDTHS = {"int1": 1, "int8": 8, "uint8": 8, "fp8e5": 8, "fp8e4nv": 8, "int16": 16, "uint16": 16, "fp16": 16,
               "bf16": 16, "int32": 32, "uint32": 32, "fp32": 32, "fp8e4b15": 8, "fp8e4b8": 8, "fp8e5b16": 8}
 
-# fp8 formats Triton names for other GPUs (AMD's FNUZ variants) and for pre-Ada emulation: the
-# names exist, so modules that map torch dtypes to them import; a kernel using one gets a clear
-# error.
-_FOREIGN_FP8 = {"fp8e4b15": "float8e4b15", "fp8e4b8": "float8e4b8", "fp8e5b16": "float8e5b16"}
+# fp8 formats Triton names for other GPUs (AMD's FNUZ variants): the names exist, so modules
+# that map torch dtypes to them import; a kernel using one gets a clear error.
+_FOREIGN_FP8 = {"fp8e4b8": "float8e4b8", "fp8e5b16": "float8e5b16"}
 
 
 class dtype:
@@ -40,7 +39,7 @@ class dtype:
 
     SINT_TYPES = ("int8", "int16", "int32", "int64")
     UINT_TYPES = ("int1", "uint8", "uint16", "uint32", "uint64")
-    FP_TYPES = ("fp8e5", "fp8e4nv", "fp16", "bf16", "fp32", "fp64")
+    FP_TYPES = ("fp8e5", "fp8e4nv", "fp8e4b15", "fp16", "bf16", "fp32", "fp64")
 
     def __init__(self, name: str):
         if name not in _IR_NAMES and name not in _FOREIGN_FP8:
@@ -109,7 +108,7 @@ class dtype:
         return self.name == "uint64"
 
     def is_fp8(self) -> bool:
-        return self.name in ("fp8e5", "fp8e4nv")
+        return self.name in ("fp8e5", "fp8e4nv", "fp8e4b15")
 
     def is_fp8e5(self) -> bool:
         return self.name == "fp8e5"
@@ -218,7 +217,7 @@ class dtype:
         """Raises for the fp8 formats tiles only names (those of other GPUs)."""
         if self.name in _FOREIGN_FP8:
             raise TypeError(f"tl.{_FOREIGN_FP8[self.name]} is not an NVIDIA fp8 format: tiles supports "
-                            "tl.float8e4nv and tl.float8e5")
+                            "tl.float8e4nv, tl.float8e5 and tl.float8e4b15")
 
     @property
     def ir(self) -> str:

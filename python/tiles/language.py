@@ -182,6 +182,8 @@ def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, _semantic=None)
     x, dt = semantic.to_tensor(input), _v(dtype)
     if x.dtype == dt:
         return x
+    if isinstance(dt, core.dtype) and dt.is_fp8e4b15() and x.dtype.is_floating():
+        return semantic.cast(x, dt)  # one conversion, whatever the mode (as in Triton)
     if not (x.dtype.is_floating() and dt.is_floating() and dt.primitive_bitwidth < x.dtype.primitive_bitwidth):
         raise ValueError(f"fp_downcast_rounding applies to float downcasts, not {x.dtype} to {dt}")
     y = semantic.cast(x, dt)
@@ -1365,6 +1367,19 @@ def _num_threads(_semantic=None):
     return constexpr(_v(_num_warps()) * 32)
 
 
+@builtin
+def _convert_custom_float8(arg, dst_ty, fp_downcast_rounding=None, _semantic=None):
+    """Triton's `convert_custom_float8_sm80` / `_sm70`: fp8e4b15 to fp16 (fp32 if asked), or an
+    fp16 / fp32 tile to fp8e4b15. tiles' cast converts the same way on every GPU."""
+    x, dt = semantic.to_tensor(arg), _v(dst_ty)
+    dt = getattr(dt, "element_ty", dt)
+    if x.dtype.is_fp8e4b15():
+        return semantic.cast(x, float32 if dt.is_fp32() else float16)
+    if not (x.dtype.is_fp16() or x.dtype.is_fp32()):
+        raise TypeError(f"convert_custom_float8 converts fp16 or fp32 to fp8e4b15, not {x.dtype}")
+    return semantic.cast(x, float8e4b15)
+
+
 # -- libdevice: `tl.extra.cuda.libdevice`, `tiles.language.extra.libdevice` ----------------------
 
 def _extra_modules():
@@ -1380,11 +1395,13 @@ def _extra_modules():
     cuda.gdc_wait, cuda.gdc_launch_dependents = _gdc_wait, _gdc_launch_dependents
     cuda.globaltimer, cuda.smid = _globaltimer, _smid
     cuda.num_warps, cuda.num_threads = _num_warps, _num_threads
+    cuda.convert_custom_float8_sm80 = cuda.convert_custom_float8_sm70 = _convert_custom_float8
     # Where Triton keeps them: `tl.extra.cuda.gdc.gdc_wait`, `tl.extra.cuda.utils.smid`.
     gdc = types.ModuleType(cuda.__name__ + ".gdc", "Grid dependency control (programmatic dependent launch).")
     gdc.gdc_wait, gdc.gdc_launch_dependents = _gdc_wait, _gdc_launch_dependents
     utils = types.ModuleType(cuda.__name__ + ".utils", "Special registers and launch facts.")
     utils.globaltimer, utils.smid, utils.num_warps, utils.num_threads = _globaltimer, _smid, _num_warps, _num_threads
+    utils.convert_custom_float8_sm80 = utils.convert_custom_float8_sm70 = _convert_custom_float8
     cuda.gdc, cuda.utils = gdc, utils
     extra.__path__ = []  # a package, so `from tiles.language.extra import libdevice` works
     cuda.__path__ = []

@@ -935,6 +935,9 @@ def abs_(x: Any) -> tensor:
     x = to_tensor(x)
     if x.dtype.is_int_unsigned():
         return x
+    if x.dtype.is_fp8e4b15():
+        # Its sign bit cleared, as Triton does (1.875 stays: a conversion would clamp it).
+        return bitcast(and_(bitcast(x, core.uint8), 0x7F), x.dtype)
     if x.dtype.is_fp8():
         return cast(abs_(cast(x, core.float16)), x.dtype)
     return make(_be().unary("abs", x), x.dtype, x.shape)

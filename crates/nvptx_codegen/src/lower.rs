@@ -652,7 +652,9 @@ pub(crate) fn llvm_type(cx: &Context, e: Elem) -> BasicTypeEnum<'_> {
 pub(crate) fn dtype_type(cx: &Context, d: DType) -> BasicTypeEnum<'_> {
     match d {
         DType::I1 => cx.bool_type().into(),
-        DType::I8 | DType::U8 | DType::F8E5M2 | DType::F8E4M3 => cx.i8_type().into(),
+        DType::I8 | DType::U8 | DType::F8E5M2 | DType::F8E4M3 | DType::F8E4B15 => {
+            cx.i8_type().into()
+        }
         DType::I16 | DType::U16 => cx.i16_type().into(),
         DType::I32 | DType::U32 => cx.i32_type().into(),
         DType::I64 | DType::U64 => cx.i64_type().into(),

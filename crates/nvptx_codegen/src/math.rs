@@ -426,7 +426,13 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// Whether a cast from `s` to `t` converts to fp8 in hardware (sm_90+): one rounding from
     /// fp32, saturating to the largest finite value, as Triton converts on Hopper.
     fn hw_to_fp8(&self, s: DType, t: DType) -> bool {
-        self.fp8_cvt() && t.is_fp8() && !s.is_fp8()
+        self.fp8_cvt() && t.is_fp8() && t != DType::F8E4B15 && !s.is_fp8()
+    }
+
+    /// Whether fp8 `s` converts to fp16 in hardware (`cvt.rn.f16x2.{e4m3x2,e5m2x2}`, sm_90+);
+    /// fp8e4b15 never does (its bits move in software).
+    fn hw_from_fp8(&self, s: DType) -> bool {
+        self.fp8_cvt() && s.is_fp8() && s != DType::F8E4B15
     }
 
     /// `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` of two fp32 values: `hi` in the upper byte of the
@@ -506,7 +512,7 @@ impl<'ctx> Lowering<'ctx, '_> {
         };
         let kind = if self.hw_to_fp8(s, t) && s.is_float() {
             GroupedCast::ToFp8
-        } else if self.fp8_cvt() && s.is_fp8() && !t.is_fp8() {
+        } else if self.hw_from_fp8(s) && !t.is_fp8() {
             GroupedCast::FromFp8
         } else if self.x2_cvt() && matches!(s, DType::I8 | DType::U8) && t.is_float() && !t.is_fp8()
         {
@@ -661,9 +667,14 @@ impl<'ctx> Lowering<'ctx, '_> {
         if s != t && (s.is_fp8() || t.is_fp8()) {
             // fp8 converts through fp16 (exact from fp8; one rounding into it).
             let f16 = Elem::Num(DType::F16);
+            if t == DType::F8E4B15 && !s.is_fp8() {
+                // As Triton converts: to fp16 rounding toward zero, then clamp and round.
+                let h = self.rz_f16_of(from, v)?;
+                return Ok(self.f16_to_fp8(t, h)?.into());
+            }
             if s.is_fp8() {
                 let x = v.into_int_value();
-                let h = if self.fp8_cvt() {
+                let h = if self.hw_from_fp8(s) {
                     self.cvt_f16x2_from_fp8(s, x, x)?[0]
                 } else {
                     self.fp8_to_f16(s, x)?
@@ -743,6 +754,33 @@ impl<'ctx> Lowering<'ctx, '_> {
 }
 
 impl<'ctx> Lowering<'ctx, '_> {
+    /// A number as fp16 rounded toward zero (`cvt.rz.f16.f32` from fp32; other floats go
+    /// through fp32, integers convert exactly or nearly so first).
+    fn rz_f16_of(&mut self, from: Elem, v: BasicValueEnum<'ctx>) -> R<FloatValue<'ctx>> {
+        if from == Elem::Num(DType::F16) {
+            return Ok(v.into_float_value());
+        }
+        let f32v = if from == Elem::Num(DType::F32) {
+            v
+        } else {
+            self.cast(from, Elem::Num(DType::F32), v)?
+        };
+        let Some(h) = self.asm(
+            self.cx.i16_type().into(),
+            "cvt.rz.f16.f32 $0, $1;",
+            "=h,f",
+            &[f32v],
+            false,
+        )?
+        else {
+            return self.internal("asm returned nothing");
+        };
+        Ok(self
+            .b
+            .build_bit_cast(h.into_int_value(), self.cx.f16_type(), "h")?
+            .into_float_value())
+    }
+
     /// fp8 bits -> fp16, exactly. E5M2 is the top byte of an fp16; E4M3FN rebiases its
     /// exponent (subnormals via an fp32 multiply; 0x7F/0xFF are NaN).
     fn fp8_to_f16(&self, d: DType, x: IntValue<'ctx>) -> R<FloatValue<'ctx>> {
@@ -752,6 +790,11 @@ impl<'ctx> Lowering<'ctx, '_> {
         let w = b.build_int_z_extend(x, i16t, "f8")?;
         let bits = if d == DType::F8E5M2 {
             b.build_left_shift(w, c16(8), "h")?
+        } else if d == DType::F8E4B15 {
+            // fp16's exponent bias: the sign moves to bit 15, the rest up by 7.
+            let sign = b.build_left_shift(b.build_and(w, c16(0x80), "s")?, c16(8), "s")?;
+            let rest = b.build_left_shift(b.build_and(w, c16(0x7F), "r")?, c16(7), "r")?;
+            b.build_or(sign, rest, "h")?
         } else {
             let sign = b.build_left_shift(b.build_and(w, c16(0x80), "s")?, c16(8), "s")?;
             let e = b.build_and(b.build_right_shift(w, c16(3), false, "e")?, c16(0xF), "e")?;
@@ -784,6 +827,22 @@ impl<'ctx> Lowering<'ctx, '_> {
     fn f16_to_fp8(&self, d: DType, h: FloatValue<'ctx>) -> R<IntValue<'ctx>> {
         let b = &self.b;
         let i8t = self.cx.i8_type();
+        if d == DType::F8E4B15 {
+            // The magnitude clamps to 1.75 (0x3F00; NaN's bits are above it too), then the
+            // byte above bit 7 of (magnitude << 1) rounds with ties away from zero.
+            let i16t = self.cx.i16_type();
+            let c16 = |v: u64| i16t.const_int(v, false);
+            let w = b.build_bit_cast(h, i16t, "w")?.into_int_value();
+            let mag = b.build_and(w, c16(0x7FFF), "a")?;
+            let big = b.build_int_compare(IntPredicate::UGT, mag, c16(0x3F00), "big")?;
+            let mag = b.build_select(big, c16(0x3F00), mag, "a")?.into_int_value();
+            let r = b.build_int_add(b.build_left_shift(mag, c16(1), "r")?, c16(0x80), "r")?;
+            let r = b.build_right_shift(r, c16(8), false, "r")?;
+            let sign =
+                b.build_right_shift(b.build_and(w, c16(0x8000), "s")?, c16(8), false, "s")?;
+            let q = b.build_or(r, sign, "q")?;
+            return Ok(b.build_int_truncate(q, i8t, "f8")?);
+        }
         if d == DType::F8E5M2 {
             let i16t = self.cx.i16_type();
             let c16 = |v: u64| i16t.const_int(v, false);

@@ -47,7 +47,9 @@ pub use ops::{
     MemAttrs, MemScope, MemSem, OpKind, UnaryOp, CACHE_MODIFIERS, EVICTION_POLICIES,
 };
 pub use parser::{parse, ParseError};
-pub use types::{f64_to_fp8, DType, Elem, Shape, Type, MAX_RANK};
+pub use types::{
+    f16_to_fp8e4b15, f64_to_f16_rz, f64_to_fp8, fp8e4b15_to_f16, DType, Elem, Shape, Type, MAX_RANK,
+};
 pub use verifier::{verify, VerifyError, VerifyErrors};
 
 impl Type {

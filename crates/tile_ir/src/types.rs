@@ -27,11 +27,15 @@ pub enum DType {
     F8E5M2,
     /// OCP fp8 E4M3FN (Triton's `fp8e4nv`): 4 exponent bits, 3 mantissa bits, no infinities.
     F8E4M3,
+    /// Triton's `fp8e4b15`: E4M3 with fp16's exponent bias (15), no infinities or NaN, largest
+    /// value 1.875 (conversions into it clamp to 1.75). Made for conversion to fp16 by bit
+    /// moves; converted in software on every GPU.
+    F8E4B15,
 }
 
 impl DType {
     /// Every dtype, for tables and tests.
-    pub const ALL: [DType; 15] = [
+    pub const ALL: [DType; 16] = [
         DType::I1,
         DType::I8,
         DType::I16,
@@ -47,6 +51,7 @@ impl DType {
         DType::F64,
         DType::F8E5M2,
         DType::F8E4M3,
+        DType::F8E4B15,
     ];
 
     /// Triton's name for the dtype (`fp32`, `i64`, ...).
@@ -67,6 +72,7 @@ impl DType {
             DType::F64 => "fp64",
             DType::F8E5M2 => "fp8e5",
             DType::F8E4M3 => "fp8e4nv",
+            DType::F8E4B15 => "fp8e4b15",
         }
     }
 
@@ -88,6 +94,7 @@ impl DType {
             "fp64" | "f64" | "float64" => DType::F64,
             "fp8e5" | "float8e5" | "float8_e5m2" => DType::F8E5M2,
             "fp8e4nv" | "float8e4nv" | "float8_e4m3fn" => DType::F8E4M3,
+            "fp8e4b15" | "float8e4b15" => DType::F8E4B15,
             _ => return None,
         })
     }
@@ -96,7 +103,7 @@ impl DType {
     pub fn bits(self) -> u32 {
         match self {
             DType::I1 => 1,
-            DType::I8 | DType::U8 | DType::F8E5M2 | DType::F8E4M3 => 8,
+            DType::I8 | DType::U8 | DType::F8E5M2 | DType::F8E4M3 | DType::F8E4B15 => 8,
             DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 16,
             DType::I32 | DType::U32 | DType::F32 => 32,
             DType::I64 | DType::U64 | DType::F64 => 64,
@@ -112,13 +119,19 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            DType::F16 | DType::BF16 | DType::F32 | DType::F64 | DType::F8E5M2 | DType::F8E4M3
+            DType::F16
+                | DType::BF16
+                | DType::F32
+                | DType::F64
+                | DType::F8E5M2
+                | DType::F8E4M3
+                | DType::F8E4B15
         )
     }
 
     /// Whether this is an 8-bit float (stored as bytes; arithmetic goes through fp16).
     pub fn is_fp8(self) -> bool {
-        matches!(self, DType::F8E5M2 | DType::F8E4M3)
+        matches!(self, DType::F8E5M2 | DType::F8E4M3 | DType::F8E4B15)
     }
 
     /// Whether this is an integer type (`i1` included).
@@ -340,6 +353,9 @@ impl Type {
 /// The fp8 bits of `x`, rounded to nearest even: E5M2 overflows to infinity, E4M3FN saturates
 /// to ±448 (as `cvt.rn.satfinite` does); NaN stays NaN. For constants and tests.
 pub fn f64_to_fp8(x: f64, d: DType) -> u8 {
+    if d == DType::F8E4B15 {
+        return f16_to_fp8e4b15(f64_to_f16_rz(x));
+    }
     let (man, bias, max_exp) = match d {
         DType::F8E5M2 => (2u32, 15i32, 15i32),
         DType::F8E4M3 => (3, 7, 8),
@@ -391,6 +407,50 @@ pub fn f64_to_fp8(x: f64, d: DType) -> u8 {
     sign | bits
 }
 
+/// The fp16 bits of `x` rounded toward zero (through fp32 rounded to nearest, as a GPU converts
+/// an fp32 value): the first step of a conversion to fp8e4b15.
+pub fn f64_to_f16_rz(x: f64) -> u16 {
+    let f = x as f32;
+    let sign: u16 = if f.is_sign_negative() { 0x8000 } else { 0 };
+    if f.is_nan() {
+        return sign | 0x7E00;
+    }
+    let a = f.abs() as f64;
+    if a >= 65536.0 {
+        return sign | if a.is_infinite() { 0x7C00 } else { 0x7BFF };
+    }
+    if a < 2f64.powi(-24) {
+        return sign;
+    }
+    let mut e = a.log2().floor() as i32;
+    if 2f64.powi(e) > a {
+        e -= 1;
+    }
+    let e = e.max(-14);
+    // 10 mantissa bits at exponent e; truncation is rounding toward zero.
+    let m = (a / 2f64.powi(e - 10)).floor() as u32;
+    let bits = if m >= 1 << 10 {
+        (((e + 15) as u32) << 10) | (m & 0x3FF)
+    } else {
+        m // subnormal (e == -14)
+    };
+    sign | bits.min(0x7BFF) as u16
+}
+
+/// fp16 bits -> fp8e4b15, as Triton converts on NVIDIA GPUs: the magnitude clamps to 1.75 (NaN
+/// and infinities too), then rounds to nearest with ties away from zero.
+pub fn f16_to_fp8e4b15(h: u16) -> u8 {
+    let a = h & 0x7FFF;
+    let a = if a > 0x3F00 { 0x3F00 } else { a }; // NaN's bits are above too
+    let sign = ((h >> 8) & 0x80) as u8;
+    sign | (((u32::from(a) << 1) + 0x80) >> 8) as u8
+}
+
+/// fp8e4b15 bits -> fp16 bits, exactly (the same exponent bias: the bits move).
+pub fn fp8e4b15_to_f16(b: u8) -> u16 {
+    (u16::from(b & 0x80) << 8) | (u16::from(b & 0x7F) << 7)
+}
+
 #[cfg(test)]
 mod fp8_tests {
     use super::*;
@@ -410,5 +470,26 @@ mod fp8_tests {
         assert_eq!(e4(-0.5), 0xB0);
         assert_eq!(e4(2f64.powi(-9)), 0x01);
         assert_eq!(e4(0.0), 0x00);
+    }
+
+    #[test]
+    fn fp8e4b15_encodings() {
+        let b = |x| f64_to_fp8(x, DType::F8E4B15);
+        assert_eq!(b(1.0), 0x78);
+        assert_eq!(b(-1.0), 0xF8);
+        assert_eq!(b(1.75), 0x7E);
+        assert_eq!(b(100.0), 0x7E); // clamped
+        assert_eq!(b(f64::NAN), 0x7E);
+        assert_eq!(b(-f64::INFINITY), 0xFE);
+        assert_eq!(b(0.5), 0x70);
+        assert_eq!(b(2f64.powi(-17)), 0x01); // the smallest subnormal
+        assert_eq!(b(1.0 + 1.0 / 16.0), 0x79); // a tie rounds away from zero
+        assert_eq!(b(0.0), 0x00);
+        assert_eq!(fp8e4b15_to_f16(0x7F), 0x3F80); // 1.875
+        assert_eq!(fp8e4b15_to_f16(0x78), 0x3C00); // 1.0
+        assert_eq!(fp8e4b15_to_f16(0x81), 0x8080); // -2^-17
+        assert_eq!(f64_to_f16_rz(1.0 + 2f64.powi(-11)), 0x3C00);
+        assert_eq!(f64_to_f16_rz(65504.0), 0x7BFF);
+        assert_eq!(f64_to_f16_rz(-(2f64.powi(-24))), 0x8001);
     }
 }

@@ -124,6 +124,35 @@ def hex_(v: int) -> str:
     return hex(v)
 
 
+def _fp8e4b15_to_f16(bits: np.ndarray) -> np.ndarray:
+    """fp8e4b15 bits -> fp16, exactly: fp16's exponent bias, so the bits only move."""
+    w = np.asarray(bits).astype(np.uint16)
+    return (((w & 0x80) << 8) | ((w & 0x7F) << 7)).astype(np.uint16).view(np.float16)
+
+
+def _f16_rz(x: np.ndarray) -> np.ndarray:
+    """A number as fp16 rounded toward zero, from its fp32 value (`cvt.rz.f16.f32`)."""
+    x = np.asarray(x)
+    if x.dtype == np.float16:
+        return x
+    f = x.astype(np.float32)
+    with np.errstate(all="ignore"):
+        h = f.astype(np.float16)
+        away = np.abs(h.astype(np.float32)) > np.abs(f)  # rounded up in magnitude: step back
+        stepped = (h.view(np.uint16) - np.uint16(1)).view(np.float16)
+    return np.where(away & ~np.isnan(f), stepped, h)
+
+
+def _to_fp8e4b15(x: np.ndarray) -> np.ndarray:
+    """A number as fp8e4b15 bits, as Triton converts on NVIDIA GPUs: to fp16 rounding toward zero
+    (fp16 stays), the magnitude clamped to 1.75 (NaN and infinities too), then rounded to nearest
+    with ties away from zero."""
+    x = np.asarray(x)
+    w = (x if x.dtype == np.float16 else _f16_rz(x)).view(np.uint16).astype(np.uint32)
+    mag = np.minimum(w & 0x7FFF, 0x3F00)
+    return ((((mag << 1) + 0x80) >> 8) | ((w >> 8) & 0x80)).astype(np.uint8)
+
+
 def _to_tf32(x: np.ndarray) -> np.ndarray:
     """fp32 rounded to TF32 (10 mantissa bits), to nearest with ties away from zero."""
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -240,6 +269,8 @@ class NumpyBackend:
         return f"in {self.kernel} at {file}:{line} (program id {self.pid})"
 
     def constant(self, value, dt, shape):
+        if dt.is_fp8e4b15():
+            return np.full(tuple(shape), _to_fp8e4b15(np.array(value, np.float64)), dtype=np.uint8)
         return np.full(tuple(shape), value, dtype=numpy_dtype(dt))
 
     def program_id(self, axis):
@@ -349,10 +380,18 @@ class NumpyBackend:
         a = _arr(x.handle)
         if dt.is_ptr():
             return a
+        if x.dtype.is_fp8e4b15() and x.dtype != dt:
+            # Its bits move into an fp16 (exact), which converts on.
+            half = _fp8e4b15_to_f16(a)
+            return half if dt == core.float16 else self.cast(core.tensor(half, core.float16, x.shape), dt)
         if dt.is_bool():
             return np.asarray(a != 0)
         npdt = numpy_dtype(dt)
         with np.errstate(all="ignore"):
+            if dt.is_fp8e4b15() and x.dtype != dt:
+                if x.dtype.is_fp8():
+                    a = self.cast(x, core.float16)
+                return _to_fp8e4b15(a)
             if dt.is_fp8() and x.dtype != dt:
                 # As Hopper converts (`cvt.rn.satfinite`): one rounding from the value, and
                 # saturation at the largest finite value (E4M3FN 448, E5M2 57344); NaN stays.
@@ -954,6 +993,16 @@ def _strided_host_view(v: Any):
     return np.asarray(types.SimpleNamespace(__array_interface__=interface)).view(npdt)
 
 
+def _element_dtype(v: Any, arr: np.ndarray):
+    """The tiles dtype a host array argument holds: a TensorWrapper's own (fp8e4b15 has no numpy
+    type: its bytes are uint8), else the numpy array's."""
+    from .jit import TensorWrapper
+
+    if isinstance(v, TensorWrapper) and isinstance(v.dtype, core.dtype):
+        return v.dtype
+    return from_numpy(arr.dtype)
+
+
 def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
     base = arr.ctypes.data
     if arr.size == 0:
@@ -1019,7 +1068,7 @@ def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
         ea = _host_array(e, where)
         if ea is not None:
             addr = _register(mem, ea, where)
-            elems.append(tensor(np.array(addr, dtype=np.int64), pointer_type(from_numpy(ea.dtype)), ()))
+            elems.append(tensor(np.array(addr, dtype=np.int64), pointer_type(_element_dtype(e, ea)), ()))
         else:
             if isinstance(e, np.generic):
                 e = e.item()
@@ -1058,7 +1107,7 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow:
         arr = _host_array(v, p.name) if v is not None else None
         if arr is not None:
             addr = _register(mem, arr, p.name)
-            ptr_ty = pointer_type(from_numpy(arr.dtype), const=getattr(p, "is_const", False))
+            ptr_ty = pointer_type(_element_dtype(v, arr), const=getattr(p, "is_const", False))
             args.append(tensor(np.array(addr, dtype=np.int64), ptr_ty, ()))
         elif v is None:
             args.append(None)

@@ -541,7 +541,7 @@ def reinterpret(tensor: Any, dtype: Any) -> Any:
         tensor = tensor.base
     if not isinstance(dtype, core.dtype):
         return tensor  # a torch dtype: the tensor already says what it holds
-    if type(tensor).__module__ == "numpy":
+    if type(tensor).__module__ == "numpy" and not dtype.is_fp8e4b15():  # it has no numpy type
         from .._numpy_types import numpy_dtype
 
         return tensor.view(numpy_dtype(dtype))
