@@ -8,7 +8,9 @@ try:
     import ml_dtypes
 
     _BF16 = np.dtype(ml_dtypes.bfloat16)
-    _FP8 = {"fp8e5": np.dtype(ml_dtypes.float8_e5m2), "fp8e4nv": np.dtype(ml_dtypes.float8_e4m3fn)}
+    _FP8 = {"fp8e5": np.dtype(ml_dtypes.float8_e5m2), "fp8e4nv": np.dtype(ml_dtypes.float8_e4m3fn),
+            # AMD's (FNUZ), which only the interpreter runs.
+            "fp8e4b8": np.dtype(ml_dtypes.float8_e4m3fnuz), "fp8e5b16": np.dtype(ml_dtypes.float8_e5m2fnuz)}
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency
     _BF16 = None
     _FP8 = {}
@@ -26,10 +28,9 @@ def numpy_dtype(dt) -> np.dtype:
         if _BF16 is None:
             raise TypeError("bf16 needs the ml_dtypes package")
         return _BF16
-    dt.refuse_foreign()
     if dt.name == "fp8e4b15":
         return np.dtype(np.uint8)  # no numpy type: its bits, converted by the interpreter's casts
-    if dt.name in ("fp8e5", "fp8e4nv"):
+    if dt.name in ("fp8e5", "fp8e4nv", "fp8e4b8", "fp8e5b16"):
         if dt.name not in _FP8:
             raise TypeError("fp8 needs the ml_dtypes package")
         return _FP8[dt.name]

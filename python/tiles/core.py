@@ -29,8 +29,8 @@ _KIND = {"bool": 0, "int": 1, "float": 2}
 _BITWIDTHS = {"int1": 1, "int8": 8, "uint8": 8, "fp8e5": 8, "fp8e4nv": 8, "int16": 16, "uint16": 16, "fp16": 16,
               "bf16": 16, "int32": 32, "uint32": 32, "fp32": 32, "fp8e4b15": 8, "fp8e4b8": 8, "fp8e5b16": 8}
 
-# fp8 formats Triton names for other GPUs (AMD's FNUZ variants): the names exist, so modules
-# that map torch dtypes to them import; a kernel using one gets a clear error.
+# AMD's fp8 formats (FNUZ: no negative zero, 0x80 is NaN): the interpreter runs them, as
+# Triton's does; compiling one for an NVIDIA GPU is an error, as in Triton.
 _FOREIGN_FP8 = {"fp8e4b8": "float8e4b8", "fp8e5b16": "float8e5b16"}
 
 
@@ -39,7 +39,7 @@ class dtype:
 
     SINT_TYPES = ("int8", "int16", "int32", "int64")
     UINT_TYPES = ("int1", "uint8", "uint16", "uint32", "uint64")
-    FP_TYPES = ("fp8e5", "fp8e4nv", "fp8e4b15", "fp16", "bf16", "fp32", "fp64")
+    FP_TYPES = ("fp8e5", "fp8e4nv", "fp8e4b15", "fp8e4b8", "fp8e5b16", "fp16", "bf16", "fp32", "fp64")
 
     def __init__(self, name: str):
         if name not in _IR_NAMES and name not in _FOREIGN_FP8:
@@ -108,7 +108,7 @@ class dtype:
         return self.name == "uint64"
 
     def is_fp8(self) -> bool:
-        return self.name in ("fp8e5", "fp8e4nv", "fp8e4b15")
+        return self.name in ("fp8e5", "fp8e4nv", "fp8e4b15", "fp8e4b8", "fp8e5b16")
 
     def is_fp8e5(self) -> bool:
         return self.name == "fp8e5"
@@ -214,10 +214,10 @@ class dtype:
         return self
 
     def refuse_foreign(self) -> None:
-        """Raises for the fp8 formats tiles only names (those of other GPUs)."""
+        """Raises for the fp8 formats NVIDIA GPUs do not have (AMD's), with Triton's words."""
         if self.name in _FOREIGN_FP8:
-            raise TypeError(f"tl.{_FOREIGN_FP8[self.name]} is not an NVIDIA fp8 format: tiles supports "
-                            "tl.float8e4nv, tl.float8e5 and tl.float8e4b15")
+            raise TypeError(f"type {self.name} not supported in this architecture (tl.{_FOREIGN_FP8[self.name]} "
+                            "is AMD's fp8 format). The supported fp8 dtypes are ('fp8e4b15', 'fp8e4nv', 'fp8e5')")
 
     @property
     def ir(self) -> str:

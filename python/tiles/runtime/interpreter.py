@@ -394,9 +394,10 @@ class NumpyBackend:
                 return _to_fp8e4b15(a)
             if dt.is_fp8() and x.dtype != dt:
                 # As Hopper converts (`cvt.rn.satfinite`): one rounding from the value, and
-                # saturation at the largest finite value (E4M3FN 448, E5M2 57344); NaN stays.
+                # saturation at the largest finite value (E4M3FN 448, E5M2 57344; AMD's
+                # E4M3FNUZ 240, E5M2FNUZ 57344); NaN stays.
                 src = np.asarray(a.astype(np.float32))  # the GPU converts from fp32
-                top = 448.0 if dt.is_fp8e4nv() else 57344.0
+                top = {"fp8e4nv": 448.0, "fp8e4b8": 240.0}.get(dt.name, 57344.0)
                 # Values past the largest finite one but rounding to it stay put; the rest clamp.
                 src = np.where(np.isnan(src), src, np.clip(src, -top * 2, top * 2))
                 r = np.asarray(src.astype(npdt)).astype(np.float32)
@@ -945,11 +946,11 @@ def _host_array(v: Any, name: str):
             import ml_dtypes
 
             return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        if str(t.dtype) in ("torch.float8_e5m2", "torch.float8_e4m3fn"):
+        if str(t.dtype) in ("torch.float8_e5m2", "torch.float8_e4m3fn", "torch.float8_e4m3fnuz",
+                            "torch.float8_e5m2fnuz"):
             import ml_dtypes
 
-            np_fp8 = ml_dtypes.float8_e5m2 if str(t.dtype) == "torch.float8_e5m2" else ml_dtypes.float8_e4m3fn
-            return t.view(torch.uint8).numpy().view(np_fp8)
+            return t.view(torch.uint8).numpy().view(getattr(ml_dtypes, str(t.dtype)[6:]))
         return t.numpy()
     if hasattr(v, "__cuda_array_interface__"):
         raise LaunchError(f"argument '{name}' lives in GPU memory; the interpreter needs host arrays")
