@@ -40,7 +40,7 @@ def main():
     # every parameter, or the runtime ones alone) and `ck.run(...)`, Triton's launcher call
     # (torch's inductor).
     ck, ckt = k.warmup(x, y, out, n, BLOCK_SIZE=1024, grid=g), kt.warmup(x, y, out, n, BLOCK_SIZE=1024, grid=g)
-    ck_launch, ckt_launch = ck[g], ckt[g]
+    ck_launch, ckt_launch = ck[g], ckt[(1, 1, 1)]  # Triton's takes a 3-tuple only
     stream = torch.cuda.current_stream().cuda_stream
     ckt.run(1, 1, 1, stream, ckt.function, ckt.packed_metadata, None, None, None, x, y, out, n, 1024)
     cases = {

@@ -13,6 +13,7 @@ import pytest
 
 import tiles
 import tiles.language as tl
+from tiles.language.extra.cuda import convert_custom_float8_sm80
 
 
 def decode(bits: np.ndarray) -> np.ndarray:
@@ -151,8 +152,6 @@ def test_dot_of_fp8e4b15_operands(dev, rng):
 
 @tiles.jit
 def custom_convert_kernel(x_ptr, y_ptr, z_ptr, BLOCK: tl.constexpr):
-    from tiles.language.extra.cuda import convert_custom_float8_sm80
-
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)
     q = convert_custom_float8_sm80(x, tl.float8e4b15)

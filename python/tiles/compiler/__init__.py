@@ -168,7 +168,10 @@ class CompiledKernel:
         """Launches through the native launcher; False (nothing launched) where it does not
         apply: a parameter kind it lacks, or an argument it cannot read (a pointer given as a
         `__cuda_array_interface__` or DLPack object rather than a tensor with `data_ptr`)."""
-        loaded = self.load()
+        # The module of this thread's context: the one last used, most often.
+        loaded = self._loaded
+        if loaded is None or self._loads.get(driver.current_context()) is not loaded:
+            loaded = self.load()
         native = loaded.native_launch
         if native is None:
             native = loaded.native_launch = self._native_launcher(loaded)

@@ -17,10 +17,15 @@ _devices: dict = {}  # device ordinal -> {"ctx": its primary context, "capabilit
 _tls = threading.local()  # "bound": a context is current; "device": set_current_device's
 
 
-def _native():
-    from .. import _tiles
+_NATIVE: list = []  # the native module, once imported (a launch asks for it)
 
-    return _tiles
+
+def _native():
+    if not _NATIVE:
+        from .. import _tiles
+
+        _NATIVE.append(_tiles)
+    return _NATIVE[0]
 
 
 def _call(fn, *args):
@@ -105,8 +110,9 @@ def device_accessible(addr: int) -> bool:
 
 def current_context() -> int:
     """The context kernels load into and launch on from this thread (see `init`)."""
-    init()
-    return _call(_native().cuda_current_context)
+    if not getattr(_tls, "bound", False):
+        init()
+    return _native().cuda_current_context()
 
 
 def use_context(ctx: int) -> None:
@@ -363,6 +369,11 @@ def current_stream(device: Any = None) -> int:
     else the legacy default stream."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
+        if device is None:
+            # torch's C calls: `torch.cuda.current_stream()` costs microseconds per launch.
+            raw, dev = getattr(torch._C, "_cuda_getCurrentRawStream", None), getattr(torch._C, "_cuda_getDevice", None)
+            if raw is not None and dev is not None:
+                return raw(dev())
         return torch.cuda.current_stream(device).cuda_stream
     return 0
 
