@@ -973,6 +973,31 @@ mod tests {
     }
 
     #[test]
+    fn a_while_condition_yielding_the_wrong_state_type_is_refused() {
+        // Found by mutating texts: the condition passes an i32 where the body takes an fp32.
+        let text = |state: &str| {
+            format!(
+                "kernel @k(%0: i32 {{name = \"n\"}}) num_warps = 4 {{\n  \
+                 %1 = constant {{value = 0}} : i32\n  \
+                 %2 = constant {{value = 0.0}} : fp32\n  \
+                 %3, %4 = while %2, %1 : fp32, i32 (%5: fp32, %6: i32) {{\n    \
+                 %7 = cmp {{pred = lt}} %6, %0 : i1\n    \
+                 yield %7, {state}, %6\n  \
+                 }} (%8: fp32, %9: i32) {{\n    \
+                 yield %8, %9\n  \
+                 }}\n  \
+                 return\n}}"
+            )
+        };
+        assert!(crate::verify(&parse(&text("%5")).unwrap()).is_ok());
+        let e = crate::verify(&parse(&text("%6")).unwrap()).unwrap_err();
+        assert!(
+            format!("{e:?}").contains("not of the loop state's type"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn load_runs_round_trip() {
         let text = "kernel @k(%0: *fp32 {name = \"p\", divisibility = 16}) num_warps = 4 {\n  \
                     %1 = splat %0 : <64x*fp32>\n  \

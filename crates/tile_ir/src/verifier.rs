@@ -396,6 +396,17 @@ impl Verifier<'_> {
                             "while: the condition region must yield an i1 and the loop state"
                                 .into(),
                         );
+                    } else if let Some(&y) = ys[1..]
+                        .iter()
+                        .zip(&results)
+                        .find_map(|(y, &r)| (f.ty(*y) != f.ty(r)).then_some(y))
+                    {
+                        self.err(
+                            op,
+                            format!(
+                                "while: the condition yields {y}, not of the loop state's type"
+                            ),
+                        );
                     }
                 }
                 let after = f.region_block(op, 1);
