@@ -191,3 +191,15 @@ def test_the_reference_encoder_round_trips():
     bits = np.arange(0x7F, dtype=np.uint8)
     np.testing.assert_array_equal(encode(decode(bits)), bits)
     np.testing.assert_array_equal(encode(-decode(bits)), bits | 0x80)
+
+
+@tiles.jit
+def print_kernel(x_ptr):
+    tl.device_print("v=", tl.load(x_ptr + tl.arange(0, 2)))
+
+
+def test_the_interpreter_prints_values(capfd, monkeypatch):
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    print_kernel[(1,)](tiles.reinterpret(np.array([0x78, 0xF4], np.uint8), tl.float8e4b15))
+    out = capfd.readouterr().out
+    assert "v=: 1.0" in out and "v=: -0.75" in out, out

@@ -663,6 +663,8 @@ class NumpyBackend:
         many = len(tensors) > 1
         for k, t in enumerate(tensors):
             a = _arr(t.handle)
+            if t.dtype.is_fp8e4b15():
+                a = _fp8e4b15_to_f16(a).astype(np.float32)  # its value, not its byte
             suffix = f" (operand {k})" if many else ""
             fmt = (lambda v: hex_(int(v))) if hex and t.dtype.is_int() else (lambda v: str(v))
             if a.ndim == 0:
