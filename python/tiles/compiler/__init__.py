@@ -26,6 +26,18 @@ def _asserts_by_line(asserts) -> Dict[int, str]:
     return out
 
 
+class _Grid3(tuple):
+    """A grid as three ints, as `_grid3` makes it."""
+
+
+def _grid3(grid: Any) -> "_Grid3":
+    """`grid` (an int, or a tuple or list of one to three) as three ints."""
+    if not isinstance(grid, (tuple, list)):
+        grid = (grid,)
+    n = len(grid)
+    return _Grid3((int(grid[0]), int(grid[1]) if n > 1 else 1, int(grid[2]) if n > 2 else 1))
+
+
 class CompiledKernel:
     """One kernel compiled for one signature, specialisation and target.
 
@@ -221,8 +233,14 @@ class CompiledKernel:
         """`kernel[grid](*args)`: launches with every parameter of the kernel in order,
         constexprs included (their values must match the compiled ones; they are not passed),
         or with the runtime parameters alone, in order."""
-        def runner(*args, stream: Optional[int] = None):
-            self._launch(grid, args, stream)
+        if callable(grid):
+            def runner(*args, stream: Optional[int] = None):
+                self._launch(grid, args, stream)
+        else:
+            g = _grid3(grid)  # a fixed grid: read once
+
+            def runner(*args, stream: Optional[int] = None):
+                self._launch(g, args, stream)
 
         return runner
 
@@ -232,10 +250,7 @@ class CompiledKernel:
             args = self._every_argument(args, names)
         if callable(grid):
             grid = grid(dict(zip(names, args)))
-        if not isinstance(grid, (tuple, list)):
-            grid = (grid,)
-        n = len(grid)
-        g = (int(grid[0]), int(grid[1]) if n > 1 else 1, int(grid[2]) if n > 2 else 1)
+        g = grid if type(grid) is _Grid3 else _grid3(grid)
         if stream is None:
             s = driver.current_stream()
         else:
