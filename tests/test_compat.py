@@ -801,6 +801,24 @@ def test_a_data_ptr_object_over_host_memory_raises_on_the_gpu(rng, monkeypatch):
     driver.synchronize()  # the context is still good
 
 
+@pytest.mark.gpu
+def test_a_compiled_kernel_refuses_a_cpu_tensor_by_name(rng, monkeypatch):
+    # The native launcher of `ck[grid]` and `ck.run` leaves a tensor not on the GPU to the
+    # Python path, which raises rather than let the kernel fault.
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    x, y = torch.randn(64, device="cuda"), torch.empty(64, device="cuda")
+    k = bias_act_kernel.warmup(x, None, y, 64, BLOCK=64, ACT="none", grid=(1,))
+    host = torch.randn(64)
+    with pytest.raises(tiles.errors.HostMemoryError, match="'x_ptr'"):
+        k[(1,)](host, None, y, 64)
+    with pytest.raises(tiles.errors.HostMemoryError, match="'x_ptr'"):
+        k.run(1, 1, 1, 0, k.function, None, None, None, None, host, None, y, 64, 64, "none")
+    k[(1,)](x, None, y, 64)
+    torch.cuda.synchronize()  # the context is still good
+    np.testing.assert_allclose(y.cpu().numpy(), np.clip(x.cpu().numpy(), -1, 1) + 1, rtol=1e-6)
+
+
 def test_triton_knobs_tiles_does_not_use_read_their_defaults(monkeypatch):
     # torch's inductor reads `knobs.nvidia.libdevice_path` before compiling; an unset knob
     # reads as Triton's default (from its environment variable), never an AttributeError.

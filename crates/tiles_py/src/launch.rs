@@ -316,14 +316,7 @@ impl Dispatcher {
                 // device (where it tells one) and alignment.
                 // Anything not plainly on a CUDA device takes the Python path, which accepts
                 // pinned host memory and raises for the rest.
-                let on_gpu = match v.getattr(pyo3::intern!(py, "is_cuda")) {
-                    Ok(c) => matches!(c.extract::<bool>(), Ok(true)),
-                    Err(_) => v
-                        .getattr(pyo3::intern!(py, "device"))
-                        .and_then(|d| d.getattr(pyo3::intern!(py, "type")))
-                        .is_ok_and(|t| t.eq(pyo3::intern!(py, "cuda")).unwrap_or(false)),
-                };
-                if !on_gpu {
+                if !plainly_on_gpu(py, &v) {
                     return Ok(None);
                 }
                 let (Ok(addr), Ok(dtype)) =
@@ -747,6 +740,20 @@ pub struct KernelLauncher {
     slots: Vec<(usize, Slot, String)>,
 }
 
+/// Whether a tensor-like argument says it is on a CUDA device: `is_cuda`, else a `device` of
+/// type "cuda" (FlagGems' StridedBuffer). The launchers leave the rest to the Python path,
+/// which accepts pinned host memory, asks the driver about other objects and raises for host
+/// memory, rather than let a kernel fault on it.
+fn plainly_on_gpu(py: Python<'_>, v: &Bound<'_, PyAny>) -> bool {
+    match v.getattr(pyo3::intern!(py, "is_cuda")) {
+        Ok(c) => matches!(c.extract::<bool>(), Ok(true)),
+        Err(_) => v
+            .getattr(pyo3::intern!(py, "device"))
+            .and_then(|d| d.getattr(pyo3::intern!(py, "type")))
+            .is_ok_and(|t| t.eq(pyo3::intern!(py, "cuda")).unwrap_or(false)),
+    }
+}
+
 impl KernelLauncher {
     /// Reads argument `v` (parameter `name`) as a value of `slot`'s kind.
     fn read(py: Python<'_>, v: &Bound<'_, PyAny>, slot: Slot, name: &str) -> PyResult<ArgValue> {
@@ -763,6 +770,8 @@ impl KernelLauncher {
             Slot::Ptr if v.is_none() => ArgValue::Ptr(0),
             Slot::Ptr if v.is_instance_of::<PyInt>() => ArgValue::Ptr(v.extract::<u64>()?),
             Slot::Ptr => match v.call_method0(pyo3::intern!(py, "data_ptr")) {
+                // A TypeError sends the launch to the Python path, which checks the memory.
+                Ok(_) if !plainly_on_gpu(py, v) => return Err(wrong("a CUDA tensor")),
                 Ok(p) => ArgValue::Ptr(p.extract::<u64>()?),
                 Err(_) => return Err(wrong("a device tensor")),
             },
