@@ -1752,3 +1752,24 @@ def test_autotune_skip_message_says_why_in_one_line(dev, cache_dir, capfd, monke
     # The compile error's location and its reason (arange's power-of-2 rule), on one line.
     assert len(lines) == 1 and "power of 2" in lines[0], lines
     tuned_kernel.cache.clear()
+
+
+def test_the_current_stream_comes_from_torchs_c_calls(monkeypatch):
+    # `torch.cuda.current_stream()` costs microseconds a launch; torch's C functions give the
+    # raw stream of the current device directly (a device given still goes through torch).
+    import sys
+    import types
+
+    from tiles.runtime import driver
+
+    asked = []
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(is_initialized=lambda: True,
+                                   current_stream=lambda d: types.SimpleNamespace(cuda_stream=asked.append(d) or 7)),
+        _C=types.SimpleNamespace(_cuda_getDevice=lambda: 3, _cuda_getCurrentRawStream=lambda d: 1000 + d))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert driver.current_stream() == 1003
+    assert driver.current_stream(1) == 7 and asked == [1]
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(
+        is_initialized=lambda: False)))
+    assert driver.current_stream() == 0
