@@ -152,6 +152,26 @@ def test_gather_checks_its_operands(monkeypatch):
 
 
 @tiles.jit
+def shape_op_kernel(x_ptr, OP: tl.constexpr, DIM: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, 8)[:, None] * 4 + tl.arange(0, 4)[None, :])
+    if OP == "sort_scalar":
+        tl.store(x_ptr, tl.sort(tl.max(tl.max(x, 1), 0)))
+    else:
+        tl.store(x_ptr + tl.arange(0, 8)[:, None] * 4 + tl.arange(0, 4)[None, :], tl.flip(x, DIM))
+
+
+@pytest.mark.parametrize("op, dim, msg", [("sort_scalar", 0, "sort needs a tensor of one or more dimensions"),
+                                          ("flip", 2, "flip: dim 2 is out of range for a 2-D tensor"),
+                                          ("flip", -3, "flip: dim -3 is out of range")])
+def test_sort_and_flip_name_a_bad_dimension(op, dim, msg, monkeypatch):
+    with pytest.raises(tiles.CompilationError, match=msg):
+        tiles.compile(shape_op_kernel, signature={"x_ptr": "*fp32"}, constexprs={"OP": op, "DIM": dim})
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    with pytest.raises(Exception, match=msg):
+        shape_op_kernel[(1,)](np.zeros(32, np.float32), OP=op, DIM=dim)
+
+
+@tiles.jit
 def bmm_kernel(a_ptr, b_ptr, c_ptr, B: tl.constexpr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
     bi = tl.arange(0, B)[:, None, None]
     mi = tl.arange(0, M)[None, :, None]

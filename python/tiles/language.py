@@ -1208,7 +1208,12 @@ random = SimpleNamespace(philox=philox, randint=randint, randint4x=randint4x, ra
 def _pow2_dim(x, dim, what):
     x = semantic.to_tensor(x)
     rank = len(x.shape)
-    d = rank - 1 if _v(dim) is None else int(_v(dim)) % rank
+    if rank == 0:
+        raise ValueError(f"{what} needs a tensor of one or more dimensions, got a scalar")
+    d = rank - 1 if _v(dim) is None else int(_v(dim))
+    if not -rank <= d < rank:
+        raise ValueError(f"{what}: dim {d} is out of range for a {rank}-D tensor")
+    d %= rank
     n = x.shape[d]
     if n & (n - 1):
         raise ValueError(f"{what}: dimension {d} has size {n}, not a power of two")
