@@ -107,7 +107,7 @@ def test_narrowing_clamps_and_rounds_as_triton(dev, rng, src):
 
 
 @tiles.jit
-def arith_kernel(x_ptr, y_ptr, sum_ptr, abs_ptr, max_ptr, const_ptr, BLOCK: tl.constexpr):
+def arith_kernel(x_ptr, y_ptr, sum_ptr, abs_ptr, max_ptr, const_ptr, neg_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)
     y = tl.load(y_ptr + offs)
@@ -115,16 +115,18 @@ def arith_kernel(x_ptr, y_ptr, sum_ptr, abs_ptr, max_ptr, const_ptr, BLOCK: tl.c
     tl.store(abs_ptr + offs, tl.abs(x))
     tl.store(max_ptr + offs, tl.maximum(x, y))
     tl.store(const_ptr + offs, tl.full((BLOCK,), 0.3, tl.float8e4b15))
+    tl.store(neg_ptr + offs, -x)
 
 
 def test_arithmetic_abs_and_constants(dev, rng):
     n = 256
     xb = np.arange(256, dtype=np.uint8)
     yb = rng.integers(0, 256, n).astype(np.uint8)
-    outs = [_put(dev, np.zeros(n, np.uint8)) for _ in range(4)]
+    outs = [_put(dev, np.zeros(n, np.uint8)) for _ in range(5)]
     arith_kernel[(1,)](_put(dev, xb), _put(dev, yb), *outs, BLOCK=n)
     x, y = decode(xb), decode(yb)
-    s, a, m, c = (_get(dev, o) for o in outs)
+    s, a, m, c, neg = (_get(dev, o) for o in outs)
+    np.testing.assert_array_equal(neg, xb ^ 0x80)  # the sign bit flips (1.875 included)
     np.testing.assert_array_equal(s, encode((x.astype(np.float16) + y.astype(np.float16)), from_fp16=True))
     np.testing.assert_array_equal(a, xb & 0x7F)  # 1.875 (0x7F) stays: only the sign bit clears
     np.testing.assert_array_equal(decode(m), np.maximum(decode(encode(x)), decode(encode(y))))

@@ -841,3 +841,23 @@ def test_int8_widening_assembles_without_conversions(ptxas, target):
         ptx = k.asm["ptx"]
         assert "prmt.b32" in ptx and "cvt.rn.f16.s" not in ptx and "cvt.rn.f16.u" not in ptx, ptx
         assemble(ptxas, ptx, target)
+
+
+@tiles.jit
+def bool_arith_kernel(a_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + offs) != 0
+    b = tl.load(b_ptr + offs) != 0
+    tl.store(out_ptr + offs, (a + b).to(tl.int8))
+    tl.store(out_ptr + BLOCK + offs, (a - b).to(tl.int8))
+    tl.store(out_ptr + 2 * BLOCK + offs, (a * b).to(tl.int8))
+
+
+def test_int1_arithmetic_wraps_in_one_bit(dev, rng):
+    # int1 is a 1-bit integer: True + True is False, False - True is True (numpy refuses bool
+    # subtraction; the interpreter computes as the GPU does).
+    a = rng.integers(0, 2, 64).astype(np.int8)
+    b = rng.integers(0, 2, 64).astype(np.int8)
+    out = dev.put(np.full(3 * 64, 7, np.int8))
+    bool_arith_kernel[(1,)](dev.put(a), dev.put(b), out, BLOCK=64)
+    np.testing.assert_array_equal(dev.get(out).reshape(3, 64), np.stack([a ^ b, a ^ b, a & b]))

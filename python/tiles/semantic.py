@@ -639,6 +639,11 @@ def minus(a: Any) -> tensor:
     a = to_tensor(a)
     if a.dtype.is_ptr():
         raise TilesTypeError("cannot negate a pointer")
+    if a.dtype.is_fp8e4b8() or a.dtype.is_fp8e5b16():
+        return cast(minus(cast(a, core.float16)), a.dtype)  # FNUZ: 0x80 is NaN, not -0
+    if a.dtype.is_fp8():
+        # The sign bit flips: exact, as fp8 values are sign and magnitude.
+        return bitcast(xor_(bitcast(a, core.uint8), 0x80), a.dtype)
     return make(_be().unary("neg", a), a.dtype, a.shape)
 
 

@@ -199,6 +199,10 @@ def _np_binary(op: str, x: np.ndarray, y: np.ndarray, dtype) -> np.ndarray:
     off for the whole grid: see `run`)."""
     is_float = dtype.is_floating()
     dt = numpy_dtype(dtype)
+    if x.dtype == np.bool_ and op in ("add", "sub", "mul", "div", "rem", "shl", "shr"):
+        # int1 is a 1-bit integer that wraps (True + True is False), as compiled code computes.
+        r = _np_binary(op, x.astype(np.uint8), y.astype(np.uint8), core.uint8)
+        return np.asarray((r & 1) != 0)
     if op == "add":
         r = x + y
     elif op == "sub":
