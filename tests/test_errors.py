@@ -433,3 +433,20 @@ def test_literals_out_of_a_tiles_range_are_refused(left, ty, value, text):
     # Either side of the operator, and a constexpr as the plain number: each is checked.
     e = compile_error(literal_against_a_tile, {"x_ptr": ty}, {"LEFT": left, "VALUE": value})
     assert text in str(e)
+
+
+@tiles.jit
+def lambda_combine_kernel(x_ptr):
+    x = tl.load(x_ptr + tl.arange(0, 8))
+    tl.store(x_ptr, tl.reduce(x, 0, lambda a, b: a + b))
+
+
+def test_what_does_not_compile_does_not_run_in_the_interpreter_either(monkeypatch):
+    # A lambda combine function (Triton's compiler refuses it too: combine functions are @jit
+    # functions) is refused in both modes, with the kernel's line.
+    with pytest.raises(tiles.CompilationError, match="unsupported Python construct in a kernel: Lambda"):
+        tiles.compile(lambda_combine_kernel, signature={"x_ptr": "*fp32"})
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    with pytest.raises(tiles.CompilationError, match="unsupported Python construct in a kernel: Lambda") as e:
+        lambda_combine_kernel[(1,)](np.zeros(8, np.float32))
+    assert "tl.reduce(x, 0, lambda a, b: a + b)" in str(e.value)

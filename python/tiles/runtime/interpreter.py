@@ -904,6 +904,11 @@ class _AmbiguousTruth(ValueError):
     function element by element)."""
 
 
+# What the compiler refuses wherever it appears in a kernel (a `lambda` combine function, an
+# import): the interpreter refuses it too rather than run what will not compile.
+_NEVER_COMPILED = (ast.Lambda, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)
+
+
 def interpreted_function(jitfn):
     """The kernel's function as the interpreter runs it (rewritten once, same file and lines)."""
     fn = getattr(jitfn, "_interp_fn", None)
@@ -911,6 +916,16 @@ def interpreted_function(jitfn):
         return fn
     try:
         src = jitfn.source()
+    except Exception:  # no source to read (made with exec): run the function as it is
+        src = None
+    else:
+        for n in ast.walk(ast.Module(body=src.node.body, type_ignores=[])):
+            if isinstance(n, _NEVER_COMPILED):
+                # Python would run it here; the compiler refuses it, so the debugger does too.
+                raise src.error(n, f"unsupported Python construct in a kernel: {type(n).__name__}")
+    try:
+        if src is None:
+            raise LookupError("no source")
         node = copy.deepcopy(src.node)
         node.decorator_list = []
         tree = ast.fix_missing_locations(_Rewrite().visit(ast.Module(body=[node], type_ignores=[])))
