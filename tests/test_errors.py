@@ -450,3 +450,15 @@ def test_what_does_not_compile_does_not_run_in_the_interpreter_either(monkeypatc
     with pytest.raises(tiles.CompilationError, match="unsupported Python construct in a kernel: Lambda") as e:
         lambda_combine_kernel[(1,)](np.zeros(8, np.float32))
     assert "tl.reduce(x, 0, lambda a, b: a + b)" in str(e.value)
+
+
+def test_a_bad_grid_or_element_type_is_named(monkeypatch):
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    x, y = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    for grid, msg in ((("x",), "grid must be 1 to 3 ints"), ((1, 1, 1, 1), "grid must have 1 to 3 dimensions"),
+                      ((), "grid must have 1 to 3 dimensions")):
+        with pytest.raises(tiles.LaunchError, match=msg):
+            copy_kernel[grid](x, y, 64, BLOCK=64)
+    with pytest.raises(tiles.LaunchError, match="argument 'x_ptr': numpy dtype complex64 is not supported"):
+        copy_kernel[(1,)](x.astype(np.complex64), y, 64, BLOCK=64)
+    copy_kernel[(1.0,)](x, y, 64, BLOCK=64)  # a float grid size is taken as its int, as before

@@ -24,7 +24,7 @@ import numpy as np
 from .. import core
 from .._numpy_types import from_numpy, numpy_dtype
 from ..errors import DeviceAssertionError, InterpreterError, LaunchError, OutOfBoundsError
-from .jit import _is_descriptor
+from .jit import _is_descriptor, grid_dims
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -1015,14 +1015,17 @@ def _strided_host_view(v: Any):
     return np.asarray(types.SimpleNamespace(__array_interface__=interface)).view(npdt)
 
 
-def _element_dtype(v: Any, arr: np.ndarray):
+def _element_dtype(v: Any, arr: np.ndarray, name: str):
     """The tiles dtype a host array argument holds: a TensorWrapper's own (fp8e4b15 has no numpy
     type: its bytes are uint8), else the numpy array's."""
     from .jit import TensorWrapper
 
     if isinstance(v, TensorWrapper) and isinstance(v.dtype, core.dtype):
         return v.dtype
-    return from_numpy(arr.dtype)
+    try:
+        return from_numpy(arr.dtype)
+    except TypeError as e:
+        raise LaunchError(f"argument '{name}': {e}") from None
 
 
 def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
@@ -1090,7 +1093,7 @@ def _tuple_arg(mem, copies, name: str, v: tuple, path: Tuple[int, ...]):
         ea = _host_array(e, where)
         if ea is not None:
             addr = _register(mem, ea, where)
-            elems.append(tensor(np.array(addr, dtype=np.int64), pointer_type(_element_dtype(e, ea)), ()))
+            elems.append(tensor(np.array(addr, dtype=np.int64), pointer_type(_element_dtype(e, ea, where)), ()))
         else:
             if isinstance(e, np.generic):
                 e = e.item()
@@ -1129,7 +1132,7 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow:
         arr = _host_array(v, p.name) if v is not None else None
         if arr is not None:
             addr = _register(mem, arr, p.name)
-            ptr_ty = pointer_type(_element_dtype(v, arr), const=getattr(p, "is_const", False))
+            ptr_ty = pointer_type(_element_dtype(v, arr, p.name), const=getattr(p, "is_const", False))
             args.append(tensor(np.array(addr, dtype=np.int64), ptr_ty, ()))
         elif v is None:
             args.append(None)
@@ -1139,9 +1142,7 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow:
             ty = _annotated_scalar_type(p, v)
             dt = core.dtype_from_ir(ty)
             args.append(tensor(np.array(v, dtype=numpy_dtype(dt)), dt, ()))
-    g = grid(dict(zip(jitfn.param_names, vals))) if callable(grid) else grid
-    g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
-    g = g + (1,) * (3 - len(g))
+    g = grid_dims(grid(dict(zip(jitfn.param_names, vals))) if callable(grid) else grid)
     be = NumpyBackend(jitfn.__name__, g, mem, num_warps, sanitize_overflow, fp32_default)
     kernel = interpreted_function(jitfn)
     # Kernels compute as the GPU does, without floating-point exceptions: numpy's warnings stay

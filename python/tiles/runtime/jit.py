@@ -553,6 +553,22 @@ def reinterpret(tensor: Any, dtype: Any) -> Any:
 _warming_up = threading.local()
 
 
+def grid_dims(g: Any) -> Tuple[int, int, int]:
+    """A launch grid (an int, or 1 to 3 of them in a tuple or list, as a grid function returns
+    it) as three ints; anything else is a LaunchError that shows it."""
+    dims = g if isinstance(g, (tuple, list)) else (g,)
+    if not 1 <= len(dims) <= 3:
+        raise LaunchError(f"grid must have 1 to 3 dimensions, got {g!r}")
+    try:
+        if any(isinstance(x, (str, bytes)) for x in dims):
+            raise TypeError
+        out = tuple(int(x) for x in dims)
+    except (TypeError, ValueError):
+        raise LaunchError(f"grid must be 1 to 3 ints (or a function of the meta-parameters giving them), "
+                          f"got {g!r}") from None
+    return out + (1,) * (3 - len(out))
+
+
 def _pinned(v: Any) -> bool:
     """A torch CPU tensor in page-locked memory: the GPU reaches it at the same address (UVA)."""
     try:
@@ -1254,11 +1270,7 @@ class JITFunction(KernelInterface):
                         spec = self._compile(info, *full_key[1:])
                         self.cache[full_key] = spec
                 self._jit_hook("jit_post_compile_hook", full_key, info, False)
-        g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
-        g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
-        if len(g) > 3 or not g:
-            raise LaunchError(f"grid must have 1 to 3 dimensions, got {g}")
-        g = g + (1,) * (3 - len(g))
+        g = grid_dims(grid(dict(zip(self.param_names, vals))) if callable(grid) else grid)
         if min(g) <= 0:
             return spec.compiled
         cargs = [ctor(info[i][3]) for i, ctor in spec.packers]
