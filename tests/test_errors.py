@@ -450,6 +450,19 @@ def test_what_does_not_compile_does_not_run_in_the_interpreter_either(monkeypatc
     with pytest.raises(tiles.CompilationError, match="unsupported Python construct in a kernel: Lambda") as e:
         lambda_combine_kernel[(1,)](np.zeros(8, np.float32))
     assert "tl.reduce(x, 0, lambda a, b: a + b)" in str(e.value)
+    with pytest.raises(tiles.CompilationError, match="break is not supported in kernels"):
+        break_kernel[(1,)](np.zeros(8, np.float32), 3)
+    monkeypatch.setenv("TILES_INTERPRET", "0")
+    with pytest.raises(tiles.CompilationError, match="break is not supported in kernels"):
+        tiles.compile(break_kernel, signature={"x_ptr": "*fp32", "n": "i32"})
+
+
+@tiles.jit
+def break_kernel(x_ptr, n):
+    for i in range(n):
+        if i > 1:
+            break
+        tl.store(x_ptr + i, 1.0)
 
 
 def test_a_bad_grid_or_element_type_is_named(monkeypatch):

@@ -906,7 +906,14 @@ class _AmbiguousTruth(ValueError):
 
 # What the compiler refuses wherever it appears in a kernel (a `lambda` combine function, an
 # import): the interpreter refuses it too rather than run what will not compile.
-_NEVER_COMPILED = (ast.Lambda, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)
+_NEVER_COMPILED = (ast.Lambda, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Break, ast.Continue)
+
+
+def _refusal(n: ast.AST) -> str:
+    """The compiler's message for a construct it refuses."""
+    if isinstance(n, (ast.Break, ast.Continue)):
+        return f"{type(n).__name__.lower()} is not supported in kernels"
+    return f"unsupported Python construct in a kernel: {type(n).__name__}"
 
 
 def interpreted_function(jitfn):
@@ -922,7 +929,7 @@ def interpreted_function(jitfn):
         for n in ast.walk(ast.Module(body=src.node.body, type_ignores=[])):
             if isinstance(n, _NEVER_COMPILED):
                 # Python would run it here; the compiler refuses it, so the debugger does too.
-                raise src.error(n, f"unsupported Python construct in a kernel: {type(n).__name__}")
+                raise src.error(n, _refusal(n))
     try:
         if src is None:
             raise LookupError("no source")
