@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from test_fp8 import fp8_widen_kernel  # loads, then stores as fp32 and fp16
 
 import tiles
 import tiles.language as tl
@@ -64,19 +65,11 @@ def _get(dev, t) -> np.ndarray:
     return dev.get(t.base).view(np.uint8)
 
 
-@tiles.jit
-def widen_kernel(x_ptr, f32_ptr, f16_ptr, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offs)
-    tl.store(f32_ptr + offs, x.to(tl.float32))
-    tl.store(f16_ptr + offs, x.to(tl.float16))
-
-
 def test_widening_is_exact_for_every_value(dev):
     bits = np.arange(256, dtype=np.uint8)
     f32 = dev.put(np.full(256, np.nan, np.float32))
     f16 = dev.put(np.full(256, np.nan, np.float16))
-    widen_kernel[(1,)](_put(dev, bits), f32, f16, BLOCK=256)
+    fp8_widen_kernel[(1,)](_put(dev, bits), f32, f16, BLOCK=256)
     np.testing.assert_array_equal(dev.get(f32), decode(bits).astype(np.float32))
     np.testing.assert_array_equal(dev.get(f16), decode(bits).astype(np.float16))
     assert dev.get(f32)[0x7F] == 1.875 and dev.get(f32)[0xF8] == -1.0
@@ -178,7 +171,7 @@ def test_fp8e4b15_kernels_assemble(ptxas, target):
                       constexprs={"BLOCK": 1024}, target=target)
     assert "cvt.rz.f16.f32" in k.asm["ptx"] and "e4m3" not in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], target)
-    k = tiles.compile(widen_kernel, signature={"x_ptr": "*fp8e4b15", "f32_ptr": "*fp32", "f16_ptr": "*fp16"},
+    k = tiles.compile(fp8_widen_kernel, signature={"x_ptr": "*fp8e4b15", "f32_ptr": "*fp32", "f16_ptr": "*fp16"},
                       constexprs={"BLOCK": 256}, target=target)
     assert "e4m3" not in k.asm["ptx"]
     assemble(ptxas, k.asm["ptx"], target)

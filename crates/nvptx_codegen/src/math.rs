@@ -426,13 +426,13 @@ impl<'ctx> Lowering<'ctx, '_> {
     /// Whether a cast from `s` to `t` converts to fp8 in hardware (sm_90+): one rounding from
     /// fp32, saturating to the largest finite value, as Triton converts on Hopper.
     fn hw_to_fp8(&self, s: DType, t: DType) -> bool {
-        self.fp8_cvt() && t.is_fp8() && t != DType::F8E4B15 && !s.is_fp8()
+        self.fp8_cvt() && t.is_ocp_fp8() && !s.is_fp8()
     }
 
     /// Whether fp8 `s` converts to fp16 in hardware (`cvt.rn.f16x2.{e4m3x2,e5m2x2}`, sm_90+);
     /// fp8e4b15 never does (its bits move in software).
     fn hw_from_fp8(&self, s: DType) -> bool {
-        self.fp8_cvt() && s.is_fp8() && s != DType::F8E4B15
+        self.fp8_cvt() && s.is_ocp_fp8()
     }
 
     /// `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` of two fp32 values: `hi` in the upper byte of the

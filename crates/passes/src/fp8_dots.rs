@@ -33,10 +33,7 @@ fn fp8_source(func: &Function, v: Value) -> Option<Value> {
     }
     let src = d.operands[0];
     // fp8e4b15 has no MMA: it stays converted to fp16 (as in Triton).
-    func.ty(src)
-        .dtype()
-        .filter(|&t| t.is_fp8() && t != DType::F8E4B15)
-        .map(|_| src)
+    func.ty(src).dtype().filter(|t| t.is_ocp_fp8()).map(|_| src)
 }
 
 /// The pointers `v` was loaded through, if `v` is a load.

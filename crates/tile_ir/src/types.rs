@@ -134,6 +134,12 @@ impl DType {
         matches!(self, DType::F8E5M2 | DType::F8E4M3 | DType::F8E4B15)
     }
 
+    /// Whether this is an OCP fp8 format (E5M2, E4M3FN), which the GPU converts (`cvt`, sm_90+)
+    /// and multiplies (fp8 `wgmma`) itself; fp8e4b15 has neither, and goes through fp16.
+    pub fn is_ocp_fp8(self) -> bool {
+        matches!(self, DType::F8E5M2 | DType::F8E4M3)
+    }
+
     /// Whether this is an integer type (`i1` included).
     pub fn is_int(self) -> bool {
         !self.is_float()

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .. import _tiles, knobs
 from ..errors import CompilationError
 from ..runtime import driver
+from ..runtime.jit import grid_dims
 
 
 def _asserts_by_line(asserts) -> Dict[int, str]:
@@ -24,18 +25,6 @@ def _asserts_by_line(asserts) -> Dict[int, str]:
         prev = out.get(line)
         out[line] = msg if prev is None or msg in prev.split(" | ") else f"{prev} | {msg}"
     return out
-
-
-class _Grid3(tuple):
-    """A grid as three ints, as `_grid3` makes it."""
-
-
-def _grid3(grid: Any) -> "_Grid3":
-    """`grid` (an int, or a tuple or list of one to three) as three ints."""
-    if not isinstance(grid, (tuple, list)):
-        grid = (grid,)
-    n = len(grid)
-    return _Grid3((int(grid[0]), int(grid[1]) if n > 1 else 1, int(grid[2]) if n > 2 else 1))
 
 
 class CompiledKernel:
@@ -172,7 +161,7 @@ class CompiledKernel:
         if launch_enter_hook is not None:
             launch_enter_hook(launch_metadata)
         if not self._launch_natively(grid_0, grid_1, grid_2, stream, args):
-            self._launch((grid_0, grid_1, grid_2), args, stream, native=False)
+            self._launch(grid_dims((grid_0, grid_1, grid_2)), args, stream, native=False)
         if launch_exit_hook is not None:
             launch_exit_hook(launch_metadata)
 
@@ -233,24 +222,19 @@ class CompiledKernel:
         """`kernel[grid](*args)`: launches with every parameter of the kernel in order,
         constexprs included (their values must match the compiled ones; they are not passed),
         or with the runtime parameters alone, in order."""
-        if callable(grid):
-            def runner(*args, stream: Optional[int] = None):
-                self._launch(grid, args, stream)
-        else:
-            g = _grid3(grid)  # a fixed grid: read once
+        g = grid if callable(grid) else grid_dims(grid)  # a fixed grid is read once
 
-            def runner(*args, stream: Optional[int] = None):
-                self._launch(g, args, stream)
+        def runner(*args, stream: Optional[int] = None):
+            self._launch(g, args, stream)
 
         return runner
 
     def _launch(self, grid, args, stream, native: bool = True) -> None:
+        """`grid`: three ints, or a function of the meta-parameters giving a grid."""
         names = self.arg_names or self.params
         if len(args) != len(names):
             args = self._every_argument(args, names)
-        if callable(grid):
-            grid = grid(dict(zip(names, args)))
-        g = grid if type(grid) is _Grid3 else _grid3(grid)
+        g = grid_dims(grid(dict(zip(names, args)))) if callable(grid) else grid
         if stream is None:
             s = driver.current_stream()
         else:

@@ -24,6 +24,7 @@ import numpy as np
 from .. import core
 from .._numpy_types import from_numpy, numpy_dtype
 from ..errors import DeviceAssertionError, InterpreterError, LaunchError, OutOfBoundsError
+from . import _rounding
 from .jit import _is_descriptor, grid_dims
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,25 +131,14 @@ def _fp8e4b15_to_f16(bits: np.ndarray) -> np.ndarray:
     return (((w & 0x80) << 8) | ((w & 0x7F) << 7)).astype(np.uint16).view(np.float16)
 
 
-def _f16_rz(x: np.ndarray) -> np.ndarray:
-    """A number as fp16 rounded toward zero, from its fp32 value (`cvt.rz.f16.f32`)."""
-    x = np.asarray(x)
-    if x.dtype == np.float16:
-        return x
-    f = x.astype(np.float32)
-    with np.errstate(all="ignore"):
-        h = f.astype(np.float16)
-        away = np.abs(h.astype(np.float32)) > np.abs(f)  # rounded up in magnitude: step back
-        stepped = (h.view(np.uint16) - np.uint16(1)).view(np.float16)
-    return np.where(away & ~np.isnan(f), stepped, h)
-
-
 def _to_fp8e4b15(x: np.ndarray) -> np.ndarray:
     """A number as fp8e4b15 bits, as Triton converts on NVIDIA GPUs: to fp16 rounding toward zero
     (fp16 stays), the magnitude clamped to 1.75 (NaN and infinities too), then rounded to nearest
     with ties away from zero."""
     x = np.asarray(x)
-    w = (x if x.dtype == np.float16 else _f16_rz(x)).view(np.uint16).astype(np.uint32)
+    if x.dtype != np.float16:  # `cvt.rz.f16.f32` of its fp32 value
+        x = _rounding.arithmetic("cvt", "rz", [x.astype(np.float32)], np.float16)
+    w = x.view(np.uint16).astype(np.uint32)
     mag = np.minimum(w & 0x7FFF, 0x3F00)
     return ((((mag << 1) + 0x80) >> 8) | ((w >> 8) & 0x80)).astype(np.uint8)
 
@@ -306,8 +296,6 @@ class NumpyBackend:
         return _bcast(x.handle, tuple(shape))
 
     def rounded(self, op, mode, args, out):
-        from . import _rounding
-
         if mode == "rn" and op in ("add", "sub", "mul"):  # numpy rounds each op to nearest
             return self.binary(op, *args)
         return np.asarray(_rounding.arithmetic(op, mode, [np.asarray(_arr(a.handle)) for a in args],
@@ -924,15 +912,13 @@ def interpreted_function(jitfn):
     try:
         src = jitfn.source()
     except Exception:  # no source to read (made with exec): run the function as it is
-        src = None
-    else:
-        for n in ast.walk(ast.Module(body=src.node.body, type_ignores=[])):
-            if isinstance(n, _NEVER_COMPILED):
-                # Python would run it here; the compiler refuses it, so the debugger does too.
-                raise src.error(n, _refusal(n))
+        jitfn._interp_fn = jitfn.fn
+        return jitfn.fn
+    for n in ast.walk(ast.Module(body=src.node.body, type_ignores=[])):
+        if isinstance(n, _NEVER_COMPILED):
+            # Python would run it here; the compiler refuses it, so the debugger does too.
+            raise src.error(n, _refusal(n))
     try:
-        if src is None:
-            raise LookupError("no source")
         node = copy.deepcopy(src.node)
         node.decorator_list = []
         tree = ast.fix_missing_locations(_Rewrite().visit(ast.Module(body=[node], type_ignores=[])))
