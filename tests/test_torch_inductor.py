@@ -327,6 +327,74 @@ def test_run_takes_triton_launcher_arguments(rng):
     assert torch.allclose(out.double(), ref, rtol=1e-5)
 
 
+def test_the_native_run_hands_hooks_and_other_contexts_to_the_python_run():
+    # `_tiles.RunLauncher` is `CompiledKernel.run` once a launch went native. Without the GPU
+    # (no current context) and with a hook given, it calls its fallback with every argument.
+    # The fallback refers back to the kernel holding the launcher: the cycle is collected.
+    import gc
+    import weakref
+
+    from tiles import _tiles
+
+    launcher = _tiles.KernelLauncher(1, 0, 128, 0, 2, [(0, "ptr", "x"), (1, "i32", "n")])
+
+    class Kernel:
+        def __init__(self):
+            self.calls = []
+            self.fast = _tiles.RunLauncher(launcher, 0x5EED, self.run)
+
+        def run(self, *args):
+            self.calls.append(args)
+
+    k = Kernel()
+    hook = object()
+    k.fast(2, 1, 1, 0, "f", "md", "lmd", None, None, 7, 37)
+    k.fast(1, 1, 1, 5, "f", "md", "lmd", hook, None, 8, 38)
+    assert k.calls == [(2, 1, 1, 0, "f", "md", "lmd", None, None, 7, 37),
+                       (1, 1, 1, 5, "f", "md", "lmd", hook, None, 8, 38)]
+    gone = weakref.ref(k)
+    del k
+    gc.collect()
+    assert gone() is None
+
+
+@pytest.mark.gpu
+def test_run_is_native_after_the_first_launch(rng):
+    import gc
+    import weakref
+
+    import torch
+
+    from tiles import _tiles
+
+    k = _compile_as_inductor(xblock=4, rblock=64)
+    stream = torch.cuda.current_stream().cuda_stream
+    ref = None
+    for i in range(3):
+        x = torch.from_numpy(rng.random((37, 50), dtype=np.float32) + 0.5).cuda()
+        out = torch.full_like(x, float("nan"))
+        k.run(10, 1, 1, stream, k.function, k.metadata, None, None, None, x, out, 37, 50, 4, 64)
+        torch.cuda.synchronize()
+        ref = x.double() / x.double().sum(1, keepdim=True)
+        assert torch.allclose(out.double(), ref, rtol=1e-5), i
+        assert isinstance(k.run, _tiles.RunLauncher)
+    # Hooks, a wrong count and host memory still take the Python path's handling.
+    seen = []
+    out.fill_(float("nan"))
+    k.run(10, 1, 1, stream, k.function, k.metadata, "md", seen.append, seen.append, x, out, 37, 50, 4, 64)
+    torch.cuda.synchronize()
+    assert seen == ["md", "md"] and torch.allclose(out.double(), ref, rtol=1e-5)
+    with pytest.raises(tiles.LaunchError, match="takes 6 arguments"):
+        k.run(10, 1, 1, stream, k.function, k.metadata, None, None, None, x, out, 37)
+    with pytest.raises(tiles.errors.HostMemoryError, match="'in_ptr0'"):
+        k.run(10, 1, 1, stream, k.function, k.metadata, None, None, None, x.cpu(), out, 37, 50, 4, 64)
+    torch.cuda.synchronize()  # the context is still good
+    gone = weakref.ref(k)
+    del k
+    gc.collect()
+    assert gone() is None
+
+
 _TORCH_COMPILE = textwrap.dedent("""
     import torch, triton, triton.language as tl
     assert triton.__name__ == "tiles"

@@ -843,6 +843,20 @@ impl KernelLauncher {
         stream: &Bound<'_, PyAny>,
         args: &Bound<'_, PyTuple>,
     ) -> PyResult<()> {
+        self.launch_args(py, grid_0, grid_1, grid_2, stream, args)
+    }
+}
+
+impl KernelLauncher {
+    fn launch_args(
+        &self,
+        py: Python<'_>,
+        grid_0: i64,
+        grid_1: i64,
+        grid_2: i64,
+        stream: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+    ) -> PyResult<()> {
         if args.len() != self.nargs {
             return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                 "the kernel takes {} arguments, got {}",
@@ -880,5 +894,87 @@ impl KernelLauncher {
             stream,
             &mut storage,
         )
+    }
+}
+
+/// `CompiledKernel.run` itself for one loaded kernel: Triton's launcher call, `(grid_0, grid_1,
+/// grid_2, stream, function, metadata, launch_metadata, launch_enter_hook, launch_exit_hook,
+/// *args)`, launched by `launcher` while its kernel's context is current and no hook is given.
+/// Anything else (hooks, another context, an argument the launcher refuses with a TypeError)
+/// goes to `fallback`, the Python `run`, with the same arguments.
+#[pyclass(frozen)]
+pub struct RunLauncher {
+    launcher: Py<KernelLauncher>,
+    context: usize,
+    fallback: Py<PyAny>,
+}
+
+#[pymethods]
+impl RunLauncher {
+    #[new]
+    fn new(launcher: Py<KernelLauncher>, context: usize, fallback: Py<PyAny>) -> Self {
+        RunLauncher {
+            launcher,
+            context,
+            fallback,
+        }
+    }
+
+    #[pyo3(signature = (grid_0, grid_1, grid_2, stream, function, metadata, launch_metadata,
+                        launch_enter_hook, launch_exit_hook, *args))]
+    #[allow(clippy::too_many_arguments)]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        grid_0: &Bound<'_, PyAny>,
+        grid_1: &Bound<'_, PyAny>,
+        grid_2: &Bound<'_, PyAny>,
+        stream: &Bound<'_, PyAny>,
+        function: &Bound<'_, PyAny>,
+        metadata: &Bound<'_, PyAny>,
+        launch_metadata: &Bound<'_, PyAny>,
+        launch_enter_hook: &Bound<'_, PyAny>,
+        launch_exit_hook: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+    ) -> PyResult<()> {
+        let plain = launch_enter_hook.is_none()
+            && launch_exit_hook.is_none()
+            && crate::cuda::current_context().unwrap_or(0) == self.context;
+        if plain {
+            if let (Ok(g0), Ok(g1), Ok(g2)) = (
+                grid_0.extract::<i64>(),
+                grid_1.extract::<i64>(),
+                grid_2.extract::<i64>(),
+            ) {
+                match self
+                    .launcher
+                    .get()
+                    .launch_args(py, g0, g1, g2, stream, args)
+                {
+                    Err(e) if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => {}
+                    done => return done,
+                }
+            }
+        }
+        let mut all = vec![
+            grid_0.clone(),
+            grid_1.clone(),
+            grid_2.clone(),
+            stream.clone(),
+            function.clone(),
+            metadata.clone(),
+            launch_metadata.clone(),
+            launch_enter_hook.clone(),
+            launch_exit_hook.clone(),
+        ];
+        all.extend(args.iter());
+        self.fallback.bind(py).call1(PyTuple::new(py, all)?)?;
+        Ok(())
+    }
+
+    /// The fallback (the kernel's Python `run`) refers back to the kernel that holds this
+    /// launcher: the garbage collector sees that edge, so a dropped kernel is freed.
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.fallback)
     }
 }

@@ -755,6 +755,7 @@ fn _tiles(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<launch::Dispatcher>()?;
     m.add_class::<launch::BoundLauncher>()?;
     m.add_class::<launch::KernelLauncher>()?;
+    m.add_class::<launch::RunLauncher>()?;
     m.add_function(wrap_pyfunction!(launch::set_launch_hooked, m)?)?;
     m.add_function(wrap_pyfunction!(launch::forget_learned_launches, m)?)?;
     cuda::py::register(m)?;

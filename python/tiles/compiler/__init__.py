@@ -153,7 +153,14 @@ class CompiledKernel:
         launch_metadata, launch_enter_hook, launch_exit_hook, *args)`, `args` being every
         parameter in order (the values given for constexprs are ignored). A property, as in
         Triton, so that code copying a kernel's `__dict__` with `run: None` (torch does, to
-        pickle it) does not hide it."""
+        pickle it) does not hide it. Once a launch went native, this is the loaded kernel's
+        native `run` (`_tiles.RunLauncher`), which hands hooks, another context and arguments
+        it cannot read to `_run`."""
+        loaded = self._loaded
+        if loaded is not None:
+            fast = loaded.fast_run
+            if fast is not None:
+                return fast
         return self._run
 
     def _run(self, grid_0: int, grid_1: int, grid_2: int, stream: Any, function: Any, metadata: Any,
@@ -176,6 +183,8 @@ class CompiledKernel:
         native = loaded.native_launch
         if native is None:
             native = loaded.native_launch = self._native_launcher(loaded)
+            if native:
+                loaded.fast_run = _tiles.RunLauncher(native, loaded.context, self._run)
         if not native:
             return False
         try:

@@ -324,6 +324,8 @@ class LoadedKernel:
         self._assert_addr = None
         # CompiledKernel.run's native launcher (made on its first call; False: none suits).
         self.native_launch: Any = None
+        # CompiledKernel.run itself, native, made with native_launch (None: `run` is Python).
+        self.fast_run: Any = None
 
     def read_assert_flag(self) -> int:
         """Synchronises, returns the line of a failed device_assert (0 if none) and clears it."""
