@@ -1891,3 +1891,10 @@ def test_tensor_to_takes_dtype_by_keyword(dev, rng, dt):
     y = dev.put(np.zeros(len(x), npdt))
     to_by_keyword_kernel[(3,)](dev.put(x), y, len(x), BLOCK=1024)
     np.testing.assert_array_equal(dev.get(y).astype(np.float32), x.astype(npdt).astype(np.float32))
+
+
+def test_next_power_of_2_is_tritons_at_zero():
+    # Triton's bit trick gives 0 for n <= 0; lmdeploy sizes an absent value block with it
+    # (`BLOCK_DV = next_power_of_2(0)`) and skips the block when it is 0.
+    assert [tiles.next_power_of_2(n) for n in (0, -3, 1, 2, 3, 17, 1000, 1 << 40)] == \
+        [0, 0, 1, 2, 4, 32, 1024, 1 << 40]

@@ -164,6 +164,33 @@ def blocks_kernel(x_ptr, f_ptr, i_ptr, BLOCK: tl.constexpr):
                                                      pack=1))
 
 
+@tiles.jit
+def no_operands_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    # asm without arguments gives scalars (lmdeploy's `_bar_sync`: a CTA barrier as asm).
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.inline_asm_elementwise("bar.sync 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    seven = tl.inline_asm_elementwise("mov.u32 $0, 7;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+    tl.static_assert(len(seven.shape) == 0)
+    tl.store(y_ptr + offs, x * seven)
+
+
+def test_inline_asm_without_arguments_gives_scalars(dev, rng):
+    x = rng.integers(-1000, 1000, 128).astype(np.int32)
+    y = dev.put(np.zeros(128, np.int32))
+    no_operands_kernel[(1,)](dev.put(x), y, BLOCK=128)
+    np.testing.assert_array_equal(dev.get(y), x * 7)
+
+
+def test_inline_asm_without_arguments_assembles(ptxas):
+    from test_compile import assemble
+
+    k = tiles.compile(no_operands_kernel, signature={"x_ptr": "*i32", "y_ptr": "*i32"}, constexprs={"BLOCK": 128},
+                      target="sm_90a")
+    assert "bar.sync 0;" in k.asm["ptx"] and "mov.u32" in k.asm["ptx"]
+    assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
 def test_inline_asm_runs_compiled_and_interpreted(dev, rng):
     n = 128
     x = rng.integers(0, 2**31 - 1, n, dtype=np.int64).astype(np.int32)

@@ -62,9 +62,10 @@ def cdiv(x: int, y: int) -> int:
 
 
 def next_power_of_2(n: int) -> int:
-    """The smallest power of two >= n."""
+    """The smallest power of two >= n, and 0 for n <= 0 (as Triton's: code sizes a block of
+    width 0 with it and then skips that block)."""
     n = int(n)
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+    return 0 if n <= 0 else 1 << (n - 1).bit_length()
 
 
 __all__ = ["autotune", "heuristics", "Config", "testing", "jit", "JITFunction", "compile", "compile_many",

@@ -1067,9 +1067,7 @@ def inline_asm_elementwise(asm: str, constraints: str, args: Sequence[Any], dtyp
     """Triton's `inline_asm_elementwise`: `asm` on `pack` consecutive elements at a time; `args`
     are broadcast together; `dtype` (or a tuple of dtypes) gives the results."""
     ts = [to_tensor(a) for a in args]
-    if not ts:
-        raise ValueError("inline_asm_elementwise needs at least one argument")
-    shape: tuple = ()
+    shape: tuple = ()  # without arguments, scalar results (as in Triton)
     for t in ts:
         shape = broadcast_shapes(shape, t.shape)
     ts = [broadcast_to(t, shape) for t in ts]

@@ -616,12 +616,8 @@ impl Builder {
             }
             shape = Some(t.shape);
         }
-        let Some(shape) = shape else {
-            return Err(BuildError::OperandType {
-                op: "inline_asm",
-                message: "needs at least one argument".into(),
-            });
-        };
+        // Without arguments (a barrier, a clock read) the results are scalars, as in Triton.
+        let shape = shape.unwrap_or(Shape::SCALAR);
         if result_elems.is_empty() || result_elems.iter().any(|e| e.is_ptr()) {
             return Err(BuildError::OperandType {
                 op: "inline_asm",

@@ -31,8 +31,10 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Buffer:
-    def __init__(self, name: str, lo: int, nbytes: int, itemsize: int, owner: Any):
+    def __init__(self, name: str, lo: int, nbytes: int, itemsize: int, owner: Any, view: Any = None):
         self.name, self.lo, self.hi, self.itemsize = name, lo, lo + nbytes, itemsize
+        # (start, bytes) of the argument itself where the buffer is its whole allocation.
+        self.view = view or (lo, nbytes)
         self.owner = owner  # keeps the memory alive
         raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(lo) if nbytes else bytearray(1)
         self.bytes = np.frombuffer(raw, dtype=np.uint8, count=nbytes)
@@ -74,9 +76,12 @@ class Memory:
             if near is None:
                 detail = f"address {a:#x} (no buffers were passed)"
             else:
-                off = a - near.lo
+                vlo, vbytes = near.view
+                off = a - vlo
                 detail = (f"byte offset {off} (element {off // near.itemsize}) from the start of '{near.name}', "
-                          f"a buffer of {(near.hi - near.lo) // near.itemsize} elements ({near.hi - near.lo} bytes)")
+                          f"a buffer of {vbytes // near.itemsize} elements ({vbytes} bytes)")
+                if (vlo, vbytes) != (near.lo, near.hi - near.lo):
+                    detail += f" in an allocation of {near.hi - near.lo} bytes"
             raise OutOfBoundsError(f"out-of-bounds {what} {where()}: {detail}")
         return idx
 
@@ -1021,8 +1026,28 @@ def _element_dtype(v: Any, arr: np.ndarray, name: str):
         raise LaunchError(f"argument '{name}': {e}") from None
 
 
+def _allocation(arr: np.ndarray):
+    """(start, bytes) of the allocation `arr` views, where it is known: a torch tensor's storage or
+    the numpy array that owns the memory. A kernel may reach past its argument's view into the
+    rest of it, as on the GPU (a cache passed as a slice, a zero-width slice of a tensor)."""
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    owner = root.base
+    if owner is not None and hasattr(owner, "untyped_storage"):  # torch's numpy() views the tensor
+        st = owner.untyped_storage()
+        return int(st.data_ptr()), int(st.nbytes())
+    if owner is None and root.flags.c_contiguous:
+        return int(root.ctypes.data), int(root.nbytes)
+    return None
+
+
 def _register(mem: Memory, arr: np.ndarray, name: str) -> int:
     base = arr.ctypes.data
+    whole = _allocation(arr)
+    if whole is not None and whole[0] <= base <= whole[0] + whole[1]:
+        mem.add(Buffer(name, whole[0], whole[1], arr.itemsize, arr, view=(base, arr.nbytes)))
+        return base
     if arr.size == 0:
         mem.add(Buffer(name, base, 0, arr.itemsize, arr))
         return base
