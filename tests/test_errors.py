@@ -190,6 +190,18 @@ class TestLaunchErrors:
             copy_kernel[(1,)](x, out, 32, BLOCK=32)
 
 
+    def test_a_view_may_be_read_past_into_its_allocation(self, rng):
+        # As on the GPU (and in Triton's interpreter, which copies the whole storage): a kernel
+        # given a slice may reach the rest of the array that owns the memory, and no further.
+        whole = rng.standard_normal(40).astype(np.float32)
+        out = np.zeros(24, np.float32)
+        copy_kernel[(1,)](whole[8:16], out, 24, BLOCK=32)
+        np.testing.assert_array_equal(out, whole[8:32])
+        with pytest.raises(tiles.OutOfBoundsError) as e:
+            copy_kernel[(1,)](whole[8:16], np.zeros(40, np.float32), 40, BLOCK=64)
+        msg = str(e.value)
+        assert "'x_ptr'" in msg and "element 32" in msg and "8 elements" in msg and "allocation of 160 bytes" in msg
+
 @pytest.mark.gpu
 class TestGpuLaunchErrors:
     @pytest.fixture(autouse=True)
