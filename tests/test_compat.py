@@ -1898,3 +1898,22 @@ def test_next_power_of_2_is_tritons_at_zero():
     # (`BLOCK_DV = next_power_of_2(0)`) and skips the block when it is 0.
     assert [tiles.next_power_of_2(n) for n in (0, -3, 1, 2, 3, 17, 1000, 1 << 40)] == \
         [0, 0, 1, 2, 4, 32, 1024, 1 << 40]
+
+
+@tiles.jit
+def range_step_keyword_kernel(x_ptr, n):
+    # LightLLM's spelling: Triton ignores every keyword of Python's `range`, so this loop steps by 1.
+    for i in range(tl.program_id(0), n, step=tl.num_programs(axis=0)):
+        tl.atomic_add(x_ptr + i, 1)
+
+
+def test_range_ignores_a_step_keyword_as_triton_does(dev):
+    import warnings
+
+    x = dev.put(np.zeros(10, np.int32))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        range_step_keyword_kernel[(3,)](x, 10)
+    np.testing.assert_array_equal(dev.get(x), np.minimum(np.arange(10) + 1, 3))
+    if dev.mode == "interpreter":  # a compiled kernel warns when it compiles, not on a cache hit
+        assert any("ignores its keyword 'step'" in str(w.message) for w in seen)

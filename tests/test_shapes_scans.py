@@ -187,11 +187,11 @@ def test_rank_6_kernel_assembles(ptxas):
     assemble(ptxas, k.asm["ptx"], "sm_90a")
 
 
-def test_rank_above_8_is_a_clear_error():
+def test_rank_above_16_is_a_clear_error():
     @tiles.jit
     def too_deep(x_ptr):
-        x = tl.load(x_ptr + tl.arange(0, 512))
-        tl.store(x_ptr + tl.arange(0, 512), tl.ravel(tl.reshape(x, (2, 2, 2, 2, 2, 2, 2, 2, 2))))
+        x = tl.load(x_ptr + tl.arange(0, 131072))
+        tl.store(x_ptr + tl.arange(0, 131072), tl.ravel(tl.reshape(x, [2] * 17)))
 
     with pytest.raises(tiles.CompilationError, match="rank"):
         tiles.compile(too_deep, signature={"x_ptr": "*fp32"})
@@ -342,3 +342,34 @@ def test_unpacking_shape_ops_in_registers_assemble(ptxas, monkeypatch, target):
     assert on.count("st.shared") * 2 <= off.count("st.shared")
     report = assemble(ptxas, on, target)
     assert "0 bytes spill stores" in report, report
+
+
+@tiles.jit
+def hypercube_kernel(x_ptr, y_ptr, AXIS: tl.constexpr):
+    # A 2048-element tile as an 11-dimensional hypercube of 2s, the shape bitonic sorts written
+    # in the language work on (lmdeploy's top-k): XOR one half of each pair along AXIS with
+    # the pair's XOR.
+    offs = tl.arange(0, 2048)
+    x = tl.load(x_ptr + offs)
+    h = tl.reshape(x, [2] * 11)
+    s = tl.xor_sum(h, AXIS, keep_dims=True)
+    right = tl.reshape(tl.arange(0, 2), [1] * (10 - AXIS) + [2] + [1] * AXIS)
+    z = tl.where(right == 1, h ^ s, h)
+    tl.store(y_ptr + offs, tl.reshape(z, [2048]))
+
+
+@pytest.mark.parametrize("axis", [0, 4, 10])
+def test_rank_eleven_tiles(dev, rng, axis):
+    x = rng.integers(-2**31, 2**31 - 1, 2048, dtype=np.int64).astype(np.int32)
+    y = dev.put(np.zeros(2048, np.int32))
+    hypercube_kernel[(1,)](dev.put(x), y, AXIS=axis)
+    h = x.reshape([2] * 11)
+    s = np.bitwise_xor.reduce(h, axis=axis, keepdims=True)
+    right = (np.arange(2) == 1).reshape([1] * (10 - axis) + [2] + [1] * axis)
+    np.testing.assert_array_equal(dev.get(y), np.where(right, h ^ s, h).reshape(-1))
+
+
+def test_rank_eleven_tiles_assemble(ptxas):
+    k = tiles.compile(hypercube_kernel, signature={"x_ptr": "*i32", "y_ptr": "*i32"}, constexprs={"AXIS": 4},
+                      target="sm_90a")
+    assemble(ptxas, k.asm["ptx"], "sm_90a")

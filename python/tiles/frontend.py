@@ -43,6 +43,16 @@ _PTX_TYPE = {"fp32": "f32", "fp64": "f64", "int32": "s32", "uint32": "u32", "int
 _RANGE_HINTS = frozenset(list(inspect.signature(language.range).parameters)[3:])
 
 
+def _warn_range_step(src, node) -> None:
+    """Python's `range(lb, ub, step=s)` in a kernel: Triton ignores every keyword of `range`,
+    `step` too, and runs the loop with step 1; tiles does the same (results must match), and says so."""
+    import warnings
+
+    line = src.first_line + getattr(node, "lineno", 1) - 1
+    warnings.warn(f"{src.file}:{line}: range() ignores its keyword 'step' in a kernel, as Triton "
+                  "does (the loop steps by 1); pass the step third or use tl.range(lb, ub, step=...)", stacklevel=2)
+
+
 class IRBackend:
     """Language ops -> `_tiles.IrBuilder` calls."""
 
@@ -952,9 +962,11 @@ class CodeGenerator(ast.NodeVisitor):
         else:
             # Python's `range` takes `tl.range`'s loop hints too, and Triton ignores them there
             # (`range(n, flatten=True)` in Unsloth's MoE kernels): so does tiles.
-            unknown = sorted(set(kwargs) - _RANGE_HINTS)
+            unknown = sorted(set(kwargs) - _RANGE_HINTS - {"step"})
             if unknown:
                 raise self.src.error(it, f"range got an unexpected keyword argument '{unknown[0]}'")
+            if "step" in kwargs:
+                _warn_range_step(self.src, it)
             if not 1 <= len(args) <= 3:
                 raise self.src.error(it, "range takes 1 to 3 positional arguments")
             lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)

@@ -32,10 +32,10 @@ pub enum BuildError {
     ShapeMismatch {
         /// The op being built.
         op: &'static str,
-        /// First shape.
-        lhs: Shape,
+        /// First shape (boxed: keeps every builder `Result` small).
+        lhs: Box<Shape>,
         /// Second shape.
-        rhs: Shape,
+        rhs: Box<Shape>,
     },
     /// `arange` with an empty, negative or non-power-of-two range.
     #[error("arange({start}, {end}): the range's length must be a power of two and > 0")]
@@ -261,8 +261,8 @@ impl Builder {
         if !ok {
             return Err(BuildError::ShapeMismatch {
                 op: "broadcast",
-                lhs: t.shape,
-                rhs: shape,
+                lhs: Box::new(t.shape),
+                rhs: Box::new(shape),
             });
         }
         Ok(self.push1(OpKind::Broadcast, vec![v], t.with_shape(shape)))
@@ -273,8 +273,8 @@ impl Builder {
         if ta.shape != tb.shape {
             return Err(BuildError::ShapeMismatch {
                 op,
-                lhs: ta.shape,
-                rhs: tb.shape,
+                lhs: Box::new(ta.shape),
+                rhs: Box::new(tb.shape),
             });
         }
         if ta.elem != tb.elem {
@@ -370,8 +370,8 @@ impl Builder {
         if tc.shape != t.shape && !tc.is_scalar() {
             return Err(BuildError::ShapeMismatch {
                 op: "select",
-                lhs: tc.shape,
-                rhs: t.shape,
+                lhs: Box::new(tc.shape),
+                rhs: Box::new(t.shape),
             });
         }
         Ok(self.push1(OpKind::Select, vec![cond, a, b], t))
@@ -432,8 +432,8 @@ impl Builder {
         if tp.shape != to.shape {
             return Err(BuildError::ShapeMismatch {
                 op: "addptr",
-                lhs: tp.shape,
-                rhs: to.shape,
+                lhs: Box::new(tp.shape),
+                rhs: Box::new(to.shape),
             });
         }
         Ok(self.push1(OpKind::AddPtr, vec![ptr, offset], tp))
@@ -450,8 +450,8 @@ impl Builder {
         if tm.shape != shape {
             return Err(BuildError::ShapeMismatch {
                 op,
-                lhs: tm.shape,
-                rhs: shape,
+                lhs: Box::new(tm.shape),
+                rhs: Box::new(shape),
             });
         }
         Ok(())
@@ -874,8 +874,8 @@ impl Builder {
             if t.shape != t0.shape {
                 return Err(BuildError::ShapeMismatch {
                     op: "reduce",
-                    lhs: t0.shape,
-                    rhs: t.shape,
+                    lhs: Box::new(t0.shape),
+                    rhs: Box::new(t.shape),
                 });
             }
             types.push(t);
@@ -1087,8 +1087,8 @@ impl Builder {
             if t.shape != t0.shape {
                 return Err(BuildError::ShapeMismatch {
                     op: "scan",
-                    lhs: t0.shape,
-                    rhs: t.shape,
+                    lhs: Box::new(t0.shape),
+                    rhs: Box::new(t.shape),
                 });
             }
             types.push(t.with_shape(t.shape));

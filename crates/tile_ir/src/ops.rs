@@ -368,7 +368,7 @@ pub struct MemAttrs {
     /// Loads: per dimension, the length of the aligned runs of elements that read one address
     /// under one mask (a power of two; 0 or 1: none known), set with the layouts. A thread
     /// holding several elements of a run loads it once.
-    pub runs: [u8; 8],
+    pub runs: [u8; 16],
     /// Loads: any aligned 16-byte granule holding an element the mask selects may be read
     /// whole (the rows of a tensor descriptor: 16-byte aligned, as Triton's TMA contract
     /// says). Lets a vector run whose mask is true on a prefix only be read at once.
@@ -392,7 +392,7 @@ pub const EVICTION_POLICIES: [&str; 3] = ["", "evict_first", "evict_last"];
 
 // `runs` spells its length out: naming `MAX_RANK` there made rustc 1.95 ICE on closures that
 // capture a `MemAttrs` in another crate.
-const _: () = assert!(crate::types::MAX_RANK == 8);
+const _: () = assert!(crate::types::MAX_RANK == 16);
 
 impl MemAttrs {
     /// Whether some dimension has runs of more than one element.

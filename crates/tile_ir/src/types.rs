@@ -212,7 +212,7 @@ impl fmt::Display for Elem {
 }
 
 /// The most dimensions a tile may have.
-pub const MAX_RANK: usize = 8;
+pub const MAX_RANK: usize = 16;
 
 /// A tile's shape: up to [`MAX_RANK`] dimensions; rank 0 is a scalar.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]

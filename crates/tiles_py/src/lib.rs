@@ -27,7 +27,7 @@ fn elem(name: &str) -> R<Elem> {
 
 fn shape(dims: &[u32]) -> R<Shape> {
     Shape::new(dims).ok_or_else(|| BoundaryError::UnknownName {
-        kind: "shape (rank > 8)",
+        kind: "shape (rank > 16)",
         name: format!("{dims:?}"),
     })
 }
