@@ -1,0 +1,44 @@
+"""Runs a library's CUDA-only test suite on a machine without a GPU, in tiles' interpreter
+(developers): with this directory on PYTHONPATH and CUDA_TO_CPU=1 (plus TILES_INTERPRET=1 and
+TILES_AS_TRITON=1), torch's "cuda" devices become "cpu", `.cuda()` is the tensor itself, and
+torch.cuda answers as an H100 would. Tests that need the CUDA runtime itself (graphs, streams,
+events) still fail; everything else runs its kernels interpreted.
+
+    CUDA_TO_CPU=1 TILES_INTERPRET=1 TILES_AS_TRITON=1 PYTHONPATH=scripts/cuda_on_cpu:<repo> pytest <tests>
+"""
+
+import os
+
+if os.environ.get("CUDA_TO_CPU") == "1":
+    import types
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    def _cpu(d):
+        if isinstance(d, str) and d.startswith("cuda"):
+            return "cpu"
+        if isinstance(d, torch.device) and d.type == "cuda":
+            return torch.device("cpu")
+        return d
+
+    class _CudaIsCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types_, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if "device" in kwargs:
+                kwargs["device"] = _cpu(kwargs["device"])
+            if func is torch.Tensor.cuda:
+                return args[0]
+            if func is torch.Tensor.to:
+                args = tuple(_cpu(a) for a in args)
+            return func(*args, **kwargs)
+
+    _CudaIsCpu().__enter__()
+    _props = types.SimpleNamespace(major=9, minor=0, multi_processor_count=132, name="NVIDIA H100 80GB HBM3",
+                                   total_memory=80 << 30)
+    torch.cuda.is_available = lambda: True
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.synchronize = lambda *a: None
+    torch.cuda.get_device_capability = lambda *a: (9, 0)
+    torch.cuda.get_device_properties = lambda *a: _props
+    torch.cuda.get_device_name = lambda *a: _props.name
