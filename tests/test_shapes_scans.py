@@ -373,3 +373,49 @@ def test_rank_eleven_tiles_assemble(ptxas):
     k = tiles.compile(hypercube_kernel, signature={"x_ptr": "*i32", "y_ptr": "*i32"}, constexprs={"AXIS": 4},
                       target="sm_90a")
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+
+
+@tiles.jit
+def rank_twelve_kernel(x_ptr, y_ptr, OP: tl.constexpr):
+    # Shape ops, scans, sorts and reductions on a 12-dimensional tile of 2s.
+    offs = tl.arange(0, 4096)
+    h = tl.reshape(tl.load(x_ptr + offs), [2] * 12)
+    if OP == "permute":
+        z = tl.permute(h, [11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0])
+    elif OP == "cumsum":
+        z = tl.cumsum(h, 7)
+    elif OP == "sort":
+        z = tl.sort(h, 11)
+    elif OP == "sum":
+        z = tl.broadcast_to(tl.sum(h, 3, keep_dims=True), [2] * 12)
+    elif OP == "split_join":
+        a, b = tl.split(h)
+        z = tl.join(b, a)
+    elif OP == "flip":
+        z = tl.flip(h, 5)
+    else:
+        z = h + tl.trans(h, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 10])
+    tl.store(y_ptr + offs, tl.reshape(z, [4096]))
+
+
+RANK_TWELVE_OPS = ["permute", "cumsum", "sort", "sum", "split_join", "flip", "trans"]
+
+
+@pytest.mark.parametrize("op", RANK_TWELVE_OPS)
+def test_rank_twelve_ops(dev, rng, op):
+    x = rng.integers(-1000, 1000, 4096).astype(np.int32)
+    y = dev.put(np.zeros(4096, np.int32))
+    rank_twelve_kernel[(1,)](dev.put(x), y, OP=op)
+    h = x.reshape([2] * 12)
+    want = {"permute": lambda: h.transpose(list(range(11, -1, -1))), "cumsum": lambda: np.cumsum(h, 7),
+            "sort": lambda: np.sort(h, 11), "sum": lambda: np.broadcast_to(h.sum(3, keepdims=True), h.shape),
+            "split_join": lambda: np.stack([h[..., 1], h[..., 0]], -1), "flip": lambda: np.flip(h, 5),
+            "trans": lambda: h + np.swapaxes(h, 10, 11)}[op]()
+    np.testing.assert_array_equal(dev.get(y), np.ascontiguousarray(want).reshape(-1))
+
+
+def test_rank_twelve_ops_assemble(ptxas):
+    for op in RANK_TWELVE_OPS:
+        k = tiles.compile(rank_twelve_kernel, signature={"x_ptr": "*i32", "y_ptr": "*i32"}, constexprs={"OP": op},
+                          target="sm_90a")
+        assemble(ptxas, k.asm["ptx"], "sm_90a")
