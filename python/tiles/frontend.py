@@ -40,17 +40,12 @@ _PTX_TYPE = {"fp32": "f32", "fp64": "f64", "int32": "s32", "uint32": "u32", "int
 
 
 # `tl.range`'s loop hints: its parameters after the bounds and the step.
-_RANGE_HINTS = frozenset(list(inspect.signature(language.range).parameters)[3:])
-
-
-def _warn_range_step(src, node) -> None:
-    """Python's `range(lb, ub, step=s)` in a kernel: Triton ignores every keyword of `range`,
-    `step` too, and runs the loop with step 1; tiles does the same (results must match), and says so."""
-    import warnings
-
-    line = src.first_line + getattr(node, "lineno", 1) - 1
-    warnings.warn(f"{src.file}:{line}: range() ignores its keyword 'step' in a kernel, as Triton "
-                  "does (the loop steps by 1); pass the step third or use tl.range(lb, ub, step=...)", stacklevel=2)
+# The keywords Python's `range` takes in a kernel: `tl.range`'s, after its bounds. Triton ignores
+# them all there, `step` too (the loop steps by 1); tiles does the same, so results match, and
+# warns about `step` (RANGE_STEP_IGNORED).
+_RANGE_KEYWORDS = frozenset(list(inspect.signature(language.range).parameters)[2:])
+RANGE_STEP_IGNORED = ("range() ignores its keyword 'step' in a kernel, as Triton does (the loop steps by 1); "
+                      "pass the step third or use tl.range(lb, ub, step=...)")
 
 
 class IRBackend:
@@ -962,11 +957,14 @@ class CodeGenerator(ast.NodeVisitor):
         else:
             # Python's `range` takes `tl.range`'s loop hints too, and Triton ignores them there
             # (`range(n, flatten=True)` in Unsloth's MoE kernels): so does tiles.
-            unknown = sorted(set(kwargs) - _RANGE_HINTS - {"step"})
+            unknown = sorted(set(kwargs) - _RANGE_KEYWORDS)
             if unknown:
                 raise self.src.error(it, f"range got an unexpected keyword argument '{unknown[0]}'")
             if "step" in kwargs:
-                _warn_range_step(self.src, it)
+                import warnings
+
+                line = self.src.first_line + it.lineno - 1
+                warnings.warn(f"{self.src.file}:{line}: {RANGE_STEP_IGNORED}", stacklevel=2)
             if not 1 <= len(args) <= 3:
                 raise self.src.error(it, "range takes 1 to 3 positional arguments")
             lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)

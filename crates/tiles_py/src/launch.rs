@@ -843,20 +843,6 @@ impl KernelLauncher {
         stream: &Bound<'_, PyAny>,
         args: &Bound<'_, PyTuple>,
     ) -> PyResult<()> {
-        self.launch_args(py, grid_0, grid_1, grid_2, stream, args)
-    }
-}
-
-impl KernelLauncher {
-    fn launch_args(
-        &self,
-        py: Python<'_>,
-        grid_0: i64,
-        grid_1: i64,
-        grid_2: i64,
-        stream: &Bound<'_, PyAny>,
-        args: &Bound<'_, PyTuple>,
-    ) -> PyResult<()> {
         if args.len() != self.nargs {
             return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                 "the kernel takes {} arguments, got {}",
@@ -946,11 +932,7 @@ impl RunLauncher {
                 grid_1.extract::<i64>(),
                 grid_2.extract::<i64>(),
             ) {
-                match self
-                    .launcher
-                    .get()
-                    .launch_args(py, g0, g1, g2, stream, args)
-                {
+                match self.launcher.get().__call__(py, g0, g1, g2, stream, args) {
                     Err(e) if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => {}
                     done => return done,
                 }

@@ -703,16 +703,15 @@ def _interp_assert(cond: Any, msg: str = "") -> None:
 
 def _interp_range(*args: Any, **hints: Any) -> range:
     """Python's `range` given `tl.range`'s loop hints, which it ignores (as compiled kernels do)."""
-    from ..frontend import _RANGE_HINTS
+    from ..frontend import _RANGE_KEYWORDS, RANGE_STEP_IGNORED
 
-    unknown = sorted(set(hints) - _RANGE_HINTS - {"step"})
+    unknown = sorted(set(hints) - _RANGE_KEYWORDS)
     if unknown:
         raise TypeError(f"range got an unexpected keyword argument '{unknown[0]}'")
-    if "step" in hints:  # ignored, as compiled kernels do (see frontend._warn_range_step)
+    if "step" in hints:  # ignored, as compiled kernels do
         import warnings
 
-        warnings.warn("range() ignores its keyword 'step' in a kernel, as Triton does (the loop steps by 1); pass "
-                      "the step third or use tl.range(lb, ub, step=...)", stacklevel=2)
+        warnings.warn(RANGE_STEP_IGNORED, stacklevel=2)
     return range(*args)
 
 
