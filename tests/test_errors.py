@@ -477,6 +477,73 @@ def break_kernel(x_ptr, n):
         tl.store(x_ptr + i, 1.0)
 
 
+@tiles.jit
+def loop_changes_type(x_ptr, o_ptr, n, B: tl.constexpr, WHILE: tl.constexpr):
+    acc = tl.zeros([B], tl.float32)
+    if WHILE:
+        i = 0
+        while i < n:
+            acc = (acc + tl.load(x_ptr + i * B + tl.arange(0, B))).to(tl.float16)
+            i += 1
+    else:
+        for i in range(n):
+            acc = (acc + tl.load(x_ptr + i * B + tl.arange(0, B))).to(tl.float16)
+    tl.store(o_ptr + tl.arange(0, B), acc)
+
+
+@tiles.jit
+def loop_takes_a_type(x_ptr, o_ptr, n, B: tl.constexpr):
+    acc = 0  # a number as loop state takes the type the first pass gives it
+    j = 0
+    for i in range(n):
+        acc += tl.load(x_ptr + i * B + tl.arange(0, B))
+        j += 1
+    while j > 0:
+        acc = acc * 1.0
+        j -= 1
+    tl.store(o_ptr + tl.arange(0, B), acc)
+
+
+@tiles.jit
+def return_in_a_loop(x_ptr, n):
+    for i in range(n):
+        if i == 2:
+            return
+        tl.store(x_ptr + i, 1.0)
+
+
+@pytest.mark.parametrize("use_while", [False, True])
+def test_loop_state_changing_type_is_refused_in_both_modes(monkeypatch, use_while):
+    # The compiler refuses a loop whose carried tile changes dtype; the interpreter, which would
+    # simply run it, refuses it with the same message and line.
+    text = r"loop-carried `acc` changes from fp32\[16\] to fp16\[16\] in the loop body"
+    with pytest.raises(tiles.CompilationError, match=text) as compiled:
+        tiles.compile(loop_changes_type, signature={"x_ptr": "*fp32", "o_ptr": "*fp32", "n": "i32"},
+                      constexprs={"B": 16, "WHILE": use_while})
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    x = np.random.rand(3 * 16).astype(np.float32)
+    with pytest.raises(tiles.CompilationError, match=text) as interpreted:
+        loop_changes_type[(1,)](x, np.zeros(16, np.float32), 3, B=16, WHILE=use_while)
+    assert compiled.value.line == interpreted.value.line and "^" in str(interpreted.value)
+
+
+def test_loop_state_given_as_a_number_takes_the_bodys_type(monkeypatch):
+    tiles.compile(loop_takes_a_type, signature={"x_ptr": "*fp32", "o_ptr": "*fp32", "n": "i32"},
+                  constexprs={"B": 16})
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    x, o = np.random.rand(3 * 16).astype(np.float32), np.zeros(16, np.float32)
+    loop_takes_a_type[(1,)](x, o, 3, B=16)
+    np.testing.assert_allclose(o, x.reshape(3, 16).astype(np.float64).sum(0), rtol=1e-6)
+
+
+def test_return_in_a_loop_is_refused_in_both_modes(monkeypatch):
+    with pytest.raises(tiles.CompilationError, match="return inside a loop is not supported"):
+        tiles.compile(return_in_a_loop, signature={"x_ptr": "*fp32", "n": "i32"})
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+    with pytest.raises(tiles.CompilationError, match="return inside a loop is not supported"):
+        return_in_a_loop[(1,)](np.zeros(8, np.float32), 4)
+
+
 def test_a_bad_grid_or_element_type_is_named(monkeypatch):
     monkeypatch.setenv("TILES_INTERPRET", "1")
     x, y = np.zeros(64, np.float32), np.zeros(64, np.float32)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import core
 from .._numpy_types import from_numpy, numpy_dtype
-from ..errors import DeviceAssertionError, InterpreterError, LaunchError, OutOfBoundsError
+from ..errors import CompilationError, DeviceAssertionError, InterpreterError, LaunchError, OutOfBoundsError
 from . import _rounding
 from .jit import _is_descriptor, grid_dims
 
@@ -818,6 +818,10 @@ def _interp_compare(left: Any, ops: Sequence[str], *comparators: Callable[[], An
     return acc
 
 
+def _locals_call() -> ast.expr:
+    return ast.Call(func=ast.Name("locals", ast.Load()), args=[], keywords=[])
+
+
 class _Rewrite(ast.NodeTransformer):
     """`assert c, m` -> `__tiles_assert__(c, m)`; `print(...)` -> `__tiles_print__(...)`;
     `and`/`or`/`not` on tiles -> elementwise logic (short-circuit kept for plain values);
@@ -825,6 +829,10 @@ class _Rewrite(ast.NodeTransformer):
     `==` / `!=` through the same helper (a shape equals a list); `n = 1` (and `n += 1`, and
     non-constexpr annotated assignments) -> `n = __tiles_assigned__(1)`: a scalar tensor, as
     compiled kernels hold it."""
+
+    def __init__(self, check_loops: bool = True):
+        # per loop: where it is (for messages) and the names its body assigns
+        self.loops: Optional[List[Tuple[Any, List[str]]]] = [] if check_loops else None
 
     @staticmethod
     def _assigned(value: ast.expr) -> ast.expr:
@@ -876,6 +884,31 @@ class _Rewrite(ast.NodeTransformer):
                                               keywords=[]), node)
         return node
 
+    # Loops: the state a loop carries keeps its type, as compiled kernels require. Before the
+    # loop `__tiles_loopK__ = __tiles_loop_in__(K, locals())` notes the types of the names the
+    # body assigns; the body's last statement `__tiles_loop_step__(__tiles_loopK__, locals())`
+    # compares them after each pass (`break` and `continue` are refused, so every pass ends there).
+    def _checked_loop(self, node):
+        from ..frontend import _assigned_names
+
+        names = [n for n in _assigned_names(node.body, None, False) if not n.startswith("__tiles")]
+        self.generic_visit(node)
+        if self.loops is None:
+            return node
+        k = len(self.loops)
+        self.loops.append((types.SimpleNamespace(lineno=node.lineno, col_offset=node.col_offset), names))
+        state = f"__tiles_loop{k}__"
+        enter = ast.Assign(targets=[ast.Name(state, ast.Store())],
+                           value=ast.Call(func=ast.Name("__tiles_loop_in__", ast.Load()),
+                                          args=[ast.Constant(k), _locals_call()], keywords=[]))
+        step = ast.Expr(ast.Call(func=ast.Name("__tiles_loop_step__", ast.Load()),
+                                 args=[ast.Name(state, ast.Load()), _locals_call()], keywords=[]))
+        node.body = list(node.body) + [ast.copy_location(step, node)]
+        return [ast.copy_location(enter, node), node]
+
+    visit_For = _checked_loop
+    visit_While = _checked_loop
+
     def visit_Assert(self, node: ast.Assert):
         args = [node.test] + ([node.msg] if node.msg is not None else [ast.Constant(ast.unparse(node.test))])
         call = ast.Call(func=ast.Name("__tiles_assert__", ast.Load()), args=args, keywords=[])
@@ -913,6 +946,57 @@ def _refusal(n: ast.AST) -> str:
     return f"unsupported Python construct in a kernel: {type(n).__name__}"
 
 
+def _loop_checks(src, loops: List[Tuple[Any, List[str]]]):
+    """`__tiles_loop_in__` and `__tiles_loop_step__` for one kernel (see `_Rewrite._checked_loop`).
+    A name holding a tensor before the loop must hold one of the same dtype and shape after every
+    pass, as the compiler demands; one holding an assigned number (`acc = 0`) takes the type its
+    first pass gives it, as the compiler's does, and keeps that one."""
+    from ..core import constant_tensor, tensor
+
+    def kind(v: tensor) -> Tuple[Any, List[int]]:
+        return v.dtype, [int(d) for d in v.shape]
+
+    def loop_in(k: int, scope: dict) -> list:
+        where, names = loops[k]
+        kinds = {}
+        for n in names:
+            v = scope.get(n)
+            if isinstance(v, tensor):
+                kinds[n] = None if type(v) is constant_tensor else kind(v)
+        return [where, kinds]
+
+    def loop_step(state: list, scope: dict) -> None:
+        where, kinds = state
+        for n, was in kinds.items():
+            v = scope.get(n)
+            if not isinstance(v, tensor):
+                continue  # a number or constexpr: compiled code casts it to the carried type
+            if was is None:
+                if type(v) is not constant_tensor:
+                    kinds[n] = kind(v)
+                continue
+            now = kind(v)
+            if now != was:
+                raise src.error(where, f"loop-carried `{n}` changes from {was[0]}{was[1]} to {now[0]}{now[1]} "
+                                       "in the loop body")
+
+    return loop_in, loop_step
+
+
+def _returns_in_loop(body: Sequence[ast.stmt]) -> Optional[ast.AST]:
+    """The first `return` inside a loop of `body` (nested functions aside), or None."""
+    stack = [(n, False) for n in reversed(body)]
+    while stack:
+        n, in_loop = stack.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(n, ast.Return) and in_loop:
+            return n
+        inner = in_loop or isinstance(n, (ast.For, ast.While))
+        stack.extend((c, inner) for c in reversed(list(ast.iter_child_nodes(n))) if isinstance(c, ast.stmt))
+    return None
+
+
 def interpreted_function(jitfn):
     """The kernel's function as the interpreter runs it (rewritten once, same file and lines)."""
     fn = getattr(jitfn, "_interp_fn", None)
@@ -927,16 +1011,22 @@ def interpreted_function(jitfn):
         if isinstance(n, _NEVER_COMPILED):
             # Python would run it here; the compiler refuses it, so the debugger does too.
             raise src.error(n, _refusal(n))
+    ret = _returns_in_loop(src.node.body)
+    if ret is not None:
+        raise src.error(ret, "return inside a loop is not supported")
     try:
         node = copy.deepcopy(src.node)
         node.decorator_list = []
-        tree = ast.fix_missing_locations(_Rewrite().visit(ast.Module(body=[node], type_ignores=[])))
+        rewrite = _Rewrite()
+        tree = ast.fix_missing_locations(rewrite.visit(ast.Module(body=[node], type_ignores=[])))
+        loop_in, loop_step = _loop_checks(src, rewrite.loops)
         ast.increment_lineno(tree, src.first_line - 1)
         code = compile(tree, src.file, "exec")
         ns = src.globals()
         ns.update(__tiles_assert__=_interp_assert, __tiles_print__=_interp_print, __tiles_and__=_interp_and,
                   __tiles_or__=_interp_or, __tiles_not__=_interp_not, __tiles_compare__=_interp_compare,
                   __tiles_to__=_interp_to, __tiles_assigned__=_interp_assigned,
+                  __tiles_loop_in__=loop_in, __tiles_loop_step__=loop_step,
                   __tiles_range__=ns.get("range", _interp_range))
         exec(code, ns)
         fn = ns[node.name]
@@ -1176,8 +1266,8 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow:
                     be.pid = (x, y, z)
                     try:
                         kernel(*args)
-                    except (OutOfBoundsError, AssertionError, LaunchError, InterpreterError):
-                        raise
+                    except (OutOfBoundsError, AssertionError, LaunchError, InterpreterError, CompilationError):
+                        raise  # CompilationError: what the compiler refuses (a loop changing a type)
                     except Exception as e:
                         file, line = _frame_of(e)
                         raise InterpreterError(f"in {jitfn.__name__} at {file}:{line} (program id {be.pid}): "
