@@ -42,3 +42,20 @@ if os.environ.get("CUDA_TO_CPU") == "1":
     torch.cuda.get_device_capability = lambda *a: (9, 0)
     torch.cuda.get_device_properties = lambda *a: _props
     torch.cuda.get_device_name = lambda *a: _props.name
+    torch.cuda.device_count = lambda: 1
+    torch.cuda.is_initialized = lambda: True
+
+    class _Device:
+        """`with torch.cuda.device(i):` and `torch.cuda.device_of(t)`: nothing to switch."""
+
+        def __init__(self, *a):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    torch.cuda.device = _Device
+    torch.cuda.device_of = _Device
