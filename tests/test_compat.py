@@ -245,6 +245,36 @@ def test_a_compiled_kernel_takes_every_parameter_or_the_runtime_ones(ptxas, monk
         k[(1,)](x, y)
 
 
+def test_an_interpreted_launch_returns_a_kernel_that_launches_again(monkeypatch):
+    # In the interpreter a launch returns a kernel, as a compiled launch returns its
+    # CompiledKernel: FlagGems' LibEntry caches it and launches it again with every parameter,
+    # the runtime ones, or those a compile keeps; the constexprs stay the first launch's.
+    monkeypatch.setenv("TILES_INTERPRET", "1")
+
+    def ref(v):  # bias_act_kernel's output for its activated input
+        return np.clip(v, -1.0, 1.0) + 1.0
+
+    rng = np.random.default_rng()
+    x, b = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    y = np.zeros(64, np.float32)
+    k = bias_act_kernel[(1,)](x, None, y, 64, BLOCK=64, ACT="relu")
+    np.testing.assert_allclose(y, ref(np.maximum(x, 0)), rtol=1e-6)
+    for args in [(x, None, y, 64, 64, "relu"), (x, None, y, 64), (x, y, 64)]:
+        y[:] = 0
+        k[(1,)](*args)
+        np.testing.assert_allclose(y, ref(np.maximum(x, 0)), rtol=1e-6)
+    x2 = rng.standard_normal(128).astype(np.float32)
+    y2 = np.zeros(128, np.float32)
+    k[lambda meta: (meta["n"] // meta["BLOCK"],)](x2, y2, 128)  # the grid sees the constexprs
+    np.testing.assert_allclose(y2, ref(np.maximum(x2, 0)), rtol=1e-6)
+    k2 = bias_act_kernel[(1,)](x, b, y, 64, BLOCK=64, ACT="none")
+    y[:] = 0
+    k2[(1,)](x, b, y, 64)
+    np.testing.assert_allclose(y, ref(x.astype(np.float64) + b), rtol=1e-6)
+    with pytest.raises(tiles.LaunchError, match=r"takes 6 arguments .* or its 4 runtime ones, got 2"):
+        k[(1,)](x, y)
+
+
 @pytest.mark.gpu
 def test_a_compiled_kernel_launches_with_the_runtime_parameters_alone(rng):
     torch = pytest.importorskip("torch")

@@ -1276,6 +1276,48 @@ def run(jitfn, vals: Sequence[Any], grid, num_warps: int = 4, sanitize_overflow:
         dev.copy_(host)
 
 
+class InterpretedKernel:
+    """What a launch returns in the interpreter, as a compiled launch returns its CompiledKernel:
+    `k[grid](*args)` runs the kernel again with this launch's constexprs. It takes every
+    parameter, or only those not declared `tl.constexpr` (FlagGems' LibEntry launches the kernel
+    it cached so). The constexprs stay this launch's, whatever is passed in their places; the
+    runtime arguments are not kept."""
+
+    def __init__(self, jitfn, vals: Sequence[Any], num_warps: int, sanitize_overflow: bool,
+                 fp32_default: Optional[str]):
+        self.fn = jitfn
+        self.vals = [v if p.is_constexpr else None for p, v in zip(jitfn.params, vals)]
+        self._none = {i for i, (p, v) in enumerate(zip(jitfn.params, vals)) if not p.is_constexpr and v is None}
+        self._options = (num_warps, sanitize_overflow, fp32_default)
+        self.name = self.function_name = jitfn.__name__
+
+    def _values(self, args: Sequence[Any]) -> List[Any]:
+        params = self.fn.params
+        runtime = [i for i, p in enumerate(params) if not p.is_constexpr]
+        kept = [i for i in runtime if i not in self._none]  # a None argument is a constant when compiled
+        if len(args) == len(params):
+            given = {i: args[i] for i in runtime}
+        elif len(args) in (len(runtime), len(kept)):
+            given = dict(zip(runtime if len(args) == len(runtime) else kept, args))
+        else:
+            names = [p.name for p in params]
+            alt = f" or its {len(runtime)} runtime ones" if len(runtime) != len(params) else ""
+            raise LaunchError(f"{self.name} takes {len(params)} arguments ({', '.join(names)}){alt}, got {len(args)}")
+        vals = list(self.vals)
+        for i, a in given.items():
+            vals[i] = a
+        return vals
+
+    def run(self, *args: Any, grid, **_: Any) -> None:
+        run(self.fn, self._values(args), grid, *self._options)
+
+    def __getitem__(self, grid):
+        def launch(*args: Any, **_: Any) -> None:
+            run(self.fn, self._values(args), grid, *self._options)
+
+        return launch
+
+
 def _frame_of(e: BaseException) -> Tuple[str, int]:
     tb = e.__traceback__
     best = ("<unknown>", 0)

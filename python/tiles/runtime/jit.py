@@ -1242,15 +1242,18 @@ class JITFunction(KernelInterface):
             # exec, has no fingerprint to hold them).
             if self._src is not None or _has_source(self.fn):
                 cache.check_globals(self)
+            f32_default = env_setting("F32_DEFAULT")
+            ran = interpreter.InterpretedKernel(self, vals, num_warps, sanitize, f32_default)
             if not _launch_hooks:
-                return interpreter.run(self, vals, grid, num_warps, sanitize, env_setting("F32_DEFAULT"))
+                interpreter.run(self, vals, grid, num_warps, sanitize, f32_default)
+                return ran
             g = grid(dict(zip(self.param_names, vals))) if callable(grid) else grid
             stand_in = SimpleNamespace(name=self.__name__, function_name=self.__name__)
             tokens = [h.enter(self, g, vals, stand_in, 0) for h in _launch_hooks]
-            out = interpreter.run(self, vals, grid, num_warps, sanitize, env_setting("F32_DEFAULT"))
+            interpreter.run(self, vals, grid, num_warps, sanitize, f32_default)
             for h, t in zip(_launch_hooks, tokens):
                 h.exit(t)
-            return out
+            return ran
         key, info = self._specialize(vals)
         full_key = self._full_key(key, opts, num_warps, num_stages)
         debug = full_key[3]
