@@ -830,9 +830,9 @@ class _Rewrite(ast.NodeTransformer):
     non-constexpr annotated assignments) -> `n = __tiles_assigned__(1)`: a scalar tensor, as
     compiled kernels hold it."""
 
-    def __init__(self, check_loops: bool = True):
+    def __init__(self):
         # per loop: where it is (for messages) and the names its body assigns
-        self.loops: Optional[List[Tuple[Any, List[str]]]] = [] if check_loops else None
+        self.loops: List[Tuple[Any, List[str]]] = []
 
     @staticmethod
     def _assigned(value: ast.expr) -> ast.expr:
@@ -893,8 +893,6 @@ class _Rewrite(ast.NodeTransformer):
 
         names = [n for n in _assigned_names(node.body, None, False) if not n.startswith("__tiles")]
         self.generic_visit(node)
-        if self.loops is None:
-            return node
         k = len(self.loops)
         self.loops.append((types.SimpleNamespace(lineno=node.lineno, col_offset=node.col_offset), names))
         state = f"__tiles_loop{k}__"
