@@ -891,7 +891,7 @@ class _Rewrite(ast.NodeTransformer):
     def _checked_loop(self, node):
         from ..frontend import _assigned_names
 
-        names = [n for n in _assigned_names(node.body, None, False) if not n.startswith("__tiles")]
+        names = _assigned_names(node.body, None, False)  # before the rewrite adds names of its own
         self.generic_visit(node)
         k = len(self.loops)
         self.loops.append((types.SimpleNamespace(lineno=node.lineno, col_offset=node.col_offset), names))
@@ -981,20 +981,6 @@ def _loop_checks(src, loops: List[Tuple[Any, List[str]]]):
     return loop_in, loop_step
 
 
-def _returns_in_loop(body: Sequence[ast.stmt]) -> Optional[ast.AST]:
-    """The first `return` inside a loop of `body` (nested functions aside), or None."""
-    stack = [(n, False) for n in reversed(body)]
-    while stack:
-        n, in_loop = stack.pop()
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        if isinstance(n, ast.Return) and in_loop:
-            return n
-        inner = in_loop or isinstance(n, (ast.For, ast.While))
-        stack.extend((c, inner) for c in reversed(list(ast.iter_child_nodes(n))) if isinstance(c, ast.stmt))
-    return None
-
-
 def interpreted_function(jitfn):
     """The kernel's function as the interpreter runs it (rewritten once, same file and lines)."""
     fn = getattr(jitfn, "_interp_fn", None)
@@ -1005,13 +991,14 @@ def interpreted_function(jitfn):
     except Exception:  # no source to read (made with exec): run the function as it is
         jitfn._interp_fn = jitfn.fn
         return jitfn.fn
+    from ..frontend import _RETURN, _assigned_names
+
     for n in ast.walk(ast.Module(body=src.node.body, type_ignores=[])):
         if isinstance(n, _NEVER_COMPILED):
             # Python would run it here; the compiler refuses it, so the debugger does too.
             raise src.error(n, _refusal(n))
-    ret = _returns_in_loop(src.node.body)
-    if ret is not None:
-        raise src.error(ret, "return inside a loop is not supported")
+        if isinstance(n, (ast.For, ast.While)) and _RETURN in _assigned_names(n.body, n, src.plain):
+            raise src.error(n, "return inside a loop is not supported")
     try:
         node = copy.deepcopy(src.node)
         node.decorator_list = []
@@ -1285,24 +1272,23 @@ class InterpretedKernel:
                  fp32_default: Optional[str]):
         self.fn = jitfn
         self.vals = [v if p.is_constexpr else None for p, v in zip(jitfn.params, vals)]
-        self._none = {i for i, (p, v) in enumerate(zip(jitfn.params, vals)) if not p.is_constexpr and v is None}
+        self._runtime = [i for i, p in enumerate(jitfn.params) if not p.is_constexpr]
+        self._kept = [i for i in self._runtime if vals[i] is not None]  # a None argument compiles as a constant
         self._options = (num_warps, sanitize_overflow, fp32_default)
         self.name = self.function_name = jitfn.__name__
 
     def _values(self, args: Sequence[Any]) -> List[Any]:
-        params = self.fn.params
-        runtime = [i for i, p in enumerate(params) if not p.is_constexpr]
-        kept = [i for i in runtime if i not in self._none]  # a None argument is a constant when compiled
+        params, runtime = self.fn.params, self._runtime
         if len(args) == len(params):
-            given = {i: args[i] for i in runtime}
-        elif len(args) in (len(runtime), len(kept)):
-            given = dict(zip(runtime if len(args) == len(runtime) else kept, args))
+            places, args = runtime, [args[i] for i in runtime]
+        elif len(args) in (len(runtime), len(self._kept)):
+            places = runtime if len(args) == len(runtime) else self._kept
         else:
             names = [p.name for p in params]
             alt = f" or its {len(runtime)} runtime ones" if len(runtime) != len(params) else ""
             raise LaunchError(f"{self.name} takes {len(params)} arguments ({', '.join(names)}){alt}, got {len(args)}")
         vals = list(self.vals)
-        for i, a in given.items():
+        for i, a in zip(places, args):
             vals[i] = a
         return vals
 
@@ -1310,10 +1296,7 @@ class InterpretedKernel:
         run(self.fn, self._values(args), grid, *self._options)
 
     def __getitem__(self, grid):
-        def launch(*args: Any, **_: Any) -> None:
-            run(self.fn, self._values(args), grid, *self._options)
-
-        return launch
+        return lambda *args, **_: self.run(*args, grid=grid)
 
 
 def _frame_of(e: BaseException) -> Tuple[str, int]:
