@@ -217,6 +217,69 @@ def test_warmup_takes_cpu_tensors(ptxas, monkeypatch):
     assert isinstance(e.value, ValueError)  # what Triton raises for a CPU tensor
 
 
+def test_compile_only_launches_compile_and_run_nothing(ptxas, monkeypatch):
+    # TILES_COMPILE_ONLY=1: a launch compiles its kernel (for sm_90a without a GPU, from numpy
+    # arrays too; ptxas assembles it under TILES_ASSEMBLER=ptxas) and returns it; nothing runs.
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_COMPILE_ONLY", "1")
+    monkeypatch.setenv("TILES_INTERPRET", "1")  # compile-only wins over the interpreter
+    monkeypatch.setenv("TILES_ASSEMBLER", "ptxas")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", ptxas)
+    monkeypatch.setattr(driver, "available", lambda: False)
+    rng = np.random.default_rng()
+    x, b = rng.standard_normal(96).astype(np.float32), rng.standard_normal(96).astype(np.float32)
+    y = rng.standard_normal(96).astype(np.float32)
+    before = y.copy()
+    k = bias_act_kernel[(2,)](x, b, y, 96, BLOCK=64, ACT="relu")
+    np.testing.assert_array_equal(y, before)
+    assert isinstance(k, tiles.compiler.CompiledKernel) and k.metadata.target == "sm_90a"
+    assert ".entry bias_act_kernel" in k.asm["ptx"] and k.asm["cubin"][:4] == b"\x7fELF"
+    assert bias_act_kernel[lambda meta: (3,)](x, b, y, 96, BLOCK=64, ACT="relu") is k  # from the cache
+
+    @tiles.jit
+    def bad(x_ptr, BLOCK: tl.constexpr):
+        tl.store(x_ptr + tl.arange(0, BLOCK), tl.arange(0, BLOCK) + tl.arange(0, 2 * BLOCK))
+
+    with pytest.raises(tiles.CompilationError, match="bad") as e:
+        bad[(1,)](x, BLOCK=16)
+    assert "tl.arange(0, 2 * BLOCK)" in str(e.value)
+
+
+def test_compile_only_compiles_every_config_an_autotuner_keeps(ptxas, monkeypatch):
+    # Under TILES_COMPILE_ONLY an autotuned launch compiles each config pruning keeps (pruning
+    # runs once), times none, and stands its first as the choice.
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_COMPILE_ONLY", "1")
+    monkeypatch.setattr(driver, "available", lambda: False)
+    pruned = []
+
+    def prune(configs, nargs, **kw):
+        pruned.append(nargs["n"])
+        return [c for c in configs if c.kwargs["BLOCK"] <= nargs["n"]]
+
+    @tiles.jit
+    def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr, K: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * K, mask=offs < n)
+
+    configs = [tiles.Config({"BLOCK": b}, num_warps=w) for b, w in [(128, 4), (32, 1), (64, 2), (4096, 8)]]
+    tuned = tiles.autotune(configs, key=["n"], prune_configs_by={"early_config_prune": prune})(
+        tiles.heuristics({"K": lambda a: 3})(scale))
+    x = np.random.default_rng().standard_normal(200).astype(np.float32)
+    y = x.copy()
+    k = tuned[lambda meta: (triton_cdiv(200, meta["BLOCK"]),)](x, y, 200)
+    np.testing.assert_array_equal(y, x)
+    assert pruned == [200] and tuned.best_config is configs[0]
+    assert k.metadata.num_warps == 4 and k.constexprs["BLOCK"] == 128 and k.constexprs["K"] == 3
+    assert sorted(s.compiled.metadata.num_warps for s in scale.cache.values()) == [1, 2, 4]
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
 def test_a_compiled_kernel_takes_every_parameter_or_the_runtime_ones(ptxas, monkeypatch):
     # FlagGems' LibEntry launches the CompiledKernel of a cache hit with the runtime parameters
     # alone; Triton's own call passes every parameter. Both reach the launch in full order.

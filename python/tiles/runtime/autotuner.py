@@ -388,6 +388,12 @@ class Autotuner(KernelInterface):
     def run(self, *args, grid=None, **kwargs):
         if grid is None:
             raise TypeError(f"{self.__name__}: launch it as kernel[grid](...)")
+        from .jit import compile_only, compiled_only
+
+        if compile_only():  # every config pruning keeps compiles; the first stands as the choice
+            configs = self.prune_configs(kwargs, dict(zip(self.arg_names, args)))
+            self.best_config = configs[0]
+            return [compiled_only(k) for k in self._warm(configs, args, dict(kwargs, grid=grid))][0]
         self.nargs = nargs = dict(zip(self.arg_names, args))
         all_args = {**nargs, **kwargs}
         if len(self.configs) == 1:
@@ -553,7 +559,10 @@ class Autotuner(KernelInterface):
         `FutureKernel`s."""
         nargs = dict(zip(self.arg_names, args))
         meta = {k: v for k, v in kwargs.items() if k != "grid"}  # what run() would hand the pruning
-        configs = self.prune_configs(meta, nargs)
+        return self._warm(self.prune_configs(meta, nargs), args, kwargs)
+
+    def _warm(self, configs: List[Config], args, kwargs) -> list:
+        """Compiles `configs` for a warmup's arguments (`kwargs` with its grid), as `warmup` does."""
         if not self._compiles_ahead(configs):
             return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in configs]
         out = self._compile_all(configs, args, kwargs)

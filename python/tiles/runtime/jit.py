@@ -366,6 +366,24 @@ def fp_fusion(requested: Optional[bool]) -> bool:
     return not FORCE_NO_FP_FUSION and bool(DEFAULT_FP_FUSION if requested is None else requested)
 
 
+def compile_only() -> bool:
+    """`TILES_COMPILE_ONLY=1`: every launch compiles its kernel and returns the compiled kernel
+    without running it, and an autotuned launch compiles every config that pruning keeps. With
+    no GPU, kernels compile for an H100 (`sm_90a`), from CPU tensors or numpy arrays as well,
+    and `TILES_ASSEMBLER=ptxas` also has ptxas assemble each one: a CI machine without a GPU
+    checks that a codebase's kernels compile by running its tests or its model. It wins over the
+    interpreter. Outputs are left as they were, so results are meaningless."""
+    return env_true(env_setting("COMPILE_ONLY"))
+
+
+def compiled_only(kernel: Any) -> Any:
+    """A compile-only launch's kernel, assembled by ptxas where that is the assembler and no GPU
+    has loaded it (a warmup with a GPU loads, and so assembles, what it compiles)."""
+    if hasattr(kernel, "link") and not driver.available() and driver.assembler() == "ptxas":
+        kernel.link()
+    return kernel
+
+
 def interpreting(jitfn: "JITFunction") -> bool:
     if jitfn.interpret is not None:
         return bool(jitfn.interpret)
@@ -622,6 +640,11 @@ def _pointer_info(v: Any, name: str) -> Optional[Tuple[int, str]]:
             raise LaunchError(f"argument '{name}' has typestr {ts!r}, which tiles does not support")
         return int(cai["data"][0]), dt
     if t.__module__ == "numpy" and t.__name__ == "ndarray":
+        if getattr(_warming_up, "active", False):  # a warmup compiles from a host array's dtype
+            dt = _TYPESTR.get(v.dtype.str[1:])
+            if dt is None:
+                raise LaunchError(f"argument '{name}' has dtype {v.dtype}, which tiles does not support")
+            return v.ctypes.data, dt
         raise HostMemoryError(f"argument '{name}' is a host (numpy) array; the GPU kernel needs device memory "
                           "(a CUDA tensor), or run with TILES_INTERPRET=1")
     if hasattr(v, "__dlpack__") and hasattr(v, "__dlpack_device__"):
@@ -1226,6 +1249,8 @@ class JITFunction(KernelInterface):
     def run(self, *args, grid, warmup: bool = False, _learn: bool = False, **kwargs):
         if warmup:  # Triton's `run(..., warmup=True)`: compile only
             return self.warmup(*args, grid=grid, **kwargs)
+        if compile_only():
+            return compiled_only(self.warmup(*args, grid=grid, **kwargs))
         for hook in self.pre_run_hooks:
             hook(*args, **kwargs)
         orig_kwargs = dict(kwargs) if _learn else None
