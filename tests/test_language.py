@@ -706,6 +706,7 @@ def nan_minmax_kernel(x_ptr, y_ptr, out_ptr, N: tl.constexpr):
     tl.store(out_ptr + 2 * N + o, tl.minimum(x, y, propagate_nan=tl.PropagateNan.ALL))
     tl.store(out_ptr + 3 * N + o, tl.clamp(x, -1.0, 1.0))
     tl.store(out_ptr + 4 * N + o, tl.clamp(x, -1.0, 1.0, propagate_nan=tl.PropagateNan.ALL))
+    tl.store(out_ptr + 5 * N + o, tl.clamp(x, -1.0, 2.0))
     h = x.to(tl.float16)
     # As Triton: Python float bounds and addends are fp32 tensors, so fp16 math promotes.
     tl.static_assert(tl.clamp(h, -1.0, 1.0).dtype == tl.float32)
@@ -718,15 +719,20 @@ def test_nan_propagation_of_min_max_clamp(dev, rng):
     x = rng.standard_normal(n).astype(np.float32) * 3
     y = rng.standard_normal(n).astype(np.float32) * 3
     x[::5] = np.nan
+    x[::10] = -np.abs(x[::10])  # NaNs of both signs
     y[::7] = np.nan
-    out = dev.put(np.zeros(5 * n, np.float32))
+    out = dev.put(np.zeros(6 * n, np.float32))
     nan_minmax_kernel[(1,)](dev.put(x), dev.put(y), out, N=n)
-    got = dev.get(out).reshape(5, n)
+    got = dev.get(out).reshape(6, n)
     np.testing.assert_array_equal(got[0], np.fmax(x, y))  # PropagateNan.NONE: the other operand
     np.testing.assert_array_equal(got[1], np.maximum(x, y))  # ALL: NaN wins
     np.testing.assert_array_equal(got[2], np.minimum(x, y))
-    np.testing.assert_array_equal(got[3], np.clip(np.nan_to_num(x, nan=-1.0), -1, 1))
+    # As Triton on sm_90, bounds -c and c clamp |x| and keep x's sign (`min.xorsign.abs`), so
+    # a NaN gives c signed as the NaN is; other bounds give the lower one for a NaN.
+    assert np.signbit(x[::10]).all() and not np.signbit(x[5::10]).any()
+    np.testing.assert_array_equal(got[3], np.where(np.isnan(x), np.copysign(1.0, x), np.clip(x, -1, 1)))
     np.testing.assert_array_equal(got[4], np.clip(x, -1, 1))
+    np.testing.assert_array_equal(got[5], np.clip(np.nan_to_num(x, nan=-1.0), -1, 2))
 
 
 def test_nan_propagation_assembles(ptxas):
@@ -735,6 +741,12 @@ def test_nan_propagation_assembles(ptxas):
     k = tiles.compile(nan_minmax_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"},
                       constexprs={"N": 64}, target="sm_90a")
     assemble(ptxas, k.asm["ptx"], "sm_90a")
+    assert "copysign.f32" in k.asm["ptx"]  # the symmetric clamp: min(|x|, 1) with x's sign
+    # Before sm_90 Triton clamps with max then min, whatever the bounds.
+    k80 = tiles.compile(nan_minmax_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"},
+                        constexprs={"N": 64}, target="sm_80")
+    assemble(ptxas, k80.asm["ptx"], "sm_80")
+    assert "copysign" not in k80.asm["ptx"]
 
 
 @tiles.jit

@@ -720,11 +720,22 @@ def minimum(a: Any, b: Any, propagate_nan: bool = False) -> tensor:
 def clamp(x: Any, lo: Any, hi: Any, propagate_nan: bool = False) -> tensor:
     # As Triton: the bounds become tensors first (a Python float is fp32, so an fp16 `x` clamps in
     # fp32), bf16 computes in fp32, and only `x`'s NaN propagates (PropagateNan.ALL).
+    lo_n, hi_n = _number(lo), _number(hi)
     x, lo, hi = (to_tensor(v) for v in (x, lo, hi))
     x, lo, hi = (cast(v, core.float32) if v.dtype.is_bf16() else v for v in (x, lo, hi))
     lo, hi = binary_operands(lo, hi)
     x, lo = binary_operands(x, lo)
     x, hi = binary_operands(x, hi)
+    if (not propagate_nan and hi_n is not None and lo_n is not None and 0 < hi_n < float("inf")
+            and lo_n == -hi_n and (x.dtype.is_fp32() or x.dtype.is_fp16())):
+        from . import language
+
+        if language.target_info.cuda_capability_geq(9):
+            # As Triton on sm_90 (`min.xorsign.abs`): min(|x|, hi) with x's sign, so a NaN x
+            # gives hi signed as the NaN is, where max-then-min gives lo. One FMNMX and one LOP3.
+            ity, sign = (core.int32, -0x80000000) if x.dtype.is_fp32() else (core.int16, -0x8000)
+            m = bitcast(minimum(abs_(x), hi), ity)
+            return bitcast(or_(m, and_(bitcast(x, ity), sign)), x.dtype)
     r = minimum(maximum(x, lo), hi)
     return _keep_nan(r, x) if propagate_nan and r.dtype.is_floating() else r
 
