@@ -697,6 +697,27 @@ def test_right_shift_of_mixed_signedness_assembles(ptxas):
 
 
 @tiles.jit
+def scalar_subscript_kernel(x_ptr, s_ptr, n_blocks, B: tl.constexpr):
+    # As Triton (3.6): a scalar indexed `[:, None]` or `[None, :]` gets one axis, shape [1]
+    # (torchao's blockwise fp8 weight quant stores its scale this way).
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    tl.static_assert(pid_n[:, None].shape == [1] and pid_m[None, :].shape == [1])
+    tl.static_assert(pid_m[None, None].shape == [1, 1])
+    offs = pid_n[:, None] * n_blocks + pid_m[None, :]
+    x = tl.load(x_ptr + (pid_m * n_blocks + pid_n) * B + tl.arange(0, B))
+    tl.store(s_ptr + offs, tl.max(tl.abs(x)), mask=(pid_n[:, None] < n_blocks) & (pid_m[None, :] < n_blocks))
+
+
+def test_a_scalar_takes_one_axis_from_a_subscript(dev, rng):
+    nb, b = 3, 32
+    x = rng.standard_normal((nb, nb, b)).astype(np.float32)
+    s = dev.put(np.zeros((nb, nb), np.float32))
+    scalar_subscript_kernel[(nb, nb)](dev.put(x), s, nb, B=b)
+    np.testing.assert_array_equal(dev.get(s), np.abs(x).max(axis=2).T)
+
+
+@tiles.jit
 def nan_minmax_kernel(x_ptr, y_ptr, out_ptr, N: tl.constexpr):
     o = tl.arange(0, N)
     x = tl.load(x_ptr + o)

@@ -334,7 +334,9 @@ def subscript(x: tensor, slices: Any) -> tensor:
     for s in slices:
         s = _unwrap(s)
         if s is None:
-            out = expand_dims(out, dim)
+            # As Triton: a scalar's new axis is its only one, wherever the index puts it
+            # (`pid[:, None]` is a tensor of shape [1]).
+            out = expand_dims(out, dim if out.shape else 0)
             dim += 1
         elif isinstance(s, slice) and s.start is None and s.stop is None and s.step is None:
             dim += 1
