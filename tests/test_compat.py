@@ -269,15 +269,11 @@ def test_compile_only_compiles_every_config_an_autotuner_keeps(ptxas, monkeypatc
         tiles.heuristics({"K": lambda a: 3})(scale))
     x = np.random.default_rng().standard_normal(200).astype(np.float32)
     y = x.copy()
-    k = tuned[lambda meta: (triton_cdiv(200, meta["BLOCK"]),)](x, y, 200)
+    k = tuned[lambda meta: (tiles.cdiv(200, meta["BLOCK"]),)](x, y, 200)
     np.testing.assert_array_equal(y, x)
     assert pruned == [200] and tuned.best_config is configs[0]
     assert k.metadata.num_warps == 4 and k.constexprs["BLOCK"] == 128 and k.constexprs["K"] == 3
     assert sorted(s.compiled.metadata.num_warps for s in scale.cache.values()) == [1, 2, 4]
-
-
-def triton_cdiv(a, b):
-    return (a + b - 1) // b
 
 
 def test_a_compiled_kernel_takes_every_parameter_or_the_runtime_ones(ptxas, monkeypatch):

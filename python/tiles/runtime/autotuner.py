@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import AutotunerError, OutOfResources, PTXASError  # noqa: F401  (Triton exports these here)
-from .jit import KernelInterface, env_setting
+from .jit import KernelInterface, compile_only, compiled_only, env_setting
 
 
 class Config:
@@ -388,12 +388,6 @@ class Autotuner(KernelInterface):
     def run(self, *args, grid=None, **kwargs):
         if grid is None:
             raise TypeError(f"{self.__name__}: launch it as kernel[grid](...)")
-        from .jit import compile_only, compiled_only
-
-        if compile_only():  # every config pruning keeps compiles; the first stands as the choice
-            configs = self.prune_configs(kwargs, dict(zip(self.arg_names, args)))
-            self.best_config = configs[0]
-            return [compiled_only(k) for k in self._warm(configs, args, dict(kwargs, grid=grid))][0]
         self.nargs = nargs = dict(zip(self.arg_names, args))
         all_args = {**nargs, **kwargs}
         if len(self.configs) == 1:
@@ -405,7 +399,7 @@ class Autotuner(KernelInterface):
                 cfg = self.cache[key] = self._choose(args, kwargs, grid, all_args)
         self.best_config = cfg
         cfg_kwargs = cfg.all_kwargs()
-        if cfg.pre_hook:
+        if cfg.pre_hook and not compile_only():  # compile-only leaves the arguments as they were
             cfg.pre_hook({**all_args, **cfg_kwargs})
         try:
             # Through `fn[grid]`: a JITFunction's native dispatcher launches the chosen config
@@ -420,6 +414,10 @@ class Autotuner(KernelInterface):
         else the fastest of them."""
         stable_key = tuple(_key_part(all_args[k]) for k in self.keys if k in all_args)
         pruned = self.prune_configs(kwargs, self.nargs)
+        if compile_only():  # each config pruning keeps compiles, none is timed, the first stands
+            for k in self._warm(pruned, args, dict(kwargs, grid=grid)):
+                compiled_only(k)
+            return pruned[0]
         cfg = self._load_choice(stable_key, pruned)
         if cfg is not None:
             if _printing():
