@@ -276,6 +276,36 @@ def test_compile_only_compiles_every_config_an_autotuner_keeps(ptxas, monkeypatc
     assert sorted(s.compiled.metadata.num_warps for s in scale.cache.values()) == [1, 2, 4]
 
 
+def test_compile_only_skips_configs_that_fail_to_compile(ptxas, monkeypatch, capsys):
+    # As a timed autotune does: a config failing a static_assert (tritonbench's fused attention
+    # asserts BLOCK_N <= HEAD_DIM across its configs) is skipped, the first that compiles
+    # stands; when none compiles, the first failure is named.
+    from tiles.runtime import driver
+
+    monkeypatch.setenv("TILES_COMPILE_ONLY", "1")
+    monkeypatch.setattr(driver, "available", lambda: False)
+
+    @tiles.jit
+    def rows(x_ptr, y_ptr, D: tl.constexpr, BLOCK: tl.constexpr):
+        tl.static_assert(BLOCK <= D)
+        offs = tl.program_id(0) * D + tl.arange(0, D)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2)
+
+    configs = [tiles.Config({"BLOCK": b}, num_warps=w) for b, w in [(128, 4), (64, 2), (32, 1)]]
+    tuned = tiles.autotune(configs, key=["D"])(rows)
+    x = np.random.default_rng().standard_normal(256).astype(np.float32)
+    y = x.copy()
+    k = tuned[(4,)](x, y, D=64)
+    np.testing.assert_array_equal(y, x)
+    assert tuned.best_config is configs[1] and k.metadata.num_warps == 2
+    assert "skipping" not in capsys.readouterr().err  # a failed static_assert is quiet, as in Triton
+    from tiles.errors import AutotunerError
+
+    with pytest.raises(AutotunerError, match=r"every config of rows failed; the first, \[BLOCK: 128") as e:
+        tuned[(8,)](x, y, D=32 // 2)
+    assert isinstance(e.value.__cause__, tiles.CompilationError)
+
+
 def test_a_compiled_kernel_takes_every_parameter_or_the_runtime_ones(ptxas, monkeypatch):
     # FlagGems' LibEntry launches the CompiledKernel of a cache hit with the runtime parameters
     # alone; Triton's own call passes every parameter. Both reach the launch in full order.

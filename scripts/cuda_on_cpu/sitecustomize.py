@@ -59,3 +59,9 @@ if os.environ.get("CUDA_TO_CPU") == "1":
 
     torch.cuda.device = _Device
     torch.cuda.device_of = _Device
+    torch.cuda._DeviceGuard = _Device  # inductor's generated wrappers
+    torch.cuda.set_device = lambda *a: None
+    # What inductor's generated code calls, past the function mode.
+    torch._C._dynamo.guards._empty_strided_cuda = \
+        lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype)
+    torch._C._cuda_getCurrentRawStream = lambda *a: 0

@@ -414,10 +414,8 @@ class Autotuner(KernelInterface):
         else the fastest of them."""
         stable_key = tuple(_key_part(all_args[k]) for k in self.keys if k in all_args)
         pruned = self.prune_configs(kwargs, self.nargs)
-        if compile_only():  # each config pruning keeps compiles, none is timed, the first stands
-            for k in self._warm(pruned, args, dict(kwargs, grid=grid)):
-                compiled_only(k)
-            return pruned[0]
+        if compile_only():
+            return self._choose_compiled_only(pruned, args, kwargs, grid)
         cfg = self._load_choice(stable_key, pruned)
         if cfg is not None:
             if _printing():
@@ -455,6 +453,30 @@ class Autotuner(KernelInterface):
             print(f"tiles autotune: {self.__name__} key {stable_key}: chose [{cfg}] after "
                   f"{self.bench_time:.2f} s", file=sys.stderr)
         return cfg
+
+    def _choose_compiled_only(self, configs: List[Config], args, kwargs, grid) -> Config:
+        """Under `TILES_COMPILE_ONLY`: every config compiles, none is timed, and the first that
+        compiled stands. A config that fails to compile (a failed static_assert, too many
+        resources) is skipped with the message a timed autotune prints; if all fail, the
+        first failure raises."""
+        from ..errors import CompilationError
+
+        self._first_failure = None
+        out = self._compile_all(configs, args, dict(kwargs, grid=grid))
+        chosen = None
+        for c, r in zip(configs, out):
+            if isinstance(r, (CompilationError, OutOfResources, PTXASError)):
+                self._skip(c, r)
+            elif isinstance(r, Exception):
+                raise r
+            else:
+                compiled_only(r)
+                chosen = c if chosen is None else chosen
+        if chosen is None:
+            cfg, first = self._first_failure
+            raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed; the first, "
+                                 f"[{cfg}]: {_one_line(f'{type(first).__name__}: {first}')}") from first
+        return chosen
 
     def _screen(self, configs: List[Config], args, kwargs, grid):
         """Screens `configs` before the full timing: each runs a few times (`testing._screen`:
