@@ -65,3 +65,64 @@ if os.environ.get("CUDA_TO_CPU") == "1":
     torch._C._dynamo.guards._empty_strided_cuda = \
         lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype)
     torch._C._cuda_getCurrentRawStream = lambda *a: 0
+    torch.cuda.empty_cache = lambda: None
+
+    class _Event:
+        """A CUDA event on the host clock: benchmark fixtures time their interpreted runs."""
+
+        def __init__(self, *a, **k):
+            self.t = None
+
+        def record(self, *a):
+            import time
+
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+        def query(self):
+            return True
+
+        def wait(self, *a):
+            pass
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1e3
+
+    class _Stream:
+        """The one stream there is: work runs in order on the host."""
+
+        cuda_stream = 0
+        device = torch.device("cpu")
+
+        def __init__(self, *a, **k):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def synchronize(self):
+            pass
+
+        def wait_stream(self, *a):
+            pass
+
+        def wait_event(self, *a):
+            pass
+
+        def record_event(self, event=None):
+            event = event or _Event()
+            event.record()
+            return event
+
+        def query(self):
+            return True
+
+    torch.cuda.Event = _Event
+    torch.cuda.Stream = _Stream
+    torch.cuda.current_stream = torch.cuda.default_stream = lambda *a, **k: _Stream()
+    torch.cuda.stream = lambda s=None: _Stream()
