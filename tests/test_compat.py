@@ -306,6 +306,37 @@ def test_compile_only_skips_configs_that_fail_to_compile(ptxas, monkeypatch, cap
     assert isinstance(e.value.__cause__, tiles.CompilationError)
 
 
+def test_compile_only_runs_each_configs_pre_hook_before_its_compile(ptxas, monkeypatch):
+    # tritonbench's stream-K matmul sets its host descriptors' block shapes in a config
+    # pre_hook: compile-only runs it before each config's compile and before the launch, as a
+    # timed autotune does, so each config compiles with its own blocks.
+    from tiles.runtime import driver
+    from tiles.tools.tensor_descriptor import TensorDescriptor
+
+    monkeypatch.setenv("TILES_COMPILE_ONLY", "1")
+    monkeypatch.setenv("TILES_ASSEMBLER", "ptxas")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", ptxas)
+    monkeypatch.setattr(driver, "available", lambda: False)
+
+    @tiles.jit
+    def copy_rows(x_desc, y_desc, BLOCK: tl.constexpr):
+        t = x_desc.load([tl.program_id(0) * BLOCK, 0])
+        y_desc.store([tl.program_id(0) * BLOCK, 0], t * 2)
+
+    def set_blocks(nargs):
+        nargs["x_desc"].block_shape = [nargs["BLOCK"], 32]
+        nargs["y_desc"].block_shape = [nargs["BLOCK"], 32]
+
+    configs = [tiles.Config({"BLOCK": b}, num_warps=4, pre_hook=set_blocks) for b in (64, 16)]
+    tuned = tiles.autotune(configs, key=[])(copy_rows)
+    x = np.random.default_rng().standard_normal((128, 32)).astype(np.float32)
+    y = np.empty_like(x)
+    xd, yd = TensorDescriptor.from_tensor(x, [1, 1]), TensorDescriptor.from_tensor(y, [1, 1])
+    k = tuned[lambda meta: (128 // meta["BLOCK"],)](xd, yd)
+    assert tuned.best_config is configs[0] and k.constexprs["BLOCK"] == 64
+    assert xd.block_shape == [64, 32] and len(copy_rows.cache) == 2
+
+
 def test_a_compiled_kernel_takes_every_parameter_or_the_runtime_ones(ptxas, monkeypatch):
     # FlagGems' LibEntry launches the CompiledKernel of a cache hit with the runtime parameters
     # alone; Triton's own call passes every parameter. Both reach the launch in full order.

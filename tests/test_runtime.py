@@ -1454,6 +1454,30 @@ def test_cublaslt_matmul_for_comparisons(rng):
         blas.matmul(torch.from_numpy(a).cuda(), torch.from_numpy(b[:, :64]).cuda(), c)
 
 
+def test_cublaslt_with_a_host_workspace_multiplies_on_the_host(rng):
+    # The CPU twin: a workspace in host memory (a script under the interpreter, a machine
+    # without a GPU; tritonbench builds its CublasLt at import) gives a host stand-in.
+    from tiles._C.libtriton import nvidia
+
+    blas = nvidia.cublas.CublasLt(np.empty(1 << 20, np.uint8))
+    M, N, K = 48, 40, 72
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((N, K)).astype(np.float16)
+    c = np.empty((M, N), np.float16)
+    blas.matmul(a, b, c)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2e-2, atol=5e-2)
+    with pytest.raises(ValueError, match="matmul shapes"):
+        blas.matmul(a, b[:, :64], c)
+    try:
+        import torch
+    except ImportError:
+        return
+    c2 = torch.empty((M, N), dtype=torch.bfloat16)
+    blas.matmul(torch.from_numpy(a).bfloat16(), torch.from_numpy(b).bfloat16(), c2)
+    np.testing.assert_allclose(c2.double().numpy(), ref, rtol=3e-2, atol=2e-1)
+
+
 def test_fit_shared_memory_drops_stages_until_the_kernel_fits():
     from tiles.runtime.jit import fit_shared_memory
 

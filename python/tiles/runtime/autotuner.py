@@ -399,7 +399,7 @@ class Autotuner(KernelInterface):
                 cfg = self.cache[key] = self._choose(args, kwargs, grid, all_args)
         self.best_config = cfg
         cfg_kwargs = cfg.all_kwargs()
-        if cfg.pre_hook and not compile_only():  # compile-only leaves the arguments as they were
+        if cfg.pre_hook:  # also under compile-only: a hook may set what compiles (a descriptor's block)
             cfg.pre_hook({**all_args, **cfg_kwargs})
         try:
             # Through `fn[grid]`: a JITFunction's native dispatcher launches the chosen config
@@ -455,14 +455,15 @@ class Autotuner(KernelInterface):
         return cfg
 
     def _choose_compiled_only(self, configs: List[Config], args, kwargs, grid) -> Config:
-        """Under `TILES_COMPILE_ONLY`: every config compiles, none is timed, and the first that
-        compiled stands. A config that fails to compile (a failed static_assert, too many
+        """Under `TILES_COMPILE_ONLY`: every config compiles, after its `pre_hook` (which may set
+        a descriptor's block shape), none is timed, and the first that compiled stands. A config
+        that fails to compile (a failed static_assert, too many
         resources) is skipped with the message a timed autotune prints; if all fail, the
         first failure raises."""
         from ..errors import CompilationError
 
         self._first_failure = None
-        out = self._compile_all(configs, args, dict(kwargs, grid=grid))
+        out = self._compile_all(configs, args, dict(kwargs, grid=grid), nargs=self.nargs or {})
         chosen = None
         for c, r in zip(configs, out):
             if isinstance(r, (CompilationError, OutOfResources, PTXASError)):

@@ -70,13 +70,34 @@ def _ptr(t: Any) -> int:
     return int(t.__cuda_array_interface__["data"][0])
 
 
+def _on_device(t: Any) -> bool:
+    """Whether `t` is in GPU memory (a CUDA torch tensor or a `__cuda_array_interface__` object)."""
+    is_cuda = getattr(t, "is_cuda", None)
+    return bool(is_cuda) if is_cuda is not None else hasattr(t, "__cuda_array_interface__")
+
+
+def _host_matmul(a: Any, b: Any, c: Any) -> None:
+    """`c = a @ b.T` in host memory, in float32 (torch tensors or numpy arrays)."""
+    if hasattr(c, "copy_"):
+        c.copy_((a.float() @ b.float().T).to(c.dtype))
+    else:
+        import numpy as np
+
+        c[...] = (np.asarray(a, np.float32) @ np.asarray(b, np.float32).T).astype(c.dtype)
+
+
 class CublasLt:
     """A cuBLASLt handle with a device workspace (a uint8 device tensor)."""
 
     def __init__(self, workspace: Any):
+        # A workspace in host memory (the interpreter's CPU tensors, a machine without a GPU)
+        # makes a host stand-in: products on the host, so a script's cuBLAS line runs there too.
+        self._host = not _on_device(workspace)
+        self._workspace = workspace
+        if self._host:
+            return
         driver.init()
         self._lib = _load()
-        self._workspace = workspace
         self._workspace_bytes = int(workspace.numel() * workspace.element_size()) if hasattr(workspace, "numel") \
             else int(workspace.nbytes)
         h = ctypes.c_void_p()
@@ -90,6 +111,9 @@ class CublasLt:
         if K != K2 or tuple(c.shape) != (M, N):
             raise ValueError(f"matmul shapes: a {tuple(a.shape)}, b {tuple(b.shape)} (N x K), c {tuple(c.shape)}")
         in_t, out_t = _dtype_name(a), _dtype_name(c)
+        if self._host or not _on_device(c):
+            _host_matmul(a, b, c)
+            return
         if in_t not in _CUDA_TYPES or out_t not in _CUDA_TYPES or _dtype_name(b) != in_t:
             raise TypeError(f"cuBLASLt matmul of {in_t} x {_dtype_name(b)} -> {out_t} is not supported here")
         ab, dt = _CUDA_TYPES[in_t], _CUDA_TYPES[out_t]
