@@ -456,10 +456,9 @@ class Autotuner(KernelInterface):
 
     def _choose_compiled_only(self, configs: List[Config], args, kwargs, grid) -> Config:
         """Under `TILES_COMPILE_ONLY`: every config compiles, after its `pre_hook` (which may set
-        a descriptor's block shape), none is timed, and the first that compiled stands. A config
-        that fails to compile (a failed static_assert, too many
-        resources) is skipped with the message a timed autotune prints; if all fail, the
-        first failure raises."""
+        a descriptor's block shape); none is timed, and the first that compiled stands. A
+        config that fails to compile (a failed static_assert, too many resources) is skipped
+        as a timed autotune skips it; if all fail, an AutotunerError names the first."""
         from ..errors import CompilationError
 
         self._first_failure = None

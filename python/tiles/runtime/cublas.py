@@ -87,7 +87,8 @@ def _host_matmul(a: Any, b: Any, c: Any) -> None:
 
 
 class CublasLt:
-    """A cuBLASLt handle with a device workspace (a uint8 device tensor)."""
+    """A cuBLASLt handle with a device workspace (a uint8 device tensor). With a workspace in
+    host memory it is a host stand-in that needs no GPU: `matmul` computes in float32 there."""
 
     def __init__(self, workspace: Any):
         # A workspace in host memory (the interpreter's CPU tensors, a machine without a GPU)
