@@ -129,6 +129,13 @@ impl<'ctx> Lowering<'ctx, '_> {
                 self.cx.create_enum_attribute(convergent, 0),
             );
         }
+        // PTX cannot unwind. Without `nounwind` LLVM takes each asm call to maybe throw and
+        // asks again at every query (`mayThrow`, `isGuaranteedToTransferExecutionToSuccessor`):
+        // the PTX of the 988 distinct test kernels stayed byte-identical; the matmul as
+        // launched compiled 3-5 % faster (`tiles-opt --repeat=30`, 2-core machine). Not
+        // `willreturn`: a user's asm may be `trap` or `exit`.
+        let nounwind = Attribute::get_named_enum_kind_id("nounwind");
+        call.add_attribute(AttributeLoc::Function, self.cx.create_enum_attribute(nounwind, 0));
         let kind = Attribute::get_named_enum_kind_id("noundef");
         for &i in noundef {
             call.add_attribute(
