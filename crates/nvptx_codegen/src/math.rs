@@ -135,7 +135,10 @@ impl<'ctx> Lowering<'ctx, '_> {
         // launched compiled 3-5 % faster (`tiles-opt --repeat=30`, 2-core machine). Not
         // `willreturn`: a user's asm may be `trap` or `exit`.
         let nounwind = Attribute::get_named_enum_kind_id("nounwind");
-        call.add_attribute(AttributeLoc::Function, self.cx.create_enum_attribute(nounwind, 0));
+        call.add_attribute(
+            AttributeLoc::Function,
+            self.cx.create_enum_attribute(nounwind, 0),
+        );
         let kind = Attribute::get_named_enum_kind_id("noundef");
         for &i in noundef {
             call.add_attribute(
