@@ -20,6 +20,14 @@ from ..errors import AutotunerError, OutOfResources, PTXASError  # noqa: F401  (
 from .jit import KernelInterface, compile_only, compiled_only, env_setting
 
 
+def _compile_failure(r: Any) -> bool:
+    """Whether a config's compile result is a failure autotuning skips (a compile error, a failed
+    static_assert, too many resources, ptxas refusing it) rather than one it raises."""
+    from ..errors import CompilationError
+
+    return isinstance(r, (CompilationError, OutOfResources, PTXASError))
+
+
 class Config:
     """One point of an autotuning space: meta-parameters and launch options."""
 
@@ -439,11 +447,7 @@ class Autotuner(KernelInterface):
         self.bench_time = time.perf_counter() - t0
         ok = {c: timings[c] for c in contenders if timings[c] != float("inf")}
         if not ok:
-            first = self._first_failure
-            if first is None:
-                raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
-            raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed; the first, [{first[0]}]: "
-                                 f"{_one_line(f'{type(first[1]).__name__}: {first[1]}')}") from first[1]
+            self._every_config_failed()
         cfg = builtins.min(ok, key=ok.get)
         self.configs_timings = timings
         # The benchmarks' effects do not leak into the real run.
@@ -459,24 +463,28 @@ class Autotuner(KernelInterface):
         a descriptor's block shape); none is timed, and the first that compiled stands. A
         config that fails to compile (a failed static_assert, too many resources) is skipped
         as a timed autotune skips it; if all fail, an AutotunerError names the first."""
-        from ..errors import CompilationError
-
         self._first_failure = None
         out = self._compile_all(configs, args, dict(kwargs, grid=grid), nargs=self.nargs or {})
-        chosen = None
+        compiled = []
         for c, r in zip(configs, out):
-            if isinstance(r, (CompilationError, OutOfResources, PTXASError)):
+            if _compile_failure(r):
                 self._skip(c, r)
             elif isinstance(r, Exception):
                 raise r
             else:
                 compiled_only(r)
-                chosen = c if chosen is None else chosen
-        if chosen is None:
-            cfg, first = self._first_failure
-            raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed; the first, "
-                                 f"[{cfg}]: {_one_line(f'{type(first).__name__}: {first}')}") from first
-        return chosen
+                compiled.append(c)
+        if not compiled:
+            self._every_config_failed()
+        return compiled[0]
+
+    def _every_config_failed(self):
+        """Raises the AutotunerError for a key none of whose configs ran, naming the first failure."""
+        first = self._first_failure
+        if first is None:
+            raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed")
+        raise AutotunerError(f"tiles autotune: every config of {self.__name__} failed; the first, [{first[0]}]: "
+                             f"{_one_line(f'{type(first[1]).__name__}: {first[1]}')}") from first[1]
 
     def _screen(self, configs: List[Config], args, kwargs, grid):
         """Screens `configs` before the full timing: each runs a few times (`testing._screen`:
@@ -563,13 +571,10 @@ class Autotuner(KernelInterface):
         that failed to compile (a compile error, a failed static_assert, too many resources),
         reported and timed `inf` without a second compile; a config that fails otherwise is left
         to its timed launch, which reports it as before."""
-        from ..errors import CompilationError
-
         if not self._compiles_ahead(configs):
             return {}
         out = self._compile_all(configs, args, dict(kwargs, grid=grid), nargs=self.nargs or {})
-        return {c: self._skip(c, r) for c, r in zip(configs, out)
-                if isinstance(r, (CompilationError, OutOfResources, PTXASError))}
+        return {c: self._skip(c, r) for c, r in zip(configs, out) if _compile_failure(r)}
 
     def warmup(self, *args, **kwargs):
         """Compiles every config that pruning keeps for these arguments, without launching or
